@@ -1,0 +1,34 @@
+# lucid-yolo developer commands. `make help` lists them; `make gate` runs what CI runs.
+.DEFAULT_GOAL := help
+UV ?= uv
+PYTEST_ARGS ?=
+
+.PHONY: help setup test test-gpu lint typecheck contracts docs gate
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
+
+setup: ## Install the workspace and dev tools from uv.lock
+	$(UV) sync --locked --all-packages
+
+test: ## CPU test suite (the README's test command)
+	$(UV) run pytest -n auto -m "not gpu" $(PYTEST_ARGS)
+
+test-gpu: ## CUDA tests, from source, on a GPU machine that has torch, lightning and pytest installed
+	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) CUBLAS_WORKSPACE_CONFIG=:4096:8 \
+		python3 -m pytest -p no:cacheprovider -m gpu $(PYTEST_ARGS)
+
+lint: ## ruff lint + format check
+	$(UV) run ruff check .
+	$(UV) run ruff format --check .
+
+typecheck: ## mypy --strict over every package
+	$(UV) run mypy
+
+contracts: ## import-linter layering contracts
+	$(UV) run lint-imports
+
+docs: ## build the docs site, warnings are errors
+	$(UV) run mkdocs build --strict
+
+gate: lint typecheck contracts test docs ## everything CI runs

@@ -1,0 +1,3 @@
+"""lucid_yolo.cli."""
+
+__all__: list[str] = []

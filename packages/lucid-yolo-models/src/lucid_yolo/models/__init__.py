@@ -1,0 +1,3 @@
+"""lucid_yolo.models."""
+
+__all__: list[str] = []

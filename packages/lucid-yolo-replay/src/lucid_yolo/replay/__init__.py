@@ -1,0 +1,3 @@
+"""lucid_yolo.replay."""
+
+__all__: list[str] = []

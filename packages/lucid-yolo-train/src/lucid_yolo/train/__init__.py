@@ -1,0 +1,3 @@
+"""lucid_yolo.train."""
+
+__all__: list[str] = []
