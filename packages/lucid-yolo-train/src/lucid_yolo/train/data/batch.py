@@ -1,0 +1,50 @@
+"""The batch contract: targets travel as padded dense tensors.
+
+Every task's batch has the same fixed shape for the whole run (``N`` = ``max_instances``, fixed by
+the data module), so the assigner and the loss can run with static shapes and, later, inside a CUDA
+graph. Instance ``j`` of image ``i`` is real iff ``valid[i, j]``; padded rows hold zeros and class
+``-1``. Geometry is in pixels of the network input (after letterbox/augmentation).
+
+=================  =================  ================  ==========================================
+key                shape              dtype             meaning
+=================  =================  ================  ==========================================
+``images``         (B, 3, H, W)       uint8             RGB, not normalised (the module scales)
+``classes``        (B, N)             int64             class id, ``-1`` where not valid
+``valid``          (B, N)             bool              real instance mask
+``boxes``          (B, N, 4)          float32           ``xyxy`` pixels (for OBB: the rotated box's
+                                                        axis-aligned hull)
+``masks``          (B, N, H/4, W/4)   uint8             segment only: instance masks at prototype
+                                                        resolution, 0/1
+``keypoints``      (B, N, K, 3)       float32           pose only: x, y pixels, visibility 0/1/2
+``rboxes``         (B, N, 5)          float32           obb only: ``xywhr`` pixels, radians,
+                                                        long-edge convention, r in [-pi/4, 3pi/4)
+``image_ids``      (B,)               int64             index of the image in its dataset
+``orig_sizes``     (B, 2)             int64             (height, width) of the source image
+``scale_pad``      (B, 3)             float32           (scale, pad_x, pad_y): input px =
+                                                        source px * scale + pad
+=================  =================  ================  ==========================================
+"""
+
+from __future__ import annotations
+
+from typing import NotRequired, TypedDict
+
+from torch import Tensor
+
+
+class Batch(TypedDict):
+    """One collated batch; see the module docstring for shapes and units."""
+
+    images: Tensor
+    classes: Tensor
+    valid: Tensor
+    boxes: Tensor
+    image_ids: Tensor
+    orig_sizes: Tensor
+    scale_pad: Tensor
+    masks: NotRequired[Tensor]
+    keypoints: NotRequired[Tensor]
+    rboxes: NotRequired[Tensor]
+
+
+__all__ = ["Batch"]
