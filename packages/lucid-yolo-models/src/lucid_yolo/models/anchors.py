@@ -63,7 +63,7 @@ def distances_to_xyxy(distances: Tensor, points: Tensor) -> Tensor:
     Returns:
         (..., A, 4) boxes ``xyxy`` in pixels.
     """
-    left_top, right_bottom = distances.split(2, dim=-1)
+    left_top, right_bottom = distances[..., :2], distances[..., 2:]
     return torch.cat((points - left_top, points + right_bottom), dim=-1)
 
 
@@ -78,7 +78,7 @@ def xyxy_to_distances(boxes: Tensor, points: Tensor) -> Tensor:
         (..., A, 4) ``(left, top, right, bottom)`` distances in pixels (negative when the point lies
         outside the box).
     """
-    top_left, bottom_right = boxes.split(2, dim=-1)
+    top_left, bottom_right = boxes[..., :2], boxes[..., 2:]
     return torch.cat((points - top_left, bottom_right - points), dim=-1)
 
 
