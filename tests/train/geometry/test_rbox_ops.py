@@ -1,0 +1,86 @@
+"""Rotated-box convention, corners, containment and ProbIoU against hand-computed values."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lucid_yolo.train.geometry import (
+    normalize_xywhr,
+    points_in_xywhr,
+    probiou,
+    rbox_covariance,
+    xywhr_to_corners,
+)
+
+
+def test_normalize_xywhr_swaps_short_width_into_long_edge() -> None:
+    out = normalize_xywhr(torch.tensor([0.0, 0.0, 2.0, 4.0, 0.0]))
+    torch.testing.assert_close(out, torch.tensor([0.0, 0.0, 4.0, 2.0, math.pi / 2]))
+
+
+def test_normalize_xywhr_wraps_angle_into_range() -> None:
+    angles = torch.tensor([math.pi, 3 * math.pi / 4, -math.pi / 4, -math.pi / 2])
+    boxes = torch.stack([torch.tensor([0.0, 0.0, 4.0, 2.0, float(a)]) for a in angles])
+    out = normalize_xywhr(boxes)[:, 4]
+    torch.testing.assert_close(out, torch.tensor([0.0, -math.pi / 4, -math.pi / 4, math.pi / 2]))
+
+
+def test_xywhr_to_corners_quarter_turn() -> None:
+    corners = xywhr_to_corners(torch.tensor([10.0, 20.0, 4.0, 2.0, math.pi / 2]))
+    expected = torch.tensor([[9.0, 22.0], [9.0, 18.0], [11.0, 18.0], [11.0, 22.0]])
+    torch.testing.assert_close(corners, expected)
+
+
+def test_points_in_xywhr_follows_rotation() -> None:
+    box = torch.tensor([10.0, 10.0, 8.0, 2.0, math.pi / 4])
+    points = torch.tensor([[12.0, 12.0], [12.0, 8.0], [10.0, 10.0], [14.0, 10.0]])
+    assert points_in_xywhr(points, box).tolist() == [True, False, True, False]
+
+
+def test_points_in_xywhr_edge_point_is_outside() -> None:
+    box = torch.tensor([0.0, 0.0, 4.0, 2.0, 0.0])
+    assert not points_in_xywhr(torch.tensor([2.0, 0.0]), box).item()
+
+
+def test_rbox_covariance_rotated_box() -> None:
+    a, b, c = rbox_covariance(torch.tensor([0.0, 0.0, math.sqrt(12 * 4), math.sqrt(12), 0.5]))
+    # diag(4, 1) rotated by 0.5 rad.
+    cos, sin = math.cos(0.5), math.sin(0.5)
+    assert a.item() == pytest.approx(4 * cos**2 + sin**2, rel=1e-6)
+    assert b.item() == pytest.approx(4 * sin**2 + cos**2, rel=1e-6)
+    assert c.item() == pytest.approx(3 * cos * sin, rel=1e-6)
+
+
+def test_probiou_shifted_unit_covariance_by_hand() -> None:
+    side = math.sqrt(12)  # covariance is the identity
+    box1 = torch.tensor([0.0, 0.0, side, side, 0.0], dtype=torch.float64)
+    box2 = torch.tensor([2.0, 0.0, side, side, 0.3], dtype=torch.float64)
+    # B = 1/8 * |dmu|^2 = 0.5, log term 0 (same covariance, rotation-invariant square).
+    expected = 1 - math.sqrt(1 - math.exp(-0.5))
+    assert probiou(box1, box2).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_probiou_identical_boxes_near_one() -> None:
+    box = torch.tensor([5.0, 5.0, 30.0, 10.0, 1.0])
+    assert probiou(box, box).item() == pytest.approx(1.0, abs=1e-3)
+
+
+def test_probiou_same_centre_different_shape_by_hand() -> None:
+    box1 = torch.tensor([0.0, 0.0, math.sqrt(12 * 4), math.sqrt(12), 0.0], dtype=torch.float64)
+    box2 = torch.tensor([0.0, 0.0, math.sqrt(12), math.sqrt(12), 0.0], dtype=torch.float64)
+    # Sigma1 = diag(4, 1), Sigma2 = I, mean diag(2.5, 1): B = 1/2 ln(2.5 / sqrt(4)).
+    expected = 1 - math.sqrt(1 - math.exp(-0.5 * math.log(2.5 / 2)))
+    assert probiou(box1, box2).item() == pytest.approx(expected, abs=1e-6)
+
+
+def test_probiou_far_apart_is_finite_with_gradient() -> None:
+    box1 = torch.tensor([0.0, 0.0, 2.0, 1.0, 0.0], requires_grad=True)
+    box2 = torch.tensor([1e4, 1e4, 2.0, 1.0, 0.0])
+    value = probiou(box1, box2)
+    value.backward()
+    assert value.item() == pytest.approx(0.0, abs=1e-3)
+    assert box1.grad is not None
+    assert torch.isfinite(box1.grad).all()
