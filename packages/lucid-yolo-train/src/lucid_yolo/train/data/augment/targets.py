@@ -1,0 +1,143 @@
+"""Final conversion of a :class:`Sample` to one image's slice of the padded dense batch.
+
+Per task the sample's pixel geometry becomes the fields of the Batch contract
+(:mod:`lucid_yolo.train.data.batch`): instance masks are rasterised from the polygons at a quarter
+of the input size (the prototype resolution), rotated boxes are converted from corners to ``xywhr``
+(:mod:`.rbox`), and every array is padded to ``max_instances`` rows. When an image has more
+instances than that, the largest boxes (by area) are kept in their original order and the
+overflow is returned for the caller to count: never a silent loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal, get_args
+
+import cv2
+import numpy as np
+
+from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
+from lucid_yolo.train.data.augment.sample import DropCounts, Sample, UInt8Array
+from lucid_yolo.train.data.labels import BoolArray, FloatArray, IntArray
+
+Task = Literal["detect", "segment", "pose", "obb"]
+TASKS: Final[tuple[Task, ...]] = get_args(Task)
+MASK_STRIDE: Final = 4
+"""Instance masks are stored at ``input size / MASK_STRIDE`` (the prototype resolution)."""
+
+
+@dataclass
+class Targets:
+    """One image's padded targets (numpy; the collate stacks them into a Batch).
+
+    Shapes use ``N`` = ``max_instances``, ``S`` = input size, ``K`` = keypoints per instance.
+
+    Attributes:
+        image: (3, S, S) uint8 RGB, channels first.
+        classes: (N,) int64, -1 in padding.
+        valid: (N,) bool.
+        boxes: (N, 4) float32 ``xyxy`` pixels (OBB: hull of the rotated box).
+        masks: segment: (N, S/4, S/4) uint8 0/1, else ``None``.
+        keypoints: pose: (N, K, 3) float32 pixels + visibility, else ``None``.
+        rboxes: obb: (N, 5) float32 ``xywhr`` long-edge, else ``None``.
+        image_id: dataset index of the (primary) image.
+        orig_size: (height, width) of the source image.
+        scale_pad: (scale, pad_x, pad_y).
+        overflow: instances beyond ``max_instances`` that were left out.
+        drops: instances the augmentations removed.
+    """
+
+    image: UInt8Array
+    classes: IntArray
+    valid: BoolArray
+    boxes: FloatArray
+    masks: UInt8Array | None
+    keypoints: FloatArray | None
+    rboxes: FloatArray | None
+    image_id: int
+    orig_size: tuple[int, int]
+    scale_pad: tuple[float, float, float]
+    overflow: int
+    drops: DropCounts
+
+
+def largest_first(boxes: FloatArray, limit: int) -> IntArray:
+    """Indices of the ``limit`` largest boxes by area, in their original order.
+
+    Args:
+        boxes: (n, 4) ``xyxy``.
+        limit: how many to keep.
+
+    Returns:
+        (min(n, limit),) int64 ascending indices; ties keep the earlier instance.
+    """
+    area = (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
+    order = np.argsort(-area, kind="stable")[:limit]
+    return np.sort(order).astype(np.int64)
+
+
+def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: int = 0) -> Targets:
+    """Pad a sample to ``max_instances`` in the Batch layout of ``task``.
+
+    Args:
+        sample: a square, network-size sample.
+        task: which task fields to fill.
+        max_instances: fixed row count ``N``.
+        num_keypoints: ``K`` for pose (used when the sample has no instances to take it from).
+
+    Returns:
+        The image's targets; ``overflow`` = instances beyond ``N`` (the largest ``N`` are kept).
+    """
+    n = len(sample)
+    overflow = max(0, n - max_instances)
+    if overflow:
+        sample = sample.select(largest_first(sample.boxes, max_instances))
+        n = max_instances
+    classes = np.full(max_instances, -1, dtype=np.int64)
+    classes[:n] = sample.classes
+    valid = np.zeros(max_instances, dtype=bool)
+    valid[:n] = True
+    boxes = np.zeros((max_instances, 4), dtype=np.float32)
+    boxes[:n] = sample.boxes
+    masks = keypoints = rboxes = None
+    if task == "segment":
+        masks = _rasterise(sample, max_instances)
+    elif task == "pose":
+        k = num_keypoints if sample.keypoints is None else sample.keypoints.shape[1]
+        keypoints = np.zeros((max_instances, k, 3), dtype=np.float32)
+        if sample.keypoints is not None:
+            keypoints[:n] = sample.keypoints
+    elif task == "obb":
+        rboxes = np.zeros((max_instances, 5), dtype=np.float32)
+        if sample.corners is not None:
+            rboxes[:n] = corners_to_xywhr(sample.corners)
+    return Targets(
+        image=np.ascontiguousarray(sample.image.transpose(2, 0, 1)),
+        classes=classes,
+        valid=valid,
+        boxes=boxes,
+        masks=masks,
+        keypoints=keypoints,
+        rboxes=rboxes,
+        image_id=sample.image_id,
+        orig_size=sample.orig_size,
+        scale_pad=sample.scale_pad,
+        overflow=overflow,
+        drops=sample.drops,
+    )
+
+
+def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
+    """(N, S/4, S/4) uint8 0/1 masks: each polygon filled at prototype resolution."""
+    mh, mw = sample.height // MASK_STRIDE, sample.width // MASK_STRIDE
+    masks = np.zeros((max_instances, mh, mw), dtype=np.uint8)
+    for i, polygon in enumerate(sample.polygons or []):
+        if polygon.shape[0] >= 3:
+            # coordinates are pixel edges and cv2 indexes pixel centres: shift by half a pixel,
+            # in 1/16 px fixed point (``shift=4``) so small masks keep their shape
+            pts = np.round((polygon / MASK_STRIDE - 0.5) * 16).astype(np.int32)
+            cv2.fillPoly(masks[i], [pts], 1, lineType=cv2.LINE_8, shift=4)
+    return masks
+
+
+__all__ = ["MASK_STRIDE", "TASKS", "Targets", "Task", "largest_first", "to_targets"]

@@ -1,0 +1,72 @@
+"""Sample -> padded per-image targets: padding, overflow, per-task fields."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from lucid_yolo.train.data.augment import Sample, largest_first, to_targets, xywhr_to_corners
+
+
+def _sample(n: int) -> Sample:
+    sizes = np.arange(1, n + 1, dtype=np.float32) * 2
+    boxes = np.stack([np.zeros(n), np.zeros(n), sizes, sizes], axis=1).astype(np.float32)
+    return Sample(
+        image=np.zeros((32, 32, 3), dtype=np.uint8),
+        classes=np.arange(n, dtype=np.int64),
+        boxes=boxes,
+        polygons=[np.array([[0, 0], [s, 0], [s, s], [0, s]], dtype=np.float32) for s in sizes],
+        keypoints=np.ones((n, 2, 3), dtype=np.float32),
+        corners=xywhr_to_corners(
+            np.column_stack([sizes, sizes, sizes, sizes / 2, np.zeros(n)]).astype(np.float32)
+        ),
+    )
+
+
+def test_to_targets_pads_with_invalid_rows() -> None:
+    targets = to_targets(_sample(2), "detect", max_instances=4)
+    assert targets.image.shape == (3, 32, 32)
+    assert targets.classes.tolist() == [0, 1, -1, -1]
+    assert targets.valid.tolist() == [True, True, False, False]
+    assert not targets.boxes[2:].any()
+    assert targets.masks is None
+    assert targets.keypoints is None
+    assert targets.rboxes is None
+    assert targets.overflow == 0
+
+
+def test_to_targets_overflow_keeps_largest_and_counts() -> None:
+    targets = to_targets(_sample(5), "detect", max_instances=3)
+    assert targets.overflow == 2
+    assert targets.classes.tolist() == [2, 3, 4]
+
+
+def test_largest_first_keeps_original_order_on_ties() -> None:
+    boxes = np.array([[0, 0, 1, 1], [0, 0, 2, 2], [0, 0, 1, 1]], dtype=np.float32)
+    assert largest_first(boxes, 2).tolist() == [0, 1]
+
+
+def test_to_targets_segment_masks_quarter_resolution() -> None:
+    targets = to_targets(_sample(3), "segment", max_instances=4)
+    assert targets.masks is not None
+    assert targets.masks.shape == (4, 8, 8)
+    assert targets.masks.dtype == np.uint8
+    assert targets.masks[2].tolist()[0][:2] == [1, 1]
+    assert targets.masks[2].sum() == 4
+    assert not targets.masks[3].any()
+
+
+def test_to_targets_pose_and_obb_fields() -> None:
+    pose = to_targets(_sample(1), "pose", max_instances=2)
+    assert pose.keypoints is not None
+    assert pose.keypoints.shape == (2, 2, 3)
+    obb = to_targets(_sample(1), "obb", max_instances=2)
+    assert obb.rboxes is not None
+    np.testing.assert_allclose(obb.rboxes[0], [2, 2, 2, 1, 0], atol=1e-5)
+
+
+def test_to_targets_pose_without_instances_uses_num_keypoints() -> None:
+    sample = _sample(0)
+    sample.keypoints = None
+    targets = to_targets(sample, "pose", max_instances=2, num_keypoints=17)
+    assert targets.keypoints is not None
+    assert targets.keypoints.shape == (2, 17, 3)
