@@ -1,6 +1,11 @@
-"""Box geometry shared by the assigners, the losses and the metrics."""
+"""Box and keypoint geometry shared by the assigners, the losses and the metrics."""
 
 from lucid_yolo.train.geometry.box_ops import box_area, box_ciou, box_iou
+from lucid_yolo.train.geometry.keypoint_ops import (
+    COCO_KEYPOINT_SIGMAS,
+    keypoint_oks,
+    keypoint_sigmas,
+)
 from lucid_yolo.train.geometry.rbox_ops import (
     normalize_xywhr,
     points_in_xywhr,
@@ -20,4 +25,8 @@ __all__ = [
     "probiou",
     "rbox_covariance",
     "xywhr_to_corners",
+    # keypoints (COCO OKS)
+    "COCO_KEYPOINT_SIGMAS",
+    "keypoint_oks",
+    "keypoint_sigmas",
 ]

@@ -1,0 +1,140 @@
+"""Oriented-box loss: ProbIoU, L1 on rotated-frame edge distances, and an angle term.
+
+Decoding follows :mod:`lucid_yolo.models.outputs`: the angle is ``(sigmoid(logit) - 0.25) * pi``
+in ``[-pi/4, 3pi/4)`` and the four distances ``(l, t, r, b)`` are measured along the box's own
+axes, so the centre is the anchor plus the rotated offset ``((r - l) / 2, (b - t) / 2)`` and the
+size is ``(l + r, t + b)``.
+
+ProbIoU already depends on the angle, but through the box's covariance only, and that dependence
+fades as a box becomes square. The explicit angle term ``sin^2(r - r*)`` (period ``pi``, so the
+wrap of the long-edge range at ``-pi/4 / 3pi/4`` costs nothing) is weighted by the target's
+elongation ``((w - h) / (w + h))^2``: full weight for needles, zero for squares, whose angle is
+ambiguous by ``pi/2``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from lucid_yolo.models.outputs import ANGLE, branch_key
+from lucid_yolo.train.assign import RotatedTaskAlignedAssigner, TaskAlignedAssigner
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.geometry.rbox_ops import probiou
+from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
+
+
+def decode_angle(logits: Tensor) -> Tensor:
+    """OBB angle from its logit: ``(sigmoid - 0.25) * pi``; (...) -> (...) radians."""
+    return (logits.sigmoid() - 0.25) * math.pi
+
+
+def distances_to_xywhr(distances: Tensor, angle: Tensor, points: Tensor) -> Tensor:
+    """Rotated boxes from rotated-frame edge distances.
+
+    Args:
+        distances: (..., A, 4) ``(l, t, r, b)`` pixels along the box axes.
+        angle: (..., A) rotation in radians.
+        points: (A, 2) anchor points ``xy`` pixels.
+
+    Returns:
+        (..., A, 5) ``xywhr`` pixels.
+    """
+    left, top, right, bottom = distances.unbind(-1)
+    along_w, along_h = (right - left) / 2, (bottom - top) / 2
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    cx = points[..., 0] + along_w * cos - along_h * sin
+    cy = points[..., 1] + along_w * sin + along_h * cos
+    return torch.stack((cx, cy, left + right, top + bottom, angle), dim=-1)
+
+
+def xywhr_to_distances(rboxes: Tensor, points: Tensor) -> Tensor:
+    """Inverse of :func:`distances_to_xywhr` for the boxes' own angle.
+
+    Args:
+        rboxes: (..., A, 5) ``xywhr`` pixels.
+        points: (A, 2) anchor points ``xy`` pixels.
+
+    Returns:
+        (..., A, 4) ``(l, t, r, b)`` pixels along the box axes.
+    """
+    delta = rboxes[..., :2] - points
+    cos, sin = torch.cos(rboxes[..., 4]), torch.sin(rboxes[..., 4])
+    along_w = delta[..., 0] * cos + delta[..., 1] * sin
+    along_h = -delta[..., 0] * sin + delta[..., 1] * cos
+    half_w, half_h = rboxes[..., 2] / 2, rboxes[..., 3] / 2
+    return torch.stack(
+        (half_w - along_w, half_h - along_h, half_w + along_w, half_h + along_h), dim=-1
+    )
+
+
+def angle_loss(pred_angle: Tensor, target: Tensor) -> Tensor:
+    """Elongation-weighted ``sin^2`` angle error.
+
+    Args:
+        pred_angle: (...) predicted angle, radians.
+        target: (..., 5) target ``xywhr``.
+
+    Returns:
+        (...) ``sin^2(pred - r*) * ((w - h) / (w + h))^2``.
+    """
+    width, height = target[..., 2], target[..., 3]
+    elongation = ((width - height) / (width + height).clamp(min=1e-9)).pow(2)
+    return torch.sin(pred_angle - target[..., 4]).pow(2) * elongation
+
+
+class OBBLoss(YoloLoss):
+    """Classification, ``box`` (1 - ProbIoU), ``l1`` and ``angle`` terms on both branches.
+
+    Takes the arguments of :class:`~lucid_yolo.train.losses.loss_base.YoloLoss`; instances are
+    read from ``batch["rboxes"]`` (``xywhr``, long-edge convention).
+    """
+
+    task: ClassVar[str] = "obb"
+
+    def _make_assigner(self, topk: int) -> TaskAlignedAssigner:
+        return RotatedTaskAlignedAssigner(
+            self.num_classes,
+            topk=topk,
+            alpha=self.alpha,
+            beta=self.beta,
+            stal_threshold=self.stal_threshold,
+            stal_size=self.stal_size,
+        )
+
+    def _decode_boxes(
+        self,
+        outputs: dict[str, Tensor],
+        branch: str,
+        distances: Tensor,
+        points: Tensor,
+        strides: Tensor,
+    ) -> Tensor:
+        angle = decode_angle(outputs[branch_key(branch, ANGLE)][:, 0])  # (B, A)
+        return distances_to_xywhr(distances * strides, angle, points)
+
+    def _gt_boxes(self, batch: Batch) -> Tensor:
+        return batch["rboxes"]
+
+    def _target_distances(self, ctx: BranchContext) -> Tensor:
+        return xywhr_to_distances(ctx.targets.boxes, ctx.points) / ctx.strides
+
+    def _overlap(self, ctx: BranchContext, pred_boxes: Tensor) -> Tensor:
+        return probiou(pred_boxes, ctx.targets.boxes)
+
+    def _task_terms(self, ctx: BranchContext) -> dict[str, Tensor]:
+        pred_angle = torch.where(ctx.targets.fg, ctx.pred_boxes[..., 4], ctx.targets.boxes[..., 4])
+        angle = angle_loss(pred_angle, ctx.targets.boxes)
+        return {"angle": (angle * ctx.fg_weight).sum() / ctx.score_sum}
+
+
+__all__ = [
+    "OBBLoss",
+    "angle_loss",
+    "decode_angle",
+    "distances_to_xywhr",
+    "xywhr_to_distances",
+]
