@@ -1,0 +1,115 @@
+"""Object keypoint similarity (OKS), the IoU-like overlap COCO uses to match pose predictions.
+
+For a prediction ``d`` and a target ``g`` with visible keypoints ``V`` (visibility > 0)::
+
+    OKS = mean over i in V of exp(-d_i**2 / (2 * s**2 * k_i**2)),   k_i = 2 * sigma_i
+
+where ``d_i`` is the pixel distance between the predicted and labelled keypoint ``i`` and ``s**2``
+is the target's area. A target with no visible keypoint (which COCO ignores, see
+:mod:`lucid_yolo.train.metrics.mean_average_precision`) still needs an overlap, because a
+prediction that lands on it must be ignored rather than counted false: COCO then measures each
+predicted keypoint's distance to the box enlarged to three times its width and height (zero inside)
+and averages over all ``K`` keypoints. Both rules follow the COCO keypoint evaluation definition
+(cocodataset.org/#keypoints-eval).
+
+Sigmas: COCO publishes per-keypoint sigmas for its 17-point person skeleton
+(:data:`COCO_KEYPOINT_SIGMAS`). For any other keypoint count there is no published calibration, so
+:func:`keypoint_sigmas` uses the *mean* of the COCO sigmas for every keypoint (about 0.0630): each
+keypoint is judged as strictly as an average COCO keypoint, whatever the skeleton. Pass explicit
+sigmas when a dataset defines its own.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+COCO_KEYPOINT_SIGMAS: tuple[float, ...] = (
+    0.026,  # nose
+    0.025,  # left eye
+    0.025,  # right eye
+    0.035,  # left ear
+    0.035,  # right ear
+    0.079,  # left shoulder
+    0.079,  # right shoulder
+    0.072,  # left elbow
+    0.072,  # right elbow
+    0.062,  # left wrist
+    0.062,  # right wrist
+    0.107,  # left hip
+    0.107,  # right hip
+    0.087,  # left knee
+    0.087,  # right knee
+    0.089,  # left ankle
+    0.089,  # right ankle
+)
+
+_EPS = float(torch.finfo(torch.float64).eps)
+
+
+def keypoint_sigmas(num_keypoints: int) -> Tensor:
+    """Per-keypoint OKS sigmas for a skeleton of ``num_keypoints`` points.
+
+    Args:
+        num_keypoints: K, the keypoint count of the dataset.
+
+    Returns:
+        (K,) float64: the COCO sigmas when K == 17, else the mean COCO sigma repeated K times.
+
+    Raises:
+        ValueError: ``num_keypoints`` is not positive.
+    """
+    if num_keypoints <= 0:
+        raise ValueError(f"num_keypoints must be positive, got {num_keypoints!r}")
+    coco = torch.tensor(COCO_KEYPOINT_SIGMAS, dtype=torch.float64)
+    if num_keypoints == len(COCO_KEYPOINT_SIGMAS):
+        return coco
+    return coco.mean().expand(num_keypoints).clone()
+
+
+def keypoint_similarity(
+    pred_keypoints: Tensor,
+    target_keypoints: Tensor,
+    target_boxes: Tensor,
+    target_areas: Tensor,
+    sigmas: Tensor,
+) -> Tensor:
+    """OKS of every prediction with every target.
+
+    Args:
+        pred_keypoints: (n, K, 2+) pixels; columns 0 and 1 are ``x, y``, the rest is unused.
+        target_keypoints: (m, K, 3) pixels ``x, y`` and visibility (> 0 means labelled).
+        target_boxes: (m, 4) ``xyxy`` pixels, used only for targets without visible keypoints.
+        target_areas: (m,) the scale ``s**2`` of each target (COCO's ``area`` field).
+        sigmas: (K,) per-keypoint sigmas, see :func:`keypoint_sigmas`.
+
+    Returns:
+        (n, m) float64 OKS in [0, 1].
+    """
+    dev = pred_keypoints.device
+    xd = pred_keypoints[..., 0].to(torch.float64)[:, None, :]  # (n, 1, K)
+    yd = pred_keypoints[..., 1].to(torch.float64)[:, None, :]
+    g = target_keypoints.to(device=dev, dtype=torch.float64)
+    visible = g[..., 2] > 0  # (m, K)
+    n_visible = visible.sum(dim=1)  # (m,)
+    box = target_boxes.to(device=dev, dtype=torch.float64)
+    w, h = box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]
+    x0, x1 = (box[:, 0] - w)[None, :, None], (box[:, 2] + w)[None, :, None]  # (1, m, 1)
+    y0, y1 = (box[:, 1] - h)[None, :, None], (box[:, 3] + h)[None, :, None]
+    labelled = (n_visible > 0)[None, :, None]  # (1, m, 1)
+    dx = torch.where(
+        labelled, xd - g[None, :, :, 0], (x0 - xd).clamp(min=0) + (xd - x1).clamp(min=0)
+    )
+    dy = torch.where(
+        labelled, yd - g[None, :, :, 1], (y0 - yd).clamp(min=0) + (yd - y1).clamp(min=0)
+    )
+    variances = (2.0 * sigmas.to(device=dev, dtype=torch.float64)) ** 2  # (K,)
+    area = target_areas.to(device=dev, dtype=torch.float64)[None, :, None] + _EPS
+    e = (dx**2 + dy**2) / variances / area / 2.0  # (n, m, K)
+    counted = torch.where(labelled, visible[None, :, :], True)  # (n, m, K) after broadcast
+    similarity = torch.exp(-e) * counted
+    count = torch.where(n_visible > 0, n_visible, pred_keypoints.shape[1]).to(torch.float64)
+    return similarity.sum(dim=2) / count[None, :]
+
+
+__all__ = ["COCO_KEYPOINT_SIGMAS", "keypoint_sigmas", "keypoint_similarity"]
