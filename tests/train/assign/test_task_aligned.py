@@ -51,7 +51,7 @@ def test_task_aligned_assigner_one_gt_takes_all_candidates() -> None:
     out = _assign(TaskAlignedAssigner(2), [[0.0, 0.0, 16.0, 16.0]], [1], pred_box=[0, 0, 16, 16])
     assert _fg(out) == [0, 1, 4, 5]
     assert out.labels[0, [0, 1, 4, 5]].tolist() == [1, 1, 1, 1]
-    torch.testing.assert_close(out.scores[0, 0], torch.tensor([0.0, 1.0]))
+    assert torch.allclose(out.scores[0, 0], torch.tensor([0.0, 1.0]), atol=1e-6)
     assert out.boxes[0, 5].tolist() == [0.0, 0.0, 16.0, 16.0]
     assert out.gt_index[0, 5].item() == 0
 

@@ -18,20 +18,22 @@ from lucid_yolo.train.geometry import (
 
 def test_normalize_xywhr_swaps_short_width_into_long_edge() -> None:
     out = normalize_xywhr(torch.tensor([0.0, 0.0, 2.0, 4.0, 0.0]))
-    torch.testing.assert_close(out, torch.tensor([0.0, 0.0, 4.0, 2.0, math.pi / 2]))
+    assert torch.allclose(out, torch.tensor([0.0, 0.0, 4.0, 2.0, math.pi / 2]), atol=1e-6)
 
 
 def test_normalize_xywhr_wraps_angle_into_range() -> None:
     angles = torch.tensor([math.pi, 3 * math.pi / 4, -math.pi / 4, -math.pi / 2])
     boxes = torch.stack([torch.tensor([0.0, 0.0, 4.0, 2.0, float(a)]) for a in angles])
     out = normalize_xywhr(boxes)[:, 4]
-    torch.testing.assert_close(out, torch.tensor([0.0, -math.pi / 4, -math.pi / 4, math.pi / 2]))
+    assert torch.allclose(
+        out, torch.tensor([0.0, -math.pi / 4, -math.pi / 4, math.pi / 2]), atol=1e-6
+    )
 
 
 def test_xywhr_to_corners_quarter_turn() -> None:
     corners = xywhr_to_corners(torch.tensor([10.0, 20.0, 4.0, 2.0, math.pi / 2]))
     expected = torch.tensor([[9.0, 22.0], [9.0, 18.0], [11.0, 18.0], [11.0, 22.0]])
-    torch.testing.assert_close(corners, expected)
+    assert torch.allclose(corners, expected, atol=1e-6)
 
 
 def test_points_in_xywhr_follows_rotation() -> None:
