@@ -48,13 +48,14 @@ class Problem:
         path: the file at fault (label file, image or annotation json).
         line: 1-based line in ``path``, or ``None`` when the whole file is at fault.
         message: what is wrong, quoting the bad value, and the fix.
-        kind: ``"label"`` or ``"image"``, so a report can group them.
+        kind: ``"label"``, ``"image"`` or ``"config"`` (the dataset file itself), so a report
+            can group them and ``policy="fail"`` raises the matching error.
     """
 
     path: Path
     line: int | None
     message: str
-    kind: Literal["label", "image"] = "label"
+    kind: Literal["label", "image", "config"] = "label"
 
     @property
     def location(self) -> str:
@@ -66,8 +67,12 @@ class Problem:
 
     def to_error(self) -> DataError:
         """The typed exception that ``policy="fail"`` raises for this problem."""
-        error = ImageReadError if self.kind == "image" else LabelFormatError
-        return error(str(self))
+        errors = {
+            "label": LabelFormatError,
+            "image": ImageReadError,
+            "config": DatasetConfigError,
+        }
+        return errors[self.kind](str(self))
 
 
 @dataclass

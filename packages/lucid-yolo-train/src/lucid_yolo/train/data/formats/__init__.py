@@ -1,6 +1,27 @@
 """Dataset file formats: Ultralytics YAML + txt rows, COCO json, DOTA txt, and converters."""
 
+from lucid_yolo.train.data.formats.coco import (
+    CocoDataset,
+    CrowdPolicy,
+    flip_idx_from_names,
+    read_coco,
+)
+from lucid_yolo.train.data.formats.coco_writer import write_coco
+from lucid_yolo.train.data.formats.convert import (
+    coco_to_ultralytics,
+    keypoint_names_from_flip,
+    ultralytics_to_coco,
+)
+from lucid_yolo.train.data.formats.dota import DOTA_V1_NAMES, DotaDataset, read_dota
 from lucid_yolo.train.data.formats.geometry import COORD_TOLERANCE, merge_polygon_parts
+from lucid_yolo.train.data.formats.rle import (
+    RleError,
+    counts_from_string,
+    counts_to_string,
+    mask_to_polygons,
+    rle_decode,
+    rle_encode,
+)
 from lucid_yolo.train.data.formats.ultralytics import (
     label_path_for,
     list_split_images,
@@ -23,6 +44,27 @@ __all__ = [
     "RowError",
     "format_rows",
     "parse_row",
+    # COCO json
+    "CocoDataset",
+    "CrowdPolicy",
+    "flip_idx_from_names",
+    "read_coco",
+    "write_coco",
+    # COCO RLE masks
+    "RleError",
+    "counts_from_string",
+    "counts_to_string",
+    "mask_to_polygons",
+    "rle_decode",
+    "rle_encode",
+    # DOTA
+    "DOTA_V1_NAMES",
+    "DotaDataset",
+    "read_dota",
+    # conversion
+    "coco_to_ultralytics",
+    "keypoint_names_from_flip",
+    "ultralytics_to_coco",
     # shared geometry
     "COORD_TOLERANCE",
     "merge_polygon_parts",

@@ -24,20 +24,25 @@ rectangle) and only their axis-aligned hull is clipped.
 """
 
 
-def out_of_range(values: FloatArray) -> float | None:
-    """The first value that is non-finite or beyond ``[0, 1]`` by more than the tolerance.
+def out_of_range_index(values: FloatArray) -> int | None:
+    """Flat index of the first value that is non-finite or beyond ``[0, 1]`` by more than the
+    tolerance, so a caller can quote the matching raw (e.g. pixel) value.
 
     Args:
         values: any shape, normalised coordinates.
 
     Returns:
-        That value, or ``None`` when all are acceptable.
+        The index into ``values.reshape(-1)``, or ``None`` when all are acceptable.
     """
     flat = values.reshape(-1)
     bad = ~np.isfinite(flat) | (flat < -COORD_TOLERANCE) | (flat > 1 + COORD_TOLERANCE)
-    if not bad.any():
-        return None
-    return float(flat[int(np.argmax(bad))])
+    return int(np.argmax(bad)) if bad.any() else None
+
+
+def out_of_range(values: FloatArray) -> float | None:
+    """The first value that :func:`out_of_range_index` finds, or ``None``."""
+    index = out_of_range_index(values)
+    return None if index is None else float(values.reshape(-1)[index])
 
 
 def hull_box(points: FloatArray) -> FloatArray:
@@ -121,4 +126,11 @@ class LabelRows:
         )
 
 
-__all__ = ["COORD_TOLERANCE", "LabelRows", "hull_box", "merge_polygon_parts", "out_of_range"]
+__all__ = [
+    "COORD_TOLERANCE",
+    "LabelRows",
+    "hull_box",
+    "merge_polygon_parts",
+    "out_of_range",
+    "out_of_range_index",
+]

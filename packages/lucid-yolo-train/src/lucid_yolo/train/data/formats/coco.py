@@ -1,0 +1,246 @@
+"""COCO json (instances or person_keypoints) read into :class:`ImageLabels`.
+
+What is read, per annotation:
+
+- ``bbox`` ``[x, y, w, h]`` pixels → ``xyxy`` normalised by the image's ``width``/``height``.
+- ``category_id`` → a contiguous class id: categories sorted by id get ``0..C-1``;
+  :attr:`CocoDataset.category_ids` maps back and :attr:`CocoDataset.names` holds their names.
+- ``segmentation`` (segment task): a list of polygons ``[[x1, y1, ...], ...]`` in pixels, or an
+  RLE ``{"size": [h, w], "counts": list | str}``. :class:`ImageLabels` holds one polygon per
+  instance, so the parts of a multi-part polygon, and the outer contours of a decoded RLE mask
+  (OpenCV ``findContours``; holes are lost), are joined into one polygon by zero-width bridges
+  (:func:`~.geometry.merge_polygon_parts`). The box still comes from ``bbox``.
+- ``keypoints`` (pose task) ``[x1, y1, v1, ...]`` pixels; ``kpt_shape`` is ``[K, 3]`` from the
+  categories' ``keypoints`` names, and ``flip_idx`` pairs each ``left*`` name with its ``right*``
+  twin (a name without a twin maps to itself).
+- ``iscrowd: 1``: a crowd region, not an instance. ``crowd="drop"`` (default) leaves it out and
+  counts it in :attr:`CocoDataset.crowd_dropped`; ``crowd="ignore"`` keeps it with
+  ``difficult=True``, the flag metrics treat as "ignore this region" (as COCO evaluation does).
+  Crowds are never training targets in COCO's own protocol, so a consumer that trains on
+  ``difficult`` instances must filter them out.
+
+Images listed without annotations are background images. An annotation's problem is reported
+as ``file.json: annotation id N (image 'name'): what, fix`` (json has no useful line numbers).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from lucid_yolo.train.data.dataset_yaml import Task
+from lucid_yolo.train.data.errors import (
+    BadInputPolicy,
+    DatasetConfigError,
+    ImageReadError,
+    Problem,
+    ProblemSink,
+)
+from lucid_yolo.train.data.formats.coco_annotation import CocoAnnotationError, parse_annotation
+from lucid_yolo.train.data.formats.geometry import LabelRows
+from lucid_yolo.train.data.image_probe import probe_image
+from lucid_yolo.train.data.labels import ImageLabels
+
+CrowdPolicy = Literal["drop", "ignore"]
+
+
+@dataclass(frozen=True)
+class CocoDataset:
+    """A COCO json read for one task.
+
+    Attributes:
+        labels: one entry per image of ``images`` (background included), in json order.
+        names: class names, index = contiguous class id.
+        category_ids: the COCO ``category_id`` of each contiguous class id.
+        kpt_shape: pose only: ``(K, 3)``.
+        flip_idx: pose only: left-right flip permutation from the keypoint names.
+        keypoint_names: pose only: the categories' keypoint names.
+        crowd_dropped: crowd annotations left out under ``crowd="drop"``.
+    """
+
+    labels: list[ImageLabels]
+    names: tuple[str, ...]
+    category_ids: tuple[int, ...]
+    kpt_shape: tuple[int, int] | None = None
+    flip_idx: tuple[int, ...] | None = None
+    keypoint_names: tuple[str, ...] | None = None
+    crowd_dropped: int = 0
+
+
+def flip_idx_from_names(names: tuple[str, ...]) -> tuple[int, ...]:
+    """Left-right flip permutation: ``left_x`` ↔ ``right_x`` (any case), others fixed.
+
+    Args:
+        names: keypoint names, e.g. COCO's ``("nose", "left_eye", "right_eye", ...)``.
+
+    Returns:
+        ``flip_idx`` with ``flip_idx[i]`` the index that keypoint ``i`` becomes when flipped.
+    """
+    index = {n.lower(): i for i, n in enumerate(names)}
+    flip: list[int] = []
+    for i, name in enumerate(names):
+        lower = name.lower()
+        twin = lower.replace("left", "\0").replace("right", "left").replace("\0", "right")
+        flip.append(index.get(twin, i))
+    return tuple(flip)
+
+
+def _load_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise DatasetConfigError(f"{path}: cannot read the COCO json ({error})") from None
+    except json.JSONDecodeError as error:
+        raise DatasetConfigError(f"{path}: is not valid json ({error})") from None
+    if not isinstance(data, dict) or not isinstance(data.get("images"), list):
+        raise DatasetConfigError(f"{path}: a COCO json needs an `images` list (and `categories`)")
+    if not isinstance(data.get("annotations", []), list):
+        raise DatasetConfigError(f"{path}: `annotations` must be a list")
+    return data
+
+
+def _categories(path: Path, data: dict[str, Any], task: Task) -> CocoDataset:
+    raw = data.get("categories")
+    if not isinstance(raw, list) or not raw:
+        raise DatasetConfigError(f"{path}: no `categories`; add [{{'id': 1, 'name': ...}}, ...]")
+    cats = sorted(raw, key=lambda c: int(c["id"]))
+    names = tuple(str(c["name"]) for c in cats)
+    ids = tuple(int(c["id"]) for c in cats)
+    if task != "pose":
+        return CocoDataset([], names, ids)
+    kpt_names = {tuple(c["keypoints"]) for c in cats if c.get("keypoints")}
+    if len(kpt_names) != 1:
+        raise DatasetConfigError(
+            f"{path}: task 'pose' needs one keypoint list shared by the categories, found "
+            f"{len(kpt_names)}; give each category the same `keypoints` names"
+        )
+    (keypoint_names,) = kpt_names
+    k = len(keypoint_names)
+    return CocoDataset([], names, ids, (k, 3), flip_idx_from_names(keypoint_names), keypoint_names)
+
+
+def read_coco(
+    json_path: str | Path,
+    images_dir: str | Path,
+    *,
+    task: Task = "detect",
+    policy: BadInputPolicy = "fail",
+    crowd: CrowdPolicy = "drop",
+    check_images: bool = True,
+    sink: ProblemSink | None = None,
+) -> CocoDataset:
+    """Read a COCO json for one task.
+
+    Args:
+        json_path: the annotation file.
+        images_dir: folder that ``file_name`` of each image is relative to.
+        task: ``detect``, ``segment`` or ``pose`` (COCO has no oriented boxes: use DOTA).
+        policy: ``fail`` raises at the first bad input; ``skip`` drops the image, warns once per
+            file and once with totals.
+        crowd: what ``iscrowd: 1`` annotations become (module docstring).
+        check_images: probe each image and compare its size with the json's ``width``/``height``.
+        sink: collect problems here instead (``check_dataset``); overrides ``policy``.
+
+    Returns:
+        The labels and the class metadata.
+
+    Raises:
+        DatasetConfigError: unreadable json, no ``images``/``categories``, task ``obb``, or pose
+            categories without one shared keypoint list.
+        LabelFormatError: (``fail``) a bad annotation, naming the json and the annotation id.
+        ImageReadError: (``fail``) a missing or corrupt image, or a size that differs from the
+            json's.
+    """
+    path = Path(json_path).expanduser().resolve()
+    if task == "obb":
+        raise DatasetConfigError(
+            f"{path}: COCO json has no oriented boxes; read OBB data from DOTA or Ultralytics txt"
+        )
+    data = _load_json(path)
+    meta = _categories(path, data, task)
+    contiguous = {cat_id: i for i, cat_id in enumerate(meta.category_ids)}
+    own_sink = sink is None
+    sink = ProblemSink(policy=policy) if sink is None else sink
+    images: dict[int, tuple[Path, int, int]] = {}
+    rows: dict[int, LabelRows] = {}
+    bad: set[int] = set()
+    for entry in data["images"]:
+        image_id = int(entry["id"])
+        image_path = Path(images_dir).expanduser().resolve() / str(entry["file_name"])
+        height, width = int(entry["height"]), int(entry["width"])
+        images[image_id], rows[image_id] = (image_path, height, width), LabelRows()
+        if check_images:
+            try:
+                size = probe_image(image_path)
+            except ImageReadError as error:
+                message = str(error).removeprefix(f"{image_path}: ")
+                sink.report(Problem(image_path, None, message, kind="image"))
+                bad.add(image_id)
+                continue
+            if size != (height, width):
+                sink.report(
+                    Problem(
+                        image_path,
+                        None,
+                        f"the image is {size[1]}x{size[0]} but {path.name} says "
+                        f"{width}x{height}; fix the json's width/height",
+                        kind="image",
+                    )
+                )
+                bad.add(image_id)
+    crowd_dropped = 0
+    for ann in data.get("annotations", []):
+        image_id = int(ann.get("image_id", -1))
+        where = f"annotation id {ann.get('id')!r}"
+        if image_id not in images:
+            sink.report(Problem(path, None, f"{where}: image_id {image_id!r} is not in `images`"))
+            continue
+        image_path, height, width = images[image_id]
+        where += f" (image {image_path.name!r})"
+        is_crowd = bool(ann.get("iscrowd", 0))
+        if is_crowd and crowd == "drop":
+            crowd_dropped += 1
+            continue
+        try:
+            parse_annotation(
+                ann,
+                rows[image_id],
+                task=task,
+                height=height,
+                width=width,
+                contiguous=contiguous,
+                num_keypoints=meta.kpt_shape[0] if meta.kpt_shape else 0,
+                difficult=is_crowd,
+            )
+        except CocoAnnotationError as error:
+            sink.report(Problem(path, None, f"{where}: {error}"))
+            bad.add(image_id)
+    labels: list[ImageLabels] = []
+    k = meta.kpt_shape[0] if meta.kpt_shape else 0
+    for image_id, (image_path, _, _) in images.items():
+        if image_id in bad:
+            sink.skip_image()
+            continue
+        built = rows[image_id].build(image_path, task, k, f"{path}: image id {image_id}")
+        if crowd == "ignore":
+            flags = np.asarray(rows[image_id].difficult, dtype=np.bool_).reshape(len(built))
+            built = replace(built, difficult=flags)
+        labels.append(built)
+    if own_sink:
+        sink.summarise(str(path))
+    return CocoDataset(
+        labels,
+        meta.names,
+        meta.category_ids,
+        meta.kpt_shape,
+        meta.flip_idx,
+        meta.keypoint_names,
+        crowd_dropped,
+    )
+
+
+__all__ = ["CocoDataset", "CrowdPolicy", "flip_idx_from_names", "read_coco"]

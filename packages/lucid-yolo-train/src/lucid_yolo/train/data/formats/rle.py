@@ -1,0 +1,150 @@
+"""COCO run-length encoded masks: decode, encode, and masks to polygons.
+
+A COCO RLE (``{"size": [h, w], "counts": ...}``) lists alternating run lengths of 0s and 1s, the
+first run being 0s (possibly of length 0), over the mask read in column-major order (down the
+first column, then the next). ``counts`` is either a list of ints ("uncompressed", used by crowd
+annotations) or a compact string. The string form, as the COCO API defines it, writes each count
+as little-endian groups of 5 bits, one character per group (``48 + group``), with bit ``0x20``
+meaning "more groups follow" and bit ``0x10`` of the last group the sign; from the fourth count on,
+what is written is the difference to the count two places before (runs of the same value).
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import numpy.typing as npt
+
+from lucid_yolo.train.data.labels import FloatArray
+
+UInt8Mask = npt.NDArray[np.uint8]
+
+
+class RleError(ValueError):
+    """An RLE is malformed (bad characters, counts that do not fill the mask)."""
+
+
+def counts_from_string(text: str) -> list[int]:
+    """Decode the compact string form of RLE counts.
+
+    Args:
+        text: the ``counts`` string.
+
+    Returns:
+        The run lengths.
+
+    Raises:
+        RleError: a character outside the alphabet, a truncated count, or a negative run.
+    """
+    counts: list[int] = []
+    value = shift = 0
+    for position, char in enumerate(text):
+        group = ord(char) - 48
+        if not 0 <= group < 64:
+            raise RleError(f"character {char!r} at {position} is not in the RLE alphabet")
+        value |= (group & 0x1F) << shift
+        shift += 5
+        if group & 0x20:
+            continue
+        if group & 0x10:
+            value -= 1 << shift  # sign-extend the last group
+        if len(counts) > 2:
+            value += counts[-2]
+        if value < 0:
+            raise RleError(f"run {len(counts)} decodes to {value!r} < 0")
+        counts.append(value)
+        value = shift = 0
+    if shift:
+        raise RleError(f"counts string {text[-8:]!r} ends inside a count (truncated)")
+    return counts
+
+
+def counts_to_string(counts: list[int]) -> str:
+    """Encode RLE counts in the compact string form (the inverse of :func:`counts_from_string`)."""
+    chars: list[str] = []
+    for i, count in enumerate(counts):
+        value = count - counts[i - 2] if i > 2 else count
+        while True:
+            group = value & 0x1F
+            value >>= 5  # arithmetic shift: negative values tend to -1
+            done = value == -1 if group & 0x10 else value == 0
+            chars.append(chr(48 + (group if done else group | 0x20)))
+            if done:
+                break
+    return "".join(chars)
+
+
+def rle_decode(counts: list[int] | str, height: int, width: int) -> UInt8Mask:
+    """Decode an RLE into a mask.
+
+    Args:
+        counts: run lengths, or their compact string.
+        height: mask rows (``size[0]``).
+        width: mask columns (``size[1]``).
+
+    Returns:
+        (height, width) uint8 mask of 0/1.
+
+    Raises:
+        RleError: the runs are malformed or do not add up to ``height * width``.
+    """
+    runs = counts_from_string(counts) if isinstance(counts, str) else [int(c) for c in counts]
+    if any(r < 0 for r in runs) or sum(runs) != height * width:
+        raise RleError(
+            f"RLE runs add up to {sum(runs)!r} pixels, the size {[height, width]!r} needs "
+            f"{height * width}; the counts belong to another size"
+        )
+    values = (np.arange(len(runs)) % 2).astype(np.uint8)
+    flat = np.repeat(values, runs)
+    mask: UInt8Mask = np.ascontiguousarray(flat.reshape(width, height).T)
+    return mask
+
+
+def rle_encode(mask: npt.NDArray[np.generic]) -> dict[str, object]:
+    """Encode a mask as a COCO RLE with compact string counts.
+
+    Args:
+        mask: (H, W), nonzero = inside.
+
+    Returns:
+        ``{"size": [H, W], "counts": str}``.
+    """
+    height, width = mask.shape
+    flat = (np.asarray(mask).T.reshape(-1) != 0).astype(np.int8)
+    changes = np.flatnonzero(np.diff(flat)) + 1
+    edges = np.concatenate([[0], changes, [flat.size]])
+    runs = np.diff(edges).tolist()
+    if flat.size and flat[0] == 1:
+        runs = [0, *runs]
+    return {"size": [int(height), int(width)], "counts": counts_to_string(runs)}
+
+
+def mask_to_polygons(mask: UInt8Mask, min_points: int = 3) -> list[FloatArray]:
+    """Outer contours of a mask as polygons, largest area first.
+
+    Holes are not represented: :class:`ImageLabels` has no hole geometry, so a ring-shaped mask
+    becomes its filled outer outline.
+
+    Args:
+        mask: (H, W) uint8 of 0/1.
+        min_points: contours with fewer vertices are dropped (single pixels, thin lines).
+
+    Returns:
+        Polygons, each (p, 2) float32 ``xy`` pixels at pixel centres.
+    """
+    contours, _ = cv2.findContours(
+        np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
+    )
+    polygons = [c.reshape(-1, 2).astype(np.float32) for c in contours if len(c) >= min_points]
+    polygons.sort(key=lambda p: -abs(float(cv2.contourArea(p))))
+    return polygons
+
+
+__all__ = [
+    "RleError",
+    "counts_from_string",
+    "counts_to_string",
+    "mask_to_polygons",
+    "rle_decode",
+    "rle_encode",
+]

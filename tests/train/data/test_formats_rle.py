@@ -1,0 +1,77 @@
+"""COCO RLE: our encoder/decoder against faster-coco-eval's, and the mask → polygon step."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from faster_coco_eval.core import mask as coco_mask
+
+from lucid_yolo.train.data.formats import (
+    RleError,
+    counts_from_string,
+    counts_to_string,
+    mask_to_polygons,
+    rle_decode,
+    rle_encode,
+)
+
+
+def _masks() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    masks = [(rng.random((h, w)) < p).astype(np.uint8) for h, w, p in [(7, 9, 0.5), (31, 17, 0.1)]]
+    block = np.zeros((40, 50), np.uint8)
+    block[5:30, 10:45] = 1
+    full = np.ones((3, 4), np.uint8)
+    return [*masks, block, full, np.zeros((5, 5), np.uint8)]
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_rle_encode_matches_faster_coco_eval(index: int) -> None:
+    mask = _masks()[index]
+    reference = coco_mask.encode(np.asfortranarray(mask))
+    assert rle_encode(mask) == {
+        "size": list(mask.shape),
+        "counts": reference["counts"].decode(),
+    }
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_rle_decode_inverts_faster_coco_eval(index: int) -> None:
+    mask = _masks()[index]
+    counts = coco_mask.encode(np.asfortranarray(mask))["counts"].decode()
+    np.testing.assert_array_equal(rle_decode(counts, *mask.shape), mask)
+
+
+def test_rle_decode_uncompressed_counts_are_column_major() -> None:
+    mask = rle_decode([1, 2, 3], 2, 3)
+    np.testing.assert_array_equal(mask, [[0, 1, 0], [1, 0, 0]])
+
+
+def test_counts_string_round_trip_with_large_and_falling_runs() -> None:
+    counts = [0, 5, 100000, 3, 7, 2, 99999, 1]
+    assert counts_from_string(counts_to_string(counts)) == counts
+
+
+def test_rle_decode_wrong_size_names_both_sizes() -> None:
+    with pytest.raises(RleError, match=r"add up to 6 pixels, the size \[2, 4\] needs 8"):
+        rle_decode([1, 2, 3], 2, 4)
+
+
+def test_counts_from_string_rejects_bad_character() -> None:
+    with pytest.raises(RleError, match=r"character '\\x7f' at 1"):
+        counts_from_string("0\x7f")
+
+
+def test_counts_from_string_rejects_truncated_count() -> None:
+    with pytest.raises(RleError, match=r"ends inside a count"):
+        counts_from_string("P")
+
+
+def test_mask_to_polygons_largest_first_and_inside_the_parts() -> None:
+    mask = np.zeros((40, 40), np.uint8)
+    mask[2:6, 2:6] = 1
+    mask[10:30, 10:35] = 1
+    big, small = mask_to_polygons(mask)
+    np.testing.assert_array_equal(big.min(axis=0), [10, 10])
+    np.testing.assert_array_equal(big.max(axis=0), [34, 29])
+    np.testing.assert_array_equal(small.max(axis=0), [5, 5])
