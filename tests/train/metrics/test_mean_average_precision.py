@@ -1,0 +1,239 @@
+"""The accumulator: kinds, ignore rules (crowd, difficult, keypoint-less), batching and errors."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from lucid_yolo.train.metrics import (
+    ImagePredictions,
+    ImageTargets,
+    MeanAveragePrecision,
+    MetricsInputError,
+)
+
+BOX_A = [0.0, 0.0, 10.0, 10.0]
+BOX_B = [20.0, 20.0, 30.0, 30.0]
+BOX_C = [40.0, 0.0, 50.0, 10.0]
+
+
+def _preds(boxes: list[list[float]], scores: list[float], classes: list[int]) -> ImagePredictions:
+    return ImagePredictions(torch.tensor(scores), torch.tensor(classes), boxes=torch.tensor(boxes))
+
+
+def _rpreds(rboxes: list[list[float]], scores: list[float]) -> ImagePredictions:
+    return ImagePredictions(
+        torch.tensor(scores),
+        torch.zeros(len(scores), dtype=torch.int64),
+        rboxes=torch.tensor(rboxes),
+    )
+
+
+def _rtargets(rboxes: list[list[float]], difficult: list[bool]) -> ImageTargets:
+    return ImageTargets(
+        torch.zeros(len(rboxes), dtype=torch.int64),
+        rboxes=torch.tensor(rboxes),
+        difficult=torch.tensor(difficult),
+    )
+
+
+def test_mean_average_precision_perfect_boxes_score_one() -> None:
+    metric = MeanAveragePrecision()
+    metric.update(
+        [_preds([BOX_A, BOX_B], [0.9, 0.8], [0, 1])],
+        [ImageTargets(torch.tensor([0, 1]), boxes=torch.tensor([BOX_A, BOX_B]))],
+    )
+    out = metric.compute()
+    assert out == {
+        "box/mAP50-95": pytest.approx(1.0),
+        "box/mAP50": pytest.approx(1.0),
+        "box/P": 1.0,
+        "box/R": 1.0,
+    }
+
+
+def test_mean_average_precision_wrong_class_is_a_false_positive() -> None:
+    metric = MeanAveragePrecision()
+    metric.update(
+        [_preds([BOX_A], [0.9], [1])],
+        [ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))],
+    )
+    assert metric.compute()["box/mAP50"] == 0.0
+
+
+def test_mean_average_precision_crowd_match_is_neither_tp_nor_fp() -> None:
+    targets = ImageTargets(
+        torch.tensor([0, 0]),
+        boxes=torch.tensor([BOX_A, BOX_B]),
+        iscrowd=torch.tensor([False, True]),
+    )
+    metric = MeanAveragePrecision()
+    metric.update([_preds([BOX_B, BOX_B, BOX_A], [0.95, 0.9, 0.5], [0, 0, 0])], [targets])
+    assert metric.compute()["box/mAP50-95"] == pytest.approx(1.0)
+
+
+def test_mean_average_precision_difficult_obb_is_ignored() -> None:
+    easy, hard = [5.0, 5.0, 8.0, 4.0, 0.3], [30.0, 30.0, 6.0, 6.0, 1.0]
+    with_difficult = MeanAveragePrecision(kinds=("obb",))
+    with_difficult.update(
+        [_rpreds([hard, easy, hard], [0.95, 0.6, 0.5])], [_rtargets([easy, hard], [False, True])]
+    )
+    without = MeanAveragePrecision(kinds=("obb",))
+    without.update([_rpreds([easy], [0.6])], [_rtargets([easy], [False])])
+    assert with_difficult.compute() == without.compute()
+    assert without.compute()["obb/mAP50-95"] == pytest.approx(1.0)
+
+
+def test_mean_average_precision_obb_uses_rotated_overlap() -> None:
+    square, turned = [0.0, 0.0, 2.0, 2.0, 0.0], [0.0, 0.0, 2.0, 2.0, math.pi / 4]  # IoU 1/√2
+    metric = MeanAveragePrecision(kinds=("obb",))
+    metric.update([_rpreds([turned], [0.9])], [_rtargets([square], [False])])
+    out = metric.compute()
+    assert out["obb/mAP50"] == pytest.approx(1.0)
+    assert out["obb/mAP50-95"] == pytest.approx(0.5)  # matched at 0.50 … 0.70, 5 of 10
+
+
+def test_mean_average_precision_pose_target_without_keypoints_is_ignored() -> None:
+    kpts = torch.tensor([[[2.0, 2.0, 2.0], [8.0, 8.0, 2.0]], [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]])
+    targets = ImageTargets(torch.tensor([0, 0]), boxes=torch.tensor([BOX_A, BOX_B]), keypoints=kpts)
+    preds = ImagePredictions(
+        torch.tensor([0.9, 0.8]),
+        torch.tensor([0, 0]),
+        keypoints=torch.tensor(
+            [[[25.0, 25.0, 1.0], [26.0, 26.0, 1.0]], [[2.0, 2.0, 1.0], [8.0, 8.0, 1.0]]]
+        ),
+    )
+    metric = MeanAveragePrecision(kinds=("pose",))
+    metric.update([preds], [targets])
+    assert metric.compute()["pose/mAP50-95"] == pytest.approx(1.0)
+
+
+def test_mean_average_precision_max_dets_keeps_the_best_per_class() -> None:
+    preds = _preds([BOX_C, BOX_A], [0.9, 0.8], [0, 0])
+    targets = ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))
+    metric = MeanAveragePrecision(max_dets={"box": 1})
+    metric.update([preds], [targets])
+    assert metric.compute()["box/mAP50"] == 0.0
+
+
+def test_mean_average_precision_batched_update_equals_one_image_at_a_time() -> None:
+    preds = [_preds([BOX_A, BOX_C], [0.9, 0.7], [0, 1]), _preds([BOX_B], [0.8], [1])]
+    targets = [
+        ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A])),
+        ImageTargets(torch.tensor([1, 0]), boxes=torch.tensor([BOX_B, BOX_C])),
+    ]
+    together, apart = MeanAveragePrecision(), MeanAveragePrecision()
+    together.update(preds, targets)
+    for p, t in zip(preds, targets, strict=True):
+        apart.update([p], [t])
+    assert together.compute() == apart.compute()
+
+
+def test_mean_average_precision_reset_forgets() -> None:
+    metric = MeanAveragePrecision()
+    metric.update(
+        [_preds([BOX_A], [0.9], [0])],
+        [ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))],
+    )
+    metric.reset()
+    assert metric.compute()["box/mAP50-95"] == 0.0
+
+
+def test_mean_average_precision_several_kinds_report_each() -> None:
+    masks = torch.zeros(1, 12, 12, dtype=torch.bool)
+    masks[0, :10, :10] = True
+    preds = ImagePredictions(
+        torch.tensor([0.9]), torch.tensor([0]), boxes=torch.tensor([BOX_A]), masks=masks
+    )
+    targets = ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]), masks=masks)
+    metric = MeanAveragePrecision(kinds=("box", "mask"))
+    metric.update([preds], [targets])
+    assert sorted(metric.compute()) == sorted(
+        f"{k}/{m}" for k in ("box", "mask") for m in ("mAP50-95", "mAP50", "P", "R")
+    )
+
+
+def test_mean_average_precision_rejects_unknown_kind() -> None:
+    with pytest.raises(MetricsInputError, match=r"kinds must be .* got \('boxes',\)"):
+        MeanAveragePrecision(kinds=("boxes",))
+
+
+def test_mean_average_precision_rejects_non_positive_max_dets() -> None:
+    with pytest.raises(MetricsInputError, match="max_dets must be positive"):
+        MeanAveragePrecision(max_dets={"box": 0})
+
+
+def test_mean_average_precision_rejects_length_mismatch() -> None:
+    with pytest.raises(MetricsInputError, match="got 1 prediction records but 0 target records"):
+        MeanAveragePrecision().update([_preds([BOX_A], [0.9], [0])], [])
+
+
+def test_mean_average_precision_names_the_missing_field() -> None:
+    preds = ImagePredictions(torch.tensor([0.9]), torch.tensor([0]), boxes=torch.tensor([BOX_A]))
+    targets = ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))
+    with pytest.raises(
+        MetricsInputError, match=r"'mask' reads ImagePredictions.masks, which is None"
+    ):
+        MeanAveragePrecision(kinds=("mask",)).update([preds], [targets])
+
+
+def test_mean_average_precision_rejects_wrongly_shaped_boxes() -> None:
+    preds = ImagePredictions(torch.tensor([0.9]), torch.tensor([0]), boxes=torch.zeros(1, 5))
+    targets = ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))
+    with pytest.raises(MetricsInputError, match=r"ImagePredictions.boxes has shape \(1, 5\)"):
+        MeanAveragePrecision().update([preds], [targets])
+
+
+def test_mean_average_precision_rejects_negative_class_ids() -> None:
+    targets = ImageTargets(torch.tensor([-1]), boxes=torch.tensor([BOX_A]))
+    with pytest.raises(MetricsInputError, match="targets hold class id -1"):
+        MeanAveragePrecision().update([_preds([BOX_A], [0.9], [0])], [targets])
+
+
+def test_mean_average_precision_rejects_mismatched_mask_sizes() -> None:
+    preds = ImagePredictions(
+        torch.tensor([0.9]), torch.tensor([0]), masks=torch.zeros(1, 4, 4, dtype=torch.bool)
+    )
+    targets = ImageTargets(torch.tensor([0]), masks=torch.zeros(1, 4, 5, dtype=torch.bool))
+    with pytest.raises(
+        MetricsInputError, match=r"prediction masks are \(4, 4\) but target masks are \(4, 5\)"
+    ):
+        MeanAveragePrecision(kinds=("mask",)).update([preds], [targets])
+
+
+def test_mean_average_precision_rejects_wrong_sigma_count() -> None:
+    kpts = torch.zeros(1, 3, 3)
+    preds = ImagePredictions(torch.tensor([0.9]), torch.tensor([0]), keypoints=kpts)
+    targets = ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]), keypoints=kpts)
+    with pytest.raises(MetricsInputError, match="got 2 OKS sigmas for 3 keypoints"):
+        MeanAveragePrecision(kinds=("pose",), sigmas=[0.1, 0.1]).update([preds], [targets])
+
+
+def test_mean_average_precision_rejects_wrongly_shaped_flags() -> None:
+    targets = ImageTargets(
+        torch.tensor([0]), boxes=torch.tensor([BOX_A]), iscrowd=torch.tensor([True, False])
+    )
+    with pytest.raises(MetricsInputError, match=r"target flags have shape \(2,\), expected \(1,\)"):
+        MeanAveragePrecision().update([_preds([BOX_A], [0.9], [0])], [targets])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_mean_average_precision_cuda_inputs_equal_cpu_inputs() -> None:
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(50, 2, generator=g) * 100
+    t_boxes = torch.cat([xy, xy + 5 + torch.rand(50, 2, generator=g) * 30], 1)
+    p_boxes = t_boxes + torch.randn(50, 4, generator=g)
+    scores, p_classes = torch.rand(50, generator=g), torch.randint(0, 3, (50,), generator=g)
+    t_classes = torch.randint(0, 3, (50,), generator=g)
+    results = []
+    for device in ("cpu", "cuda"):
+        metric = MeanAveragePrecision()
+        metric.update(
+            [ImagePredictions(scores.to(device), p_classes.to(device), boxes=p_boxes.to(device))],
+            [ImageTargets(t_classes.to(device), boxes=t_boxes.to(device))],
+        )
+        results.append(metric.compute())
+    assert results[0] == results[1]

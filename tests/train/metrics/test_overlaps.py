@@ -1,0 +1,55 @@
+"""Box and mask overlaps, including COCO's crowd rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lucid_yolo.train.metrics import box_overlaps, mask_overlaps
+
+
+def test_box_overlaps_hand_value() -> None:
+    pred = torch.tensor([[0.0, 0.0, 4.0, 4.0]])
+    target = torch.tensor([[2.0, 0.0, 6.0, 4.0], [10.0, 10.0, 12.0, 12.0]])
+    out = box_overlaps(pred, target, torch.tensor([False, False]))
+    assert out.dtype == torch.float64
+    assert out.tolist() == [[pytest.approx(8 / 24), 0.0]]
+
+
+def test_box_overlaps_crowd_divides_by_prediction_area() -> None:
+    pred = torch.tensor([[0.0, 0.0, 4.0, 4.0]])
+    crowd = torch.tensor([[2.0, 0.0, 100.0, 100.0]])
+    assert box_overlaps(pred, crowd, torch.tensor([True])).item() == pytest.approx(0.5)
+
+
+def test_box_overlaps_degenerate_boxes_give_zero_not_nan() -> None:
+    point = torch.tensor([[1.0, 1.0, 1.0, 1.0]])
+    out = box_overlaps(point, point, torch.tensor([False]))
+    assert out.item() == 0.0
+
+
+def test_mask_overlaps_hand_value() -> None:
+    pred = torch.zeros(1, 4, 4, dtype=torch.bool)
+    pred[0, :2, :] = True  # 8 pixels
+    target = torch.zeros(2, 4, 4, dtype=torch.bool)
+    target[0, :, :2] = True  # 8 pixels, 4 shared
+    out = mask_overlaps(pred, target, torch.tensor([False, False]))
+    assert out.tolist() == [[pytest.approx(4 / 12), 0.0]]
+
+
+def test_mask_overlaps_crowd_divides_by_prediction_area() -> None:
+    pred = torch.zeros(1, 4, 4, dtype=torch.bool)
+    pred[0, :2, :] = True
+    target = torch.ones(1, 4, 4, dtype=torch.bool)
+    target[0, 0, :2] = False  # covers 6 of the 8 predicted pixels
+    assert mask_overlaps(pred, target, torch.tensor([True])).item() == pytest.approx(6 / 8)
+
+
+def test_mask_overlaps_of_rectangles_equal_box_overlaps() -> None:
+    boxes = torch.tensor([[1, 2, 9, 7], [3, 1, 8, 8], [0, 0, 4, 4]])
+    masks = torch.zeros(3, 10, 10, dtype=torch.bool)
+    for i, (x0, y0, x1, y1) in enumerate(boxes.tolist()):
+        masks[i, y0:y1, x0:x1] = True
+    crowd = torch.tensor([False, True, False])
+    expected = box_overlaps(boxes.double(), boxes.double(), crowd)
+    assert torch.allclose(mask_overlaps(masks, masks, crowd), expected, atol=1e-15)
