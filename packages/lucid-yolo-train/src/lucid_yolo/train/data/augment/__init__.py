@@ -24,9 +24,7 @@ from lucid_yolo.train.data.augment.rbox import canonical_xywhr, corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, sample_from_labels
 from lucid_yolo.train.data.augment.targets import (
     MASK_STRIDE,
-    TASKS,
     Targets,
-    Task,
     largest_first,
     to_targets,
 )
@@ -36,8 +34,6 @@ __all__ = [
     # configuration
     "AugmentConfig",
     "KeepRule",
-    "TASKS",
-    "Task",
     # the unit every augmentation transforms
     "DropCounts",
     "Sample",

@@ -11,17 +11,16 @@ overflow is returned for the caller to count: never a silent loss.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final, Literal, get_args
+from typing import Final
 
 import cv2
 import numpy as np
 
 from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, UInt8Array
+from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.labels import BoolArray, FloatArray, IntArray
 
-Task = Literal["detect", "segment", "pose", "obb"]
-TASKS: Final[tuple[Task, ...]] = get_args(Task)
 MASK_STRIDE: Final = 4
 """Instance masks are stored at ``input size / MASK_STRIDE`` (the prototype resolution)."""
 
@@ -140,4 +139,4 @@ def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
     return masks
 
 
-__all__ = ["MASK_STRIDE", "TASKS", "Targets", "Task", "largest_first", "to_targets"]
+__all__ = ["MASK_STRIDE", "Targets", "largest_first", "to_targets"]

@@ -1,0 +1,233 @@
+"""The Lightning data module: dataset YAML (or a resolved spec) in, Batch loaders out.
+
+Example:
+    >>> dm = YoloDataModule("data.yaml", task="detect", imgsz=640, batch_size=16)  # doctest: +SKIP
+    >>> trainer.fit(model, datamodule=dm)  # doctest: +SKIP
+
+Every loader yields :class:`~lucid_yolo.train.data.batch.Batch` dicts (torch types a DataLoader
+by its dataset's items, here per-image ``Targets``, which :func:`.collate` stacks).
+Training loaders drop the last incomplete batch, so every step sees the same batch shape (a new
+shape would make the replayed step record again); evaluation loaders keep every image.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader
+from typing_extensions import override
+
+from lucid_yolo.train.data.augment.config import AugmentConfig
+from lucid_yolo.train.data.augment.targets import Targets
+from lucid_yolo.train.data.cache import ImageCache
+from lucid_yolo.train.data.collate import collate
+from lucid_yolo.train.data.counters import DataCounters
+from lucid_yolo.train.data.dataset import YoloDataset
+from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
+from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
+from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.sampler import EpochSampler
+
+
+class YoloDataModule(L.LightningDataModule):
+    """Datasets and loaders of one YOLO dataset for fit, validate, test and predict.
+
+    Args:
+        data: an Ultralytics dataset YAML, or a :class:`DatasetSpec` already resolved.
+        task: the task to read labels for; ``None`` takes the YAML's (or infers it).
+        imgsz: square network input size, pixels.
+        batch_size: training images per batch.
+        val_batch_size: evaluation batch size (``None``: ``batch_size``).
+        workers: DataLoader worker processes per loader (0: load in the main process).
+        max_instances: fixed target rows per image (Batch ``N``); more are counted, largest kept.
+        augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
+        cache: decode and resize every image once into RAM (:mod:`.cache`), filled in ``setup``.
+        cache_max_bytes: RAM budget of the cache per split, bytes.
+        close_mosaic: turn mosaic off for the last N training epochs (needs the trainer's
+            ``max_epochs``; without a trainer mosaic stays on).
+        policy: bad images or label rows: ``"fail"`` raises, ``"skip"`` warns and leaves them out.
+        seed: base seed of the sample order and of every sample's augmentation.
+
+    Raises:
+        ValueError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range.
+    """
+
+    def __init__(
+        self,
+        data: str | Path | DatasetSpec,
+        *,
+        task: Task | None = None,
+        imgsz: int = 640,
+        batch_size: int = 16,
+        val_batch_size: int | None = None,
+        workers: int = 4,
+        max_instances: int = 100,
+        augment: AugmentConfig | None = None,
+        cache: bool = False,
+        cache_max_bytes: int = 8 * 2**30,
+        close_mosaic: int = 10,
+        policy: BadInputPolicy = "fail",
+        seed: int = 0,
+    ) -> None:
+        super().__init__()
+        if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
+            raise ValueError(
+                f"batch_size={batch_size!r} and val_batch_size={val_batch_size!r} must be >= 1"
+            )
+        if workers < 0 or close_mosaic < 0:
+            raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
+        self.spec = data if isinstance(data, DatasetSpec) else load_dataset_yaml(data, task=task)
+        if task is not None and task != self.spec.task:
+            raise DatasetConfigError(
+                f"{self.spec.yaml_path}: the spec is for task {self.spec.task!r}, not {task!r}; "
+                "load the YAML with the task you train"
+            )
+        self.imgsz = imgsz
+        self.batch_size = batch_size
+        self.val_batch_size = val_batch_size or batch_size
+        self.workers = workers
+        self.max_instances = max_instances
+        self.augment = augment or AugmentConfig()
+        self.cache = cache
+        self.cache_max_bytes = cache_max_bytes
+        self.close_mosaic = close_mosaic
+        self.policy: BadInputPolicy = policy
+        self.seed = seed
+        self.counters = DataCounters(workers)
+        self.datasets: dict[str, YoloDataset] = {}
+
+    @property
+    def task(self) -> Task:
+        """The task the labels are read for."""
+        return self.spec.task
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Class names, index = class id."""
+        return self.spec.names
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes."""
+        return self.spec.num_classes
+
+    @override
+    def setup(self, stage: str) -> None:
+        """Read the splits the stage needs (``fit``: train + val, else the evaluated split)."""
+        splits = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(
+            stage, (self._predict_split(),)
+        )
+        for split in splits:
+            if split not in self.datasets:
+                self.datasets[split] = self._build(split, train=split == "train")
+
+    @override
+    def train_dataloader(self) -> DataLoader[Targets]:
+        dataset = self._dataset("train")
+        dataset.close_mosaic_epoch = self._close_mosaic_epoch()
+        return self._loader(dataset, self.batch_size, train=True)
+
+    @override
+    def val_dataloader(self) -> DataLoader[Targets]:
+        return self._loader(self._dataset("val"), self.val_batch_size, train=False)
+
+    @override
+    def test_dataloader(self) -> DataLoader[Targets]:
+        return self._loader(self._dataset("test"), self.val_batch_size, train=False)
+
+    @override
+    def predict_dataloader(self) -> DataLoader[Targets]:
+        return self._loader(self._dataset(self._predict_split()), self.val_batch_size, train=False)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the training epoch outside a Trainer (a Trainer sets it through the sampler)."""
+        self._dataset("train").set_epoch(epoch)
+
+    def data_stats(self) -> dict[str, int]:
+        """Samples produced and instances lost (by reason) since the last reset, all workers."""
+        return self.counters.totals()
+
+    @override
+    def state_dict(self) -> dict[str, Any]:
+        """Dataset metadata saved in checkpoints (class names, task, keypoint layout, size)."""
+        return {
+            "names": list(self.spec.names),
+            "task": self.spec.task,
+            "imgsz": self.imgsz,
+            "kpt_shape": None if self.spec.kpt_shape is None else list(self.spec.kpt_shape),
+            "flip_idx": None if self.spec.flip_idx is None else list(self.spec.flip_idx),
+        }
+
+    @override
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Check a checkpoint's metadata against this dataset.
+
+        Raises:
+            DatasetConfigError: the checkpoint was trained on other classes or another task.
+        """
+        saved = (tuple(state_dict["names"]), state_dict["task"])
+        if saved != (self.spec.names, self.spec.task):
+            raise DatasetConfigError(
+                f"checkpoint was trained for task {saved[1]!r} with classes {list(saved[0])!r}, "
+                f"but {self.spec.yaml_path} has task {self.spec.task!r} and classes "
+                f"{list(self.spec.names)!r}; resume with the same dataset YAML"
+            )
+
+    def _predict_split(self) -> str:
+        return "test" if "test" in self.spec.splits else "val"
+
+    def _dataset(self, split: str) -> YoloDataset:
+        if split not in self.datasets:
+            if split not in self.spec.splits:
+                raise DatasetConfigError(
+                    f"{self.spec.yaml_path}: no `{split}` split; add `{split}: images/{split}`"
+                )
+            self.datasets[split] = self._build(split, train=split == "train")
+        return self.datasets[split]
+
+    def _build(self, split: str, *, train: bool) -> YoloDataset:
+        labels: list[ImageLabels] = load_split(self.spec, split, policy=self.policy)
+        cache = None
+        if self.cache:
+            cache = ImageCache(self.imgsz, self.cache_max_bytes)
+            cache.fill([item.image_path for item in labels], threads=max(1, self.workers))
+        kpt_shape = self.spec.kpt_shape
+        return YoloDataset(
+            labels,
+            task=self.spec.task,
+            imgsz=self.imgsz,
+            augment=self.augment if train else None,
+            max_instances=self.max_instances,
+            num_keypoints=0 if kpt_shape is None else kpt_shape[0],
+            flip_idx=self.spec.flip_idx,
+            seed=self.seed,
+            cache=cache,
+            counters=self.counters,
+        )
+
+    def _close_mosaic_epoch(self) -> int | None:
+        trainer = self.trainer
+        max_epochs = None if trainer is None else trainer.max_epochs
+        if max_epochs is None or max_epochs < 0 or self.close_mosaic == 0:
+            return None
+        return max(0, max_epochs - self.close_mosaic)
+
+    def _loader(self, dataset: YoloDataset, batch_size: int, *, train: bool) -> DataLoader[Targets]:
+        sampler = EpochSampler(len(dataset), shuffle=train, seed=self.seed)
+        return DataLoader(
+            dataset,
+            batch_size=batch_size,
+            sampler=sampler,
+            num_workers=self.workers,
+            collate_fn=collate,
+            pin_memory=torch.cuda.is_available(),
+            persistent_workers=self.workers > 0,
+            drop_last=train and len(dataset) >= batch_size,
+        )
+
+
+__all__ = ["YoloDataModule"]

@@ -1,0 +1,120 @@
+"""YoloDataModule on a tiny synthetic set: batches, workers, Lightning epochs, metadata."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from torch import Tensor
+
+from lucid_yolo.train.data.augment import AugmentConfig
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.datamodule import YoloDataModule
+from lucid_yolo.train.data.errors import DatasetConfigError
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+IMGSZ = 64
+
+
+@pytest.fixture(scope="module")
+def pose_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("pose")
+    return generate_synthetic(root, task="pose", num_train=6, num_val=3, imgsz=IMGSZ)
+
+
+def _module(data: Path, workers: int = 0, **kwargs: object) -> YoloDataModule:
+    return YoloDataModule(
+        data,
+        imgsz=IMGSZ,
+        batch_size=4,
+        workers=workers,
+        max_instances=32,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_datamodule_yields_train_and_val_batches(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml)
+    dm.setup("fit")
+    train = list(dm.train_dataloader())
+    assert len(train) == 1
+    batch = train[0]
+    assert batch["images"].shape == (4, 3, IMGSZ, IMGSZ)
+    assert batch["keypoints"].shape[:2] == (4, 32)
+    val = list(dm.val_dataloader())
+    assert [b["images"].shape[0] for b in val] == [3]
+    assert dm.data_stats()["samples"] == 7
+
+
+def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:
+    main = _module(pose_yaml, seed=5)
+    pooled = _module(pose_yaml, workers=2, seed=5)
+    main.setup("fit")
+    pooled.setup("fit")
+    a = next(iter(main.train_dataloader()))
+    b = next(iter(pooled.train_dataloader()))
+    assert torch.equal(a["images"], b["images"])
+    assert torch.equal(a["keypoints"], b["keypoints"])
+
+
+def test_datamodule_metadata_round_trip(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml)
+    state = dm.state_dict()
+    assert state["task"] == "pose"
+    assert state["names"] == list(dm.names)
+    dm.load_state_dict(state)
+    with pytest.raises(DatasetConfigError, match="trained for task 'detect'"):
+        dm.load_state_dict({**state, "task": "detect"})
+
+
+def test_datamodule_rejects_task_mismatch(pose_yaml: Path) -> None:
+    with pytest.raises(DatasetConfigError, match="pose"):
+        YoloDataModule(load_spec(pose_yaml), task="detect")
+
+
+def load_spec(path: Path) -> object:
+    from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
+
+    return load_dataset_yaml(path)
+
+
+class _Recorder(L.LightningModule):
+    """Records each training batch's image digest per epoch; learns nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.seen: list[tuple[int, int]] = []
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        self.seen.append((self.current_epoch, int(batch["images"].sum())))
+        return self.weight.sum() * 0
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+# the recorder has no validation_step and runs in-process on a 2-core CI machine: Lightning's
+# advice about both is expected here; Lightning 2.6 still calls a torch pytree API that torch 2.15
+# deprecates
+@pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
+@pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
+def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml, close_mosaic=1, augment=AugmentConfig(fliplr=0.0))
+    model = _Recorder()
+    trainer = L.Trainer(
+        max_epochs=3,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        limit_val_batches=0,
+    )
+    trainer.fit(model, datamodule=dm)
+    assert [epoch for epoch, _ in model.seen] == [0, 1, 2]
+    assert len({digest for _, digest in model.seen}) == 3
+    assert dm.datasets["train"].close_mosaic_epoch == 2

@@ -1,0 +1,108 @@
+"""YoloDataset: determinism, tasks, overflow accounting, close-mosaic."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lucid_yolo.train.data.augment import AugmentConfig
+from lucid_yolo.train.data.cache import ImageCache
+from lucid_yolo.train.data.counters import DataCounters
+from lucid_yolo.train.data.dataset import InstanceOverflowWarning, YoloDataset
+from lucid_yolo.train.data.dataset_yaml import Task, load_dataset_yaml
+from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+IMGSZ = 96
+
+
+def _labels(root: Path, task: Task, n: int = 6) -> tuple[list[ImageLabels], int]:
+    spec = load_dataset_yaml(
+        generate_synthetic(root, task=task, num_train=n, num_val=0, imgsz=IMGSZ, max_objects=4)
+    )
+    k = 0 if spec.kpt_shape is None else spec.kpt_shape[0]
+    return load_split(spec, "train"), k
+
+
+def _dataset(labels: list[ImageLabels], task: Task, k: int = 0, **kwargs: object) -> YoloDataset:
+    return YoloDataset(
+        labels,
+        task=task,
+        imgsz=IMGSZ,
+        num_keypoints=k,
+        flip_idx=list(range(k)) if k else None,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_dataset_augmented_sample_per_task(tmp_path: Path, task: Task) -> None:
+    labels, k = _labels(tmp_path, task)
+    dataset = _dataset(labels, task, k, augment=AugmentConfig(mixup=0.5, copy_paste=0.5))
+    targets = dataset[(0, 1)]
+    assert targets.image.shape == (3, IMGSZ, IMGSZ)
+    assert targets.valid.sum() > 0
+    assert (targets.masks is not None) == (task == "segment")
+    assert (targets.keypoints is not None) == (task == "pose")
+    assert (targets.rboxes is not None) == (task == "obb")
+
+
+def test_dataset_deterministic_per_epoch_and_index(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "detect")
+    first = _dataset(labels, "detect", augment=AugmentConfig(mixup=0.5), seed=3)
+    second = _dataset(labels, "detect", augment=AugmentConfig(mixup=0.5), seed=3)
+    a, b = first[(2, 4)], second[(2, 4)]
+    np.testing.assert_array_equal(a.image, b.image)
+    np.testing.assert_array_equal(a.boxes, b.boxes)
+    assert not np.array_equal(a.image, first[(3, 4)].image)
+
+
+def test_dataset_validation_is_letterbox_of_source(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "detect")
+    targets = _dataset(labels, "detect")[0]
+    n = int(targets.valid.sum())
+    np.testing.assert_allclose(targets.boxes[:n] / IMGSZ, labels[0].boxes, atol=1e-5)
+    assert targets.scale_pad == (1.0, 0.0, 0.0)
+
+
+def test_dataset_overflow_counted_and_warned_once(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "detect")
+    counters = DataCounters(workers=0)
+    dataset = _dataset(labels, "detect", max_instances=1, counters=counters)
+    expected = sum(max(0, len(item) - 1) for item in labels)
+    with pytest.warns(InstanceOverflowWarning, match="max_instances=1") as record:
+        [dataset[i] for i in range(len(dataset))]
+    assert len(record) == 1
+    assert counters.totals()["overflow"] == expected > 0
+    assert counters.totals()["samples"] == len(labels)
+
+
+def test_dataset_close_mosaic_turns_mosaic_off(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "detect")
+    dataset = _dataset(labels, "detect", augment=AugmentConfig.off(), close_mosaic_epoch=2)
+    assert dataset.mosaic_enabled(1)
+    assert not dataset.mosaic_enabled(2)
+    mosaic_only = AugmentConfig(hsv_h=0, hsv_s=0, hsv_v=0, translate=0, scale=0, fliplr=0)
+    dataset.augment = mosaic_only
+    unaugmented = _dataset(labels, "detect")[0]
+    np.testing.assert_array_equal(dataset[(2, 0)].image, unaugmented.image)
+    assert not np.array_equal(dataset[(1, 0)].image, unaugmented.image)
+
+
+def test_dataset_reads_from_cache(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "detect")
+    cache = ImageCache(IMGSZ, max_bytes=10**8)
+    dataset = _dataset(labels, "detect", cache=cache)
+    dataset[0]
+    assert len(cache) == 1
+    labels[0].image_path.unlink()
+    assert dataset[0].image.shape == (3, IMGSZ, IMGSZ)
+
+
+def test_dataset_pose_flip_needs_flip_idx(tmp_path: Path) -> None:
+    labels, k = _labels(tmp_path, "pose")
+    with pytest.raises(ValueError, match="needs flip_idx"):
+        YoloDataset(labels, task="pose", num_keypoints=k, augment=AugmentConfig())
