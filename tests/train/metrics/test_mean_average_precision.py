@@ -237,3 +237,70 @@ def test_mean_average_precision_cuda_inputs_equal_cpu_inputs() -> None:
         )
         results.append(metric.compute())
     assert results[0] == results[1]
+
+
+def _rotated_scene(seed: int) -> tuple[list[ImagePredictions], list[ImageTargets]]:
+    """Axis-aligned ``xywhr`` images: targets, and noisy predictions of them with random scores."""
+    g = torch.Generator().manual_seed(seed)
+    preds, targets = [], []
+    for _ in range(6):
+        centre = torch.rand(5, 2, generator=g, dtype=torch.float64) * 200
+        size = 10 + torch.rand(5, 2, generator=g, dtype=torch.float64) * 30
+        rboxes = torch.cat([centre, size, torch.zeros(5, 1, dtype=torch.float64)], 1)
+        noise = torch.randn(5, 4, generator=g, dtype=torch.float64) * 3
+        noisy = rboxes + torch.cat([noise, torch.zeros(5, 1, dtype=torch.float64)], 1)
+        classes = torch.randint(0, 2, (5,), generator=g)
+        scores = torch.rand(5, generator=g)
+        preds.append(ImagePredictions(scores, classes, rboxes=noisy))
+        targets.append(ImageTargets(classes, rboxes=rboxes))
+    return preds, targets
+
+
+def _xyxy(rboxes: torch.Tensor) -> torch.Tensor:
+    return torch.cat([rboxes[:, :2] - rboxes[:, 2:4] / 2, rboxes[:, :2] + rboxes[:, 2:4] / 2], 1)
+
+
+def _turned(rboxes: torch.Tensor, angle: float) -> torch.Tensor:
+    c, s = math.cos(angle), math.sin(angle)
+    x, y = rboxes[:, 0], rboxes[:, 1]
+    return torch.stack(
+        [c * x - s * y, s * x + c * y, rboxes[:, 2], rboxes[:, 3], rboxes[:, 4] + angle], 1
+    )
+
+
+def test_mean_average_precision_obb_at_angle_zero_equals_box() -> None:
+    preds, targets = _rotated_scene(0)
+    obb, box = MeanAveragePrecision(kinds=("obb",)), MeanAveragePrecision(kinds=("box",))
+    obb.update(preds, targets)
+    box.update(
+        [
+            ImagePredictions(p.scores, p.classes, boxes=_xyxy(p.rboxes))
+            for p in preds
+            if p.rboxes is not None
+        ],
+        [ImageTargets(t.classes, boxes=_xyxy(t.rboxes)) for t in targets if t.rboxes is not None],
+    )
+    obb_out, box_out = obb.compute(), box.compute()
+    assert 0.2 < box_out["box/mAP50-95"] < 0.95
+    for name in ("mAP50-95", "mAP50", "P", "R"):
+        assert obb_out[f"obb/{name}"] == pytest.approx(box_out[f"box/{name}"], abs=1e-9)
+
+
+def test_mean_average_precision_obb_is_invariant_to_turning_the_scene() -> None:
+    preds, targets = _rotated_scene(1)
+    straight, turned = MeanAveragePrecision(kinds=("obb",)), MeanAveragePrecision(kinds=("obb",))
+    straight.update(preds, targets)
+    turned.update(
+        [
+            ImagePredictions(p.scores, p.classes, rboxes=_turned(p.rboxes, 0.6))
+            for p in preds
+            if p.rboxes is not None
+        ],
+        [
+            ImageTargets(t.classes, rboxes=_turned(t.rboxes, 0.6))
+            for t in targets
+            if t.rboxes is not None
+        ],
+    )
+    for name, value in straight.compute().items():
+        assert turned.compute()[name] == pytest.approx(value, abs=1e-9)
