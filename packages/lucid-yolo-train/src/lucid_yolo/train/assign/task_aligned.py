@@ -25,7 +25,6 @@ no branch on tensor values, so the assigner can run inside a CUDA graph.
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_yolo.train.assign.targets import AssignedTargets
@@ -126,7 +125,9 @@ class TaskAlignedAssigner:
 
         claims = positive.sum(1, keepdim=True)  # (B, 1, A)
         best = torch.where(positive, overlaps, -1.0).argmax(1)  # (B, A)
-        best_mask = F.one_hot(best, N).transpose(1, 2).bool()  # (B, N, A)
+        rows = torch.arange(N, device=best.device)
+        # F.one_hot would check the index range on the host; a comparison stays on the device.
+        best_mask = rows[None, :, None] == best[:, None, :]  # (B, N, A)
         positive = torch.where(claims > 1, best_mask, positive)
 
         fg = positive.any(1)  # (B, A)
@@ -138,7 +139,8 @@ class TaskAlignedAssigner:
         best_align = align.amax(-1, keepdim=True)  # (B, N, 1)
         best_overlap = torch.where(positive, overlaps, 0.0).amax(-1, keepdim=True)
         quality = (align * best_overlap / (best_align + self.eps)).amax(1)  # (B, A)
-        one_hot = F.one_hot(labels.clamp(min=0), C).to(pred_scores.dtype)  # (B, A, C)
+        class_ids = torch.arange(C, device=labels.device)
+        one_hot = (labels.clamp(min=0)[..., None] == class_ids).to(pred_scores.dtype)  # (B, A, C)
         scores = one_hot * (quality * fg)[..., None]
         return AssignedTargets(labels=labels, boxes=boxes, scores=scores, fg=fg, gt_index=gt_index)
 

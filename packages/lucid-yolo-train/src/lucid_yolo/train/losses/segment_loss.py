@@ -82,7 +82,9 @@ def semantic_target(
         (B, C, H', W') float 0/1.
     """
     resized = F.adaptive_max_pool2d(masks.float(), size)  # (B, N, H', W')
-    one_hot = F.one_hot(classes.clamp(min=0), num_classes).float() * valid[..., None]
+    class_ids = torch.arange(num_classes, device=classes.device)
+    one_hot = (classes[..., None] == class_ids) & valid[..., None]  # (B, N, C), no host check
+    one_hot = one_hot.float()
     return torch.einsum("bnc,bnhw->bchw", one_hot, resized).clamp(max=1)
 
 
