@@ -175,3 +175,18 @@ def test_read_coco_skip_drops_the_image_and_counts(tmp_path: Path) -> None:
     assert [x.image_path.name for x in dataset.labels] == ["b.png"]
     assert "annotation id 11" in str(record[0].message)
     assert "skipped 1 image(s) because of 1 problem(s)" in str(record[-1].message)
+
+
+def test_read_coco_malformed_image_entry(tmp_path: Path) -> None:
+    path = _coco(tmp_path, [])
+    document = json.loads(path.read_text())
+    del document["images"][1]["width"]
+    path.write_text(json.dumps(document))
+    with pytest.raises(DatasetConfigError, match=r"ann\.json: images\[1\] is .*it needs id: int"):
+        read_coco(path, tmp_path / "imgs")
+
+
+def test_read_coco_repeated_category_ids(tmp_path: Path) -> None:
+    categories = [{"id": 1, "name": "a"}, {"id": 1, "name": "b"}]
+    with pytest.raises(DatasetConfigError, match=r"category ids \[1, 1\] repeat"):
+        read_coco(_coco(tmp_path, [], categories=categories), tmp_path / "imgs")

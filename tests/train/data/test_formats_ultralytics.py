@@ -222,3 +222,10 @@ def test_load_split_skip_drops_bad_images_warns_per_file_and_counts(tmp_path: Pa
     assert "b.txt:1: class id '9'" in messages[0]
     assert "c.png: content is not a PNG image" in messages[1]
     assert "skipped 2 image(s) because of 3 problem(s) in 2 file(s)" in messages[2]
+
+
+def test_load_split_binary_label_file_is_reported(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": ""})
+    (tmp_path / "labels" / "train" / "a.txt").write_bytes(b"\xff\xfe\x00bad")
+    with pytest.raises(LabelFormatError, match=r"a\.txt: cannot read it as UTF-8 text"):
+        load_split(spec, "train")

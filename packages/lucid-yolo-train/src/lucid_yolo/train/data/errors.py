@@ -9,7 +9,6 @@ and ``check_dataset`` (collect every problem and keep going).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -128,9 +127,6 @@ class ProblemSink:
             DataWarning,
             stacklevel=2,
         )
-
-    def __iter__(self) -> Iterator[Problem]:
-        return iter(self.problems)
 
 
 __all__ = [

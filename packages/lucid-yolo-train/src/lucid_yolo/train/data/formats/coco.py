@@ -26,7 +26,7 @@ as ``file.json: annotation id N (image 'name'): what, fix`` (json has no useful 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,7 +92,7 @@ def flip_idx_from_names(names: tuple[str, ...]) -> tuple[int, ...]:
 def _load_json(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as error:
+    except (OSError, UnicodeDecodeError) as error:
         raise DatasetConfigError(f"{path}: cannot read the COCO json ({error})") from None
     except json.JSONDecodeError as error:
         raise DatasetConfigError(f"{path}: is not valid json ({error})") from None
@@ -103,16 +103,28 @@ def _load_json(path: Path) -> dict[str, Any]:
     return data
 
 
+def _entry(path: Path, key: str, index: int, entry: object, fields: dict[str, type]) -> None:
+    if not isinstance(entry, dict) or any(
+        not isinstance(entry.get(name), kind) for name, kind in fields.items()
+    ):
+        expected = ", ".join(f"{name}: {kind.__name__}" for name, kind in fields.items())
+        raise DatasetConfigError(f"{path}: {key}[{index}] is {entry!r}; it needs {expected}")
+
+
 def _categories(path: Path, data: dict[str, Any], task: Task) -> CocoDataset:
     raw = data.get("categories")
     if not isinstance(raw, list) or not raw:
         raise DatasetConfigError(f"{path}: no `categories`; add [{{'id': 1, 'name': ...}}, ...]")
+    for index, entry in enumerate(raw):
+        _entry(path, "categories", index, entry, {"id": int, "name": str})
     cats = sorted(raw, key=lambda c: int(c["id"]))
     names = tuple(str(c["name"]) for c in cats)
     ids = tuple(int(c["id"]) for c in cats)
+    if len(set(ids)) != len(ids):
+        raise DatasetConfigError(f"{path}: category ids {list(ids)!r} repeat; make them unique")
     if task != "pose":
         return CocoDataset([], names, ids)
-    kpt_names = {tuple(c["keypoints"]) for c in cats if c.get("keypoints")}
+    kpt_names = {tuple(str(n) for n in c["keypoints"]) for c in cats if c.get("keypoints")}
     if len(kpt_names) != 1:
         raise DatasetConfigError(
             f"{path}: task 'pose' needs one keypoint list shared by the categories, found "
@@ -121,6 +133,89 @@ def _categories(path: Path, data: dict[str, Any], task: Task) -> CocoDataset:
     (keypoint_names,) = kpt_names
     k = len(keypoint_names)
     return CocoDataset([], names, ids, (k, 3), flip_idx_from_names(keypoint_names), keypoint_names)
+
+
+@dataclass
+class _Image:
+    path: Path
+    height: int
+    width: int
+    rows: LabelRows = field(default_factory=LabelRows)
+    bad: bool = False
+
+
+def _read_images(
+    path: Path, data: dict[str, Any], images_dir: Path, sink: ProblemSink, check_images: bool
+) -> dict[int, _Image]:
+    images: dict[int, _Image] = {}
+    for index, entry in enumerate(data["images"]):
+        _entry(
+            path, "images", index, entry, {"id": int, "file_name": str, "width": int, "height": int}
+        )
+        image = _Image(images_dir / entry["file_name"], entry["height"], entry["width"])
+        images[entry["id"]] = image
+        if not check_images:
+            continue
+        try:
+            size = probe_image(image.path)
+        except ImageReadError as error:
+            message = str(error).removeprefix(f"{image.path}: ")
+            sink.report(Problem(image.path, None, message, kind="image"))
+            image.bad = True
+            continue
+        if size != (image.height, image.width):
+            message = (
+                f"the image is {size[1]}x{size[0]} but {path.name} says "
+                f"{image.width}x{image.height}; fix the json's width/height"
+            )
+            sink.report(Problem(image.path, None, message, kind="image"))
+            image.bad = True
+    return images
+
+
+def _read_annotations(
+    path: Path,
+    data: dict[str, Any],
+    images: dict[int, _Image],
+    meta: CocoDataset,
+    sink: ProblemSink,
+    *,
+    task: Task,
+    crowd: CrowdPolicy,
+) -> int:
+    """Parse every annotation into its image's rows; returns the number of crowds dropped."""
+    contiguous = {cat_id: i for i, cat_id in enumerate(meta.category_ids)}
+    num_keypoints = meta.kpt_shape[0] if meta.kpt_shape else 0
+    crowd_dropped = 0
+    for ann in data.get("annotations", []):
+        if not isinstance(ann, dict):
+            sink.report(Problem(path, None, f"annotation {ann!r} is not an object"))
+            continue
+        image_id = ann.get("image_id")
+        where = f"annotation id {ann.get('id')!r}"
+        if not isinstance(image_id, int) or image_id not in images:
+            sink.report(Problem(path, None, f"{where}: image_id {image_id!r} is not in `images`"))
+            continue
+        image = images[image_id]
+        is_crowd = bool(ann.get("iscrowd", 0))
+        if is_crowd and crowd == "drop":
+            crowd_dropped += 1
+            continue
+        try:
+            parse_annotation(
+                ann,
+                image.rows,
+                task=task,
+                height=image.height,
+                width=image.width,
+                contiguous=contiguous,
+                num_keypoints=num_keypoints,
+                difficult=is_crowd,
+            )
+        except CocoAnnotationError as error:
+            sink.report(Problem(path, None, f"{where} (image {image.path.name!r}): {error}"))
+            image.bad = True
+    return crowd_dropped
 
 
 def read_coco(
@@ -149,8 +244,8 @@ def read_coco(
         The labels and the class metadata.
 
     Raises:
-        DatasetConfigError: unreadable json, no ``images``/``categories``, task ``obb``, or pose
-            categories without one shared keypoint list.
+        DatasetConfigError: unreadable json, malformed ``images``/``categories`` entries, task
+            ``obb``, or pose categories without one shared keypoint list.
         LabelFormatError: (``fail``) a bad annotation, naming the json and the annotation id.
         ImageReadError: (``fail``) a missing or corrupt image, or a size that differs from the
             json's.
@@ -160,87 +255,29 @@ def read_coco(
         raise DatasetConfigError(
             f"{path}: COCO json has no oriented boxes; read OBB data from DOTA or Ultralytics txt"
         )
+    if crowd not in ("drop", "ignore"):
+        raise ValueError(f"crowd must be 'drop' or 'ignore', got {crowd!r}")
     data = _load_json(path)
     meta = _categories(path, data, task)
-    contiguous = {cat_id: i for i, cat_id in enumerate(meta.category_ids)}
     own_sink = sink is None
     sink = ProblemSink(policy=policy) if sink is None else sink
-    images: dict[int, tuple[Path, int, int]] = {}
-    rows: dict[int, LabelRows] = {}
-    bad: set[int] = set()
-    for entry in data["images"]:
-        image_id = int(entry["id"])
-        image_path = Path(images_dir).expanduser().resolve() / str(entry["file_name"])
-        height, width = int(entry["height"]), int(entry["width"])
-        images[image_id], rows[image_id] = (image_path, height, width), LabelRows()
-        if check_images:
-            try:
-                size = probe_image(image_path)
-            except ImageReadError as error:
-                message = str(error).removeprefix(f"{image_path}: ")
-                sink.report(Problem(image_path, None, message, kind="image"))
-                bad.add(image_id)
-                continue
-            if size != (height, width):
-                sink.report(
-                    Problem(
-                        image_path,
-                        None,
-                        f"the image is {size[1]}x{size[0]} but {path.name} says "
-                        f"{width}x{height}; fix the json's width/height",
-                        kind="image",
-                    )
-                )
-                bad.add(image_id)
-    crowd_dropped = 0
-    for ann in data.get("annotations", []):
-        image_id = int(ann.get("image_id", -1))
-        where = f"annotation id {ann.get('id')!r}"
-        if image_id not in images:
-            sink.report(Problem(path, None, f"{where}: image_id {image_id!r} is not in `images`"))
-            continue
-        image_path, height, width = images[image_id]
-        where += f" (image {image_path.name!r})"
-        is_crowd = bool(ann.get("iscrowd", 0))
-        if is_crowd and crowd == "drop":
-            crowd_dropped += 1
-            continue
-        try:
-            parse_annotation(
-                ann,
-                rows[image_id],
-                task=task,
-                height=height,
-                width=width,
-                contiguous=contiguous,
-                num_keypoints=meta.kpt_shape[0] if meta.kpt_shape else 0,
-                difficult=is_crowd,
-            )
-        except CocoAnnotationError as error:
-            sink.report(Problem(path, None, f"{where}: {error}"))
-            bad.add(image_id)
+    images_root = Path(images_dir).expanduser().resolve()
+    images = _read_images(path, data, images_root, sink, check_images)
+    crowd_dropped = _read_annotations(path, data, images, meta, sink, task=task, crowd=crowd)
     labels: list[ImageLabels] = []
     k = meta.kpt_shape[0] if meta.kpt_shape else 0
-    for image_id, (image_path, _, _) in images.items():
-        if image_id in bad:
+    for image_id, image in images.items():
+        if image.bad:
             sink.skip_image()
             continue
-        built = rows[image_id].build(image_path, task, k, f"{path}: image id {image_id}")
+        built = image.rows.build(image.path, task, k, f"{path}: image id {image_id}")
         if crowd == "ignore":
-            flags = np.asarray(rows[image_id].difficult, dtype=np.bool_).reshape(len(built))
+            flags = np.asarray(image.rows.difficult, dtype=np.bool_).reshape(len(built))
             built = replace(built, difficult=flags)
         labels.append(built)
     if own_sink:
         sink.summarise(str(path))
-    return CocoDataset(
-        labels,
-        meta.names,
-        meta.category_ids,
-        meta.kpt_shape,
-        meta.flip_idx,
-        meta.keypoint_names,
-        crowd_dropped,
-    )
+    return replace(meta, labels=labels, crowd_dropped=crowd_dropped)
 
 
 __all__ = ["CocoDataset", "CrowdPolicy", "flip_idx_from_names", "read_coco"]

@@ -61,9 +61,14 @@ class DotaDataset:
     names: tuple[str, ...]
 
 
-def _rows(path: Path) -> list[tuple[int, list[str]]]:
+def _rows(path: Path) -> list[tuple[int, list[str]]] | str:
+    """The tokenised rows with their line numbers, or why the file cannot be read."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        return f"cannot read it as UTF-8 text ({error}); fix it"
     out: list[tuple[int, list[str]]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         tokens = line.split()
         if tokens and not tokens[0].lower().startswith(_HEADERS):
             out.append((number, tokens))
@@ -135,7 +140,13 @@ def read_dota(
         if (label_dir / f"{image.stem}.txt").is_file()
     }
     if names is None:
-        found = {t[8] for rows in parsed.values() for _, t in rows if len(t) in (9, 10)}
+        found = {
+            t[8]
+            for rows in parsed.values()
+            if not isinstance(rows, str)
+            for _, t in rows
+            if len(t) in (9, 10)
+        }
         names = tuple(sorted(found))
     index = {name: i for i, name in enumerate(names)}
     own_sink = sink is None
@@ -149,8 +160,12 @@ def read_dota(
             sink.report(Problem(image, None, str(error).removeprefix(f"{image}: "), "image"))
             sink.skip_image()
             continue
-        rows, ok = LabelRows(), True
-        for number, tokens in parsed.get(image, []):
+        rows, ok, found_rows = LabelRows(), True, parsed.get(image, [])
+        if isinstance(found_rows, str):
+            sink.report(Problem(label_path, None, found_rows))
+            sink.skip_image()
+            continue
+        for number, tokens in found_rows:
             problem = _parse(tokens, rows, size, index)
             if problem is not None:
                 sink.report(Problem(label_path, number, problem))

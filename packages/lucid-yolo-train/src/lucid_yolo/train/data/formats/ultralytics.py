@@ -47,8 +47,12 @@ def label_path_for(image_path: Path) -> Path:
 
 
 def _list_file(source: Path, sink: ProblemSink) -> list[Path]:
+    try:
+        text = source.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise DatasetConfigError(f"{source}: cannot read the image list ({error})") from None
     images: list[Path] = []
-    for number, raw in enumerate(source.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue
@@ -125,8 +129,13 @@ def read_label_file(
     num_keypoints = kpt_shape[0] if kpt_shape is not None else 0
     if not label_path.exists():
         return rows.build(image_path, task, num_keypoints, str(label_path))
+    try:
+        text = label_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        sink.report(Problem(label_path, None, f"cannot read it as UTF-8 text ({error}); fix it"))
+        return None
     bad = False
-    for number, line in enumerate(label_path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         tokens = line.split()
         if not tokens:
             continue
