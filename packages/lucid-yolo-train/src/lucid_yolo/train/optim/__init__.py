@@ -1,0 +1,33 @@
+"""Optimisation: MuSGD, its parameter groups, the warm-up/decay schedule and the weight EMA.
+
+Everything here keeps its numeric state in device tensors updated in place, so the native optimiser
+step and EMA update are exactly what a CUDA-graph update replay records (see
+docs/engineering/musgd-ema.md).
+"""
+
+from lucid_yolo.train.optim.ema import ModelEMA
+from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
+from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, MuSGD
+from lucid_yolo.train.optim.newton_schulz import NS_COEFFICIENTS, orthogonalise
+from lucid_yolo.train.optim.param_groups import BIAS, NORM, WEIGHT, param_groups
+from lucid_yolo.train.optim.schedule import WarmupLinearSchedule
+
+__all__ = [
+    # optimiser
+    "MuSGD",
+    "HYPERPARAMETERS",
+    "orthogonalise",
+    "NS_COEFFICIENTS",
+    # parameter groups
+    "param_groups",
+    "BIAS",
+    "NORM",
+    "WEIGHT",
+    # schedule
+    "WarmupLinearSchedule",
+    # weight average
+    "ModelEMA",
+    # errors
+    "OptimizerConfigError",
+    "OptimizerStateError",
+]

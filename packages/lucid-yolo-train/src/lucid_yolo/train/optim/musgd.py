@@ -1,0 +1,329 @@
+"""MuSGD: Muon-style orthogonalised momentum for matrices blended with SGD, plain SGD for vectors.
+
+YOLO26 trains with MuSGD, a hybrid of SGD with Nesterov momentum (the YOLO default for years) and
+Muon (K. Jordan et al., 2024), whose orthogonalised updates move every singular direction of a
+weight matrix equally. This module is our own formulation of that idea; the rule for one step of a
+parameter ``p`` with gradient ``g`` and momentum buffer ``m`` (state, zero at construction) is::
+
+    m ← μ·m + g
+    d ← μ·m + g                       (Nesterov; d ← m without it)
+    vectors (ndim < 2):   u ← d
+    matrices (ndim ≥ 2):  u ← w_muon · s · NS(reshape(d, (out, in·k·k))) + w_sgd · d
+    p ← p · (1 − lr·λ) − lr · u       (decoupled weight decay λ, applied to the pre-step weights)
+
+``NS`` is the 5-step quintic Newton–Schulz orthogonalisation (:mod:`.newton_schulz`) and
+``s = max(1, rows/cols)^0.5`` the shape factor of Muon's reference implementation: it keeps the
+per-entry size of the orthogonal update of a tall matrix (more outputs than fan-in) comparable to
+that of a wide one. The blend ``u = w_muon·muon_dir + w_sgd·sgd_dir`` (defaults 0.5/0.5) keeps the
+SGD term, which reacts to the gradient's magnitude, next to the Muon term, which only sees its
+direction.
+
+Graph safety (../shared/REPLAY_NOTES.md, "GradScaler and optimizers"): the native ``step`` is the
+exact op sequence a CUDA-graph update replay records, so
+
+- every numeric hyperparameter of a group (``lr``, ``momentum``, ``weight_decay``, ``muon_weight``,
+  ``sgd_weight``) is a 0-dim float32 tensor on the group's device; schedules change it in place
+  (``group["lr"].fill_(v)``) and a recorded graph sees the new value;
+- the shape factors are 0-dim device tensors made at construction;
+- momentum buffers are created at construction, so the first step allocates no state;
+- ``step`` has no ``.item()``, no ``nonzero`` and no Python branch on tensor values; the only
+  branches are structural (``nesterov``, which parameters have a gradient, parameter shapes);
+- every elementwise op rounds once (no ``alpha=``, ``addcmul`` or ``lerp``), so the foreach,
+  per-tensor, eager and graphed paths give the same bits;
+- ``load_state_dict`` copies into the live tensors instead of replacing them, so addresses recorded
+  in a graph stay valid after a checkpoint restore.
+
+Equal-shape matrices (over all groups) are stacked and orthogonalised in one batched call.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, overload
+
+import torch
+from torch import Tensor
+from torch.optim.optimizer import Optimizer, ParamsT
+
+from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
+from lucid_yolo.train.optim.newton_schulz import orthogonalise
+
+__all__ = ["HYPERPARAMETERS", "MuSGD"]
+
+HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "weight_decay", "muon_weight", "sgd_weight")
+"""Param-group keys held as 0-dim float32 device tensors (change them in place, never rebind)."""
+
+_MatrixKey = tuple[int, int, torch.dtype, torch.device]
+"""``(rows, cols, dtype, device)`` of a parameter viewed as a 2-D matrix: one batching bucket."""
+
+
+@dataclass
+class _GroupPlan:
+    """Parameters of one group that have a gradient this step, with their update directions."""
+
+    vector_params: list[Tensor] = field(default_factory=list)
+    vector_dirs: list[Tensor] = field(default_factory=list)
+    matrix_params: list[Tensor] = field(default_factory=list)
+    matrix_dirs: list[Tensor] = field(default_factory=list)
+    matrix_orth: list[Tensor] = field(default_factory=list)
+
+
+def _matrix_key(p: Tensor) -> _MatrixKey:
+    rows = p.shape[0]
+    return (rows, p.numel() // rows, p.dtype, p.device)
+
+
+def _device_scalar(value: object, name: str, device: torch.device) -> Tensor:
+    """Validate one hyperparameter and return it as a fresh 0-dim float32 tensor on ``device``."""
+    if isinstance(value, Tensor):
+        if value.numel() != 1:
+            raise OptimizerConfigError(
+                f"{name} must be a number or a 1-element tensor, got shape {tuple(value.shape)!r}"
+            )
+        number = float(value.detach().cpu())
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        raise OptimizerConfigError(f"{name} must be a number, got {value!r}")
+    if not number >= 0.0 or number == float("inf"):
+        raise OptimizerConfigError(f"{name} must be finite and >= 0, got {number!r}")
+    if name == "momentum" and number >= 1.0:
+        raise OptimizerConfigError(f"momentum must be in [0, 1), got {number!r}")
+    return torch.tensor(number, dtype=torch.float32, device=device)
+
+
+class MuSGD(Optimizer):
+    """Muon-style orthogonalised momentum for matrices, SGD for vectors; capturable native step.
+
+    Args:
+        params: parameters or param-group dicts (see :func:`param_groups`). Every group must hold
+            parameters of a single device; build the optimiser after moving the model there.
+        lr: learning rate.
+        momentum: momentum factor ``μ`` of the shared buffer.
+        weight_decay: decoupled weight decay ``λ`` (scaled by ``lr``).
+        nesterov: use the Nesterov direction ``μ·m + g`` instead of ``m``.
+        muon_weight: weight ``w_muon`` of the orthogonalised direction for matrices.
+        sgd_weight: weight ``w_sgd`` of the SGD direction for matrices.
+        ns_steps: Newton–Schulz iterations.
+        ns_dtype: compute dtype of the orthogonalisation (float32 by default: exact enough and
+            bitwise reproducible on CPU; bfloat16 is faster on tensor cores).
+
+    Raises:
+        OptimizerConfigError: for a negative or non-finite hyperparameter, ``momentum >= 1``,
+            ``ns_steps < 0``, an empty group or a group spanning devices.
+
+    Example:
+        >>> from lucid_yolo.train.optim import MuSGD, param_groups
+        >>> net = torch.nn.Conv2d(3, 8, 3)
+        >>> opt = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01)
+        >>> opt.param_groups[0]["lr"].fill_(0.005)  # a schedule writes in place
+    """
+
+    def __init__(
+        self,
+        params: ParamsT,
+        lr: float = 0.01,
+        momentum: float = 0.937,
+        weight_decay: float = 0.0,
+        *,
+        nesterov: bool = True,
+        muon_weight: float = 0.5,
+        sgd_weight: float = 0.5,
+        ns_steps: int = 5,
+        ns_dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if ns_steps < 0:
+            raise OptimizerConfigError(f"ns_steps must be >= 0, got {ns_steps!r}")
+        if not ns_dtype.is_floating_point:
+            raise OptimizerConfigError(f"ns_dtype must be a floating dtype, got {ns_dtype!r}")
+        self.ns_steps = ns_steps
+        self.ns_dtype = ns_dtype
+        self._shape_scales: dict[_MatrixKey, Tensor] = {}
+        defaults: dict[str, Any] = {
+            "lr": lr,
+            "momentum": momentum,
+            "weight_decay": weight_decay,
+            "nesterov": nesterov,
+            "muon_weight": muon_weight,
+            "sgd_weight": sgd_weight,
+        }
+        super().__init__(params, defaults)
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        """Add a group, turning its hyperparameters into device tensors and creating its state.
+
+        Raises:
+            OptimizerConfigError: for an empty group, parameters on several devices or a bad
+                hyperparameter value.
+        """
+        super().add_param_group(param_group)
+        group = self.param_groups[-1]
+        params: list[Tensor] = group["params"]
+        devices = {p.device for p in params}
+        if len(devices) != 1:
+            raise OptimizerConfigError(
+                f"each MuSGD param group needs parameters on exactly one device, got "
+                f"{sorted(map(str, devices))!r}; drop empty groups or split them by device"
+            )
+        (device,) = devices
+        for key in HYPERPARAMETERS:
+            group[key] = _device_scalar(group[key], key, device)
+        for p in params:
+            self.state[p]["momentum_buffer"] = torch.zeros_like(
+                p, memory_format=torch.preserve_format
+            )
+            if p.ndim >= 2:
+                bucket = _matrix_key(p)
+                if bucket not in self._shape_scales:
+                    rows, cols = bucket[0], bucket[1]
+                    self._shape_scales[bucket] = torch.tensor(
+                        max(1.0, rows / cols) ** 0.5, dtype=torch.float32, device=device
+                    )
+
+    @overload
+    def step(self, closure: None = None) -> None: ...
+
+    @overload
+    def step(self, closure: Callable[[], float]) -> float: ...
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], float] | None = None) -> float | None:
+        """Apply one update to every parameter that has a gradient.
+
+        Args:
+            closure: optional callable that re-evaluates the model and returns the loss.
+
+        Returns:
+            The closure's loss, or ``None``.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        plans = [self._momentum_directions(group) for group in self.param_groups]
+        self._orthogonalise_matrices(plans)
+        for group, plan in zip(self.param_groups, plans, strict=True):
+            self._apply(group, plan)
+        return loss
+
+    def _momentum_directions(self, group: dict[str, Any]) -> _GroupPlan:
+        """Update the momentum buffers of ``group`` and return the SGD directions ``d``."""
+        plan = _GroupPlan()
+        params = [p for p in group["params"] if p.grad is not None]
+        if not params:
+            return plan
+        grads = [p.grad for p in params if p.grad is not None]
+        bufs = [self.state[p]["momentum_buffer"] for p in params]
+        momentum: Tensor = group["momentum"]
+        torch._foreach_mul_(bufs, momentum)
+        torch._foreach_add_(bufs, grads)
+        if group["nesterov"]:
+            dirs = list(torch._foreach_mul(bufs, momentum))
+            torch._foreach_add_(dirs, grads)
+        else:
+            dirs = bufs  # read-only from here on: nothing below writes into a direction
+        for p, d in zip(params, dirs, strict=True):
+            if p.ndim >= 2:
+                plan.matrix_params.append(p)
+                plan.matrix_dirs.append(d)
+            else:
+                plan.vector_params.append(p)
+                plan.vector_dirs.append(d)
+        return plan
+
+    def _orthogonalise_matrices(self, plans: list[_GroupPlan]) -> None:
+        """Fill ``matrix_orth`` with ``s · NS(d)``, one batched call per matrix shape."""
+        buckets: dict[_MatrixKey, list[tuple[int, int]]] = {}
+        for plan_index, plan in enumerate(plans):
+            for index, p in enumerate(plan.matrix_params):
+                buckets.setdefault(_matrix_key(p), []).append((plan_index, index))
+        results: dict[tuple[int, int], Tensor] = {}
+        for key, slots in buckets.items():
+            rows, cols, dtype, _ = key
+            stacked = torch.stack([plans[j].matrix_dirs[i].reshape(rows, cols) for j, i in slots])
+            orth = orthogonalise(stacked, steps=self.ns_steps, dtype=self.ns_dtype).to(dtype)
+            orth = orth * self._shape_scales[key]  # (B, rows, cols)
+            for (j, i), o in zip(slots, orth.unbind(0), strict=True):
+                results[j, i] = o.reshape(plans[j].matrix_params[i].shape)
+        for plan_index, plan in enumerate(plans):
+            plan.matrix_orth = [results[plan_index, i] for i in range(len(plan.matrix_params))]
+
+    @staticmethod
+    def _apply(group: dict[str, Any], plan: _GroupPlan) -> None:
+        """``p ← p·(1 − lr·λ) − lr·u`` for every parameter of the plan."""
+        if not plan.vector_params and not plan.matrix_params:
+            return
+        lr: Tensor = group["lr"]
+        updates = list(plan.vector_dirs)
+        if plan.matrix_params:
+            matrix_updates = list(torch._foreach_mul(plan.matrix_orth, group["muon_weight"]))
+            torch._foreach_add_(
+                matrix_updates, torch._foreach_mul(plan.matrix_dirs, group["sgd_weight"])
+            )
+            updates += matrix_updates
+        params = plan.vector_params + plan.matrix_params
+        torch._foreach_mul_(params, 1.0 - lr * group["weight_decay"])
+        torch._foreach_sub_(params, torch._foreach_mul(updates, lr))
+
+    def state_dict(self) -> dict[str, Any]:
+        """Return a snapshot of the state: hyperparameters and momentum buffers are cloned.
+
+        The format is :class:`torch.optim.Optimizer`'s (``state`` keyed by parameter index,
+        ``param_groups`` with ``params`` as indices), so Lightning checkpoints and
+        ``torch.load(weights_only=True)`` handle it unchanged.
+        """
+        packed = super().state_dict()
+        return {
+            "state": {
+                index: {k: v.detach().clone() for k, v in entry.items()}
+                for index, entry in packed["state"].items()
+            },
+            "param_groups": [
+                {k: v.detach().clone() if isinstance(v, Tensor) else v for k, v in group.items()}
+                for group in packed["param_groups"]
+            ],
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Load a state dict by copying into the live tensors, keeping their addresses.
+
+        Raises:
+            ValueError: (from :class:`torch.optim.Optimizer`) when group counts or sizes differ.
+            OptimizerStateError: when a group lacks a MuSGD hyperparameter or a momentum buffer
+                has another shape than its parameter; nothing is changed then.
+        """
+        self._check_loadable(state_dict)
+        live_hypers = [{k: group[k] for k in HYPERPARAMETERS} for group in self.param_groups]
+        params = [p for group in self.param_groups for p in group["params"]]
+        live_buffers = {p: self.state[p]["momentum_buffer"] for p in params}
+        super().load_state_dict(state_dict)
+        for group, hypers in zip(self.param_groups, live_hypers, strict=True):
+            for key, live in hypers.items():
+                live.copy_(torch.as_tensor(group[key]))
+                group[key] = live
+        for p, live in live_buffers.items():
+            loaded = self.state[p].get("momentum_buffer")
+            if loaded is None:
+                live.zero_()
+            else:
+                live.copy_(loaded)
+            self.state[p]["momentum_buffer"] = live
+
+    def _check_loadable(self, state_dict: dict[str, Any]) -> None:
+        """Reject, before anything is changed, what an in-place copy would get wrong silently."""
+        saved_groups: list[dict[str, Any]] = state_dict["param_groups"]
+        for index, saved in enumerate(saved_groups):
+            missing = [k for k in HYPERPARAMETERS if k not in saved]
+            if missing:
+                raise OptimizerStateError(
+                    f"param group {index} of the state dict lacks {missing!r}; "
+                    "load a state dict saved by MuSGD"
+                )
+        saved_ids = [i for saved in saved_groups for i in saved["params"]]
+        live_params = [p for group in self.param_groups for p in group["params"]]
+        for saved_id, p in zip(saved_ids, live_params, strict=False):
+            buf = state_dict["state"].get(saved_id, {}).get("momentum_buffer")
+            if buf is not None and tuple(buf.shape) != tuple(p.shape):
+                raise OptimizerStateError(
+                    f"momentum buffer of shape {tuple(buf.shape)!r} does not fit a parameter of "
+                    f"shape {tuple(p.shape)!r}; load a state dict saved from the same model"
+                )
