@@ -12,7 +12,10 @@ from torch import Tensor
 from lucid_yolo.train.data.augment import AugmentConfig
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.datamodule import YoloDataModule
+from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
 from lucid_yolo.train.data.errors import DatasetConfigError
+from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 IMGSZ = 64
@@ -24,7 +27,7 @@ def pose_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_synthetic(root, task="pose", num_train=6, num_val=3, imgsz=IMGSZ)
 
 
-def _module(data: Path, workers: int = 0, **kwargs: object) -> YoloDataModule:
+def _module(data: Path | PreparedDataset, workers: int = 0, **kwargs: object) -> YoloDataModule:
     return YoloDataModule(
         data,
         imgsz=IMGSZ,
@@ -70,14 +73,24 @@ def test_datamodule_metadata_round_trip(pose_yaml: Path) -> None:
 
 
 def test_datamodule_rejects_task_mismatch(pose_yaml: Path) -> None:
-    with pytest.raises(DatasetConfigError, match="pose"):
-        YoloDataModule(load_spec(pose_yaml), task="detect")
+    with pytest.raises(DatasetConfigError, match="labels are for task 'pose', not 'detect'"):
+        YoloDataModule(load_dataset_yaml(pose_yaml), task="detect")
 
 
-def load_spec(path: Path) -> object:
-    from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
-
-    return load_dataset_yaml(path)
+def test_datamodule_accepts_prepared_labels(pose_yaml: Path) -> None:
+    spec = load_dataset_yaml(pose_yaml)
+    prepared = PreparedDataset(
+        {"train": load_split(spec, "train"), "val": load_split(spec, "val")[:2]},
+        names=spec.names,
+        task="pose",
+        kpt_shape=spec.kpt_shape,
+        flip_idx=spec.flip_idx,
+    )
+    dm = _module(prepared)
+    dm.setup("validate")
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["images"].shape[0] == 2
+    assert dm.names == spec.names
 
 
 class _Recorder(L.LightningModule):

@@ -1,4 +1,4 @@
-"""The Lightning data module: dataset YAML (or a resolved spec) in, Batch loaders out.
+"""The Lightning data module: a dataset YAML, a spec or prepared labels in, Batch loaders out.
 
 Example:
     >>> dm = YoloDataModule("data.yaml", task="detect", imgsz=640, batch_size=16)  # doctest: +SKIP
@@ -12,6 +12,7 @@ shape would make the replayed step record again); evaluation loaders keep every 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_y
 from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
@@ -37,7 +39,8 @@ class YoloDataModule(L.LightningDataModule):
     """Datasets and loaders of one YOLO dataset for fit, validate, test and predict.
 
     Args:
-        data: an Ultralytics dataset YAML, or a :class:`DatasetSpec` already resolved.
+        data: an Ultralytics dataset YAML, a :class:`DatasetSpec` already resolved, or a
+            :class:`PreparedDataset` of labels read by another loader (COCO, DOTA).
         task: the task to read labels for; ``None`` takes the YAML's (or infers it).
         imgsz: square network input size, pixels.
         batch_size: training images per batch.
@@ -58,7 +61,7 @@ class YoloDataModule(L.LightningDataModule):
 
     def __init__(
         self,
-        data: str | Path | DatasetSpec,
+        data: str | Path | DatasetSpec | PreparedDataset,
         *,
         task: Task | None = None,
         imgsz: int = 640,
@@ -80,11 +83,15 @@ class YoloDataModule(L.LightningDataModule):
             )
         if workers < 0 or close_mosaic < 0:
             raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
-        self.spec = data if isinstance(data, DatasetSpec) else load_dataset_yaml(data, task=task)
+        self.spec = (
+            data
+            if isinstance(data, DatasetSpec | PreparedDataset)
+            else load_dataset_yaml(data, task=task)
+        )
         if task is not None and task != self.spec.task:
             raise DatasetConfigError(
-                f"{self.spec.yaml_path}: the spec is for task {self.spec.task!r}, not {task!r}; "
-                "load the YAML with the task you train"
+                f"{self._where}: the labels are for task {self.spec.task!r}, not {task!r}; "
+                "load them with the task you train"
             )
         self.imgsz = imgsz
         self.batch_size = batch_size
@@ -173,9 +180,14 @@ class YoloDataModule(L.LightningDataModule):
         if saved != (self.spec.names, self.spec.task):
             raise DatasetConfigError(
                 f"checkpoint was trained for task {saved[1]!r} with classes {list(saved[0])!r}, "
-                f"but {self.spec.yaml_path} has task {self.spec.task!r} and classes "
+                f"but {self._where} has task {self.spec.task!r} and classes "
                 f"{list(self.spec.names)!r}; resume with the same dataset YAML"
             )
+
+    @property
+    def _where(self) -> str:
+        spec = self.spec
+        return spec.source if isinstance(spec, PreparedDataset) else str(spec.yaml_path)
 
     def _predict_split(self) -> str:
         return "test" if "test" in self.spec.splits else "val"
@@ -184,13 +196,17 @@ class YoloDataModule(L.LightningDataModule):
         if split not in self.datasets:
             if split not in self.spec.splits:
                 raise DatasetConfigError(
-                    f"{self.spec.yaml_path}: no `{split}` split; add `{split}: images/{split}`"
+                    f"{self._where}: no `{split}` split; add `{split}: images/{split}`"
                 )
             self.datasets[split] = self._build(split, train=split == "train")
         return self.datasets[split]
 
     def _build(self, split: str, *, train: bool) -> YoloDataset:
-        labels: list[ImageLabels] = load_split(self.spec, split, policy=self.policy)
+        labels: Sequence[ImageLabels] = (
+            self.spec.splits[split]
+            if isinstance(self.spec, PreparedDataset)
+            else load_split(self.spec, split, policy=self.policy)
+        )
         cache = None
         if self.cache:
             cache = ImageCache(self.imgsz, self.cache_max_bytes)
