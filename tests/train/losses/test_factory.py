@@ -80,3 +80,48 @@ def test_build_loss_same_ops_and_shapes_whatever_the_targets(task: str) -> None:
     assert not names & {"aten._local_scalar_dense.default", "aten.nonzero.default"}
     assert any("topk" in name for name in names)
     assert any("backward" in name for name in names)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_build_loss_cuda_graph_replay_equals_eager(task: str) -> None:
+    device = torch.device("cuda")
+    options: dict[str, object] = {"num_keypoints": 3} if task == "pose" else {}
+    loss = build_loss(task, 2, strides=(STRIDE,), **options).to(device)
+    outputs, batch = task_case(task, 1)
+    static_outputs = {k: v.detach().to(device).requires_grad_() for k, v in outputs.items()}
+    static_batch = {k: v.to(device) for k, v in batch.items()}
+    fraction = torch.tensor(0.5, device=device)
+    keys = sorted(static_outputs)
+
+    def step() -> tuple[torch.Tensor, tuple[torch.Tensor | None, ...]]:
+        total, _ = loss(static_outputs, static_batch, fraction)  # type: ignore[arg-type]
+        inputs = [static_outputs[key] for key in keys]
+        return total, torch.autograd.grad(total, inputs, allow_unused=True)
+
+    # Warm up on a side stream (builds the anchor cache), then record assigner + loss + backward.
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_total, static_grads = step()
+
+    new_outputs, new_batch = task_case(task, 3, seed=1)
+    with torch.no_grad():
+        for key, value in new_outputs.items():
+            static_outputs[key].copy_(value)
+    for key, value in new_batch.items():
+        static_batch[key].copy_(value)
+    graph.replay()
+    eager_total, eager_grads = step()
+    torch.cuda.synchronize()
+    assert torch.equal(static_total, eager_total)
+    for key, replayed, eager in zip(keys, static_grads, eager_grads, strict=True):
+        assert (replayed is None) == (eager is None), key
+        if replayed is not None and eager is not None:
+            assert torch.equal(replayed, eager), key
