@@ -46,17 +46,30 @@ _PLACEMENT_ATTEMPTS = 60
 
 def _background(rng: np.random.Generator, height: int, width: int) -> npt.NDArray[np.float32]:
     base = rng.uniform(70.0, 170.0) + rng.uniform(-12.0, 12.0, size=3)  # low saturation grey
-    coarse = rng.normal(0.0, 5.0, size=(6, 6, 3)) + rng.normal(0.0, 22.0, size=(6, 6, 1))
-    texture = cv2.resize(coarse.astype(np.float32), (width, height), interpolation=cv2.INTER_CUBIC)
-    fine = rng.normal(0.0, 10.0, size=(height // 8 + 1, width // 8 + 1, 1)).astype(np.float32)
+    # Smooth blotches, mostly in brightness, plus 8 px grain: texture without saturated colour.
+    coarse = base + rng.normal(0.0, 5.0, size=(6, 6, 3)) + rng.normal(0.0, 22.0, size=(6, 6, 1))
+    image = cv2.resize(coarse.astype(np.float32), (width, height), interpolation=cv2.INTER_LINEAR)
+    fine = rng.normal(0.0, 10.0, size=(height // 8 + 1, width // 8 + 1)).astype(np.float32)
     grain = cv2.resize(fine, (width, height), interpolation=cv2.INTER_NEAREST)
-    image = (base + texture + grain[..., None]).astype(np.float32)
+    image += grain[..., None]
     for _ in range(int(rng.integers(0, 4))):  # grey distractor strokes
         p1 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         p2 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         grey = float(rng.uniform(40.0, 210.0))
         cv2.line(image, p1, p2, (grey, grey, grey), int(rng.integers(1, 4)), cv2.LINE_AA)
     return image
+
+
+def _sensor_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> npt.NDArray[np.float32]:
+    """Zero-mean triangular noise, std ≈ 3.9, from the two nibbles of random bytes.
+
+    Several times cheaper than Gaussian sampling at 640 px, and the eye cannot tell them apart.
+    """
+    raw = np.frombuffer(rng.bytes(int(np.prod(shape))), dtype=np.uint8).reshape(shape)
+    noise = ((raw & 15) + (raw >> 4)).astype(np.float32)
+    noise -= 15.0
+    noise *= 0.6
+    return noise
 
 
 def _place(
@@ -131,8 +144,9 @@ def render_sample(
         rows.keypoints.append(keypoints)
         rows.corners.append(shape.corners() / np.float32(imgsz))
         rows.difficult.append(False)
-    image += rng.normal(0.0, 4.0, size=image.shape).astype(np.float32)
-    pixels: UInt8Image = np.clip(np.round(image), 0, 255).astype(np.uint8)
+    image += _sensor_noise(rng, image.shape)
+    np.clip(image, 0.0, 255.0, out=image)
+    pixels: UInt8Image = cv2.convertScaleAbs(image)  # rounds to nearest, as uint8
     return pixels, rows.build(image_path, task, NUM_KEYPOINTS, str(image_path))
 
 
