@@ -48,10 +48,12 @@ def _background(rng: np.random.Generator, height: int, width: int) -> npt.NDArra
     base = rng.uniform(70.0, 170.0) + rng.uniform(-12.0, 12.0, size=3)  # low saturation grey
     # Smooth blotches, mostly in brightness, plus 8 px grain: texture without saturated colour.
     coarse = base + rng.normal(0.0, 5.0, size=(6, 6, 3)) + rng.normal(0.0, 22.0, size=(6, 6, 1))
-    image = cv2.resize(coarse.astype(np.float32), (width, height), interpolation=cv2.INTER_LINEAR)
+    size = (width, height)
+    image = np.asarray(
+        cv2.resize(coarse.astype(np.float32), size, interpolation=cv2.INTER_LINEAR), np.float32
+    )
     fine = rng.normal(0.0, 10.0, size=(height // 8 + 1, width // 8 + 1)).astype(np.float32)
-    grain = cv2.resize(fine, (width, height), interpolation=cv2.INTER_NEAREST)
-    image += grain[..., None]
+    image += np.asarray(cv2.resize(fine, size, interpolation=cv2.INTER_NEAREST))[..., None]
     for _ in range(int(rng.integers(0, 4))):  # grey distractor strokes
         p1 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
         p2 = (int(rng.integers(0, width)), int(rng.integers(0, height)))
@@ -146,7 +148,7 @@ def render_sample(
         rows.difficult.append(False)
     image += _sensor_noise(rng, image.shape)
     np.clip(image, 0.0, 255.0, out=image)
-    pixels: UInt8Image = cv2.convertScaleAbs(image)  # rounds to nearest, as uint8
+    pixels = np.asarray(cv2.convertScaleAbs(image), np.uint8)  # rounds to nearest
     return pixels, rows.build(image_path, task, NUM_KEYPOINTS, str(image_path))
 
 
