@@ -1,3 +1,59 @@
-"""lucid_yolo.replay."""
+"""Record regions of a PyTorch training step into CUDA graphs and replay them bitwise.
 
-__all__: list[str] = []
+Three levels, like :mod:`torch.cuda.graphs`: :class:`RegionRecorder` records one region's forward
+and backward; :class:`ReplayModule` makes an ``nn.Module`` record itself; :class:`ReplayStep` runs
+a whole plain-PyTorch training step (forward, loss, backward, update, EMA). Anything a recording
+cannot honour retires to native execution with a typed reason. See the "Replay library" docs page.
+"""
+
+from lucid_yolo.replay.digest import first_difference, grads_of, state_digest, tensor_digest
+from lucid_yolo.replay.exceptions import (
+    CaptureError,
+    ReplayConfigError,
+    ReplayError,
+    ReplayRetiredWarning,
+)
+from lucid_yolo.replay.pool import ReplayPool
+from lucid_yolo.replay.protocols import (
+    GroupedRegion,
+    ModuleRegion,
+    Region,
+    RegionOutput,
+    UpdateOptimizer,
+)
+from lucid_yolo.replay.recorder import RegionRecorder
+from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
+from lucid_yolo.replay.signature import Binding, Signature, TensorSpec
+from lucid_yolo.replay.telemetry import Telemetry, merge_telemetry
+
+__all__ = [
+    # level 1: one region
+    "RegionRecorder",
+    "ReplayPool",
+    # describing a region
+    "GroupedRegion",
+    "ModuleRegion",
+    "Region",
+    "RegionOutput",
+    "UpdateOptimizer",
+    # signatures
+    "Binding",
+    "Signature",
+    "TensorSpec",
+    # retirement and telemetry
+    "RetireLog",
+    "RetireReason",
+    "Retirement",
+    "Telemetry",
+    "merge_telemetry",
+    # digests
+    "first_difference",
+    "grads_of",
+    "state_digest",
+    "tensor_digest",
+    # errors
+    "CaptureError",
+    "ReplayConfigError",
+    "ReplayError",
+    "ReplayRetiredWarning",
+]

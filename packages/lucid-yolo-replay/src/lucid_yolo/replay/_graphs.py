@@ -1,0 +1,178 @@
+"""Graph backends: real CUDA graphs, or a CPU stand-in with the same buffer lifetimes.
+
+Both backends expose the same life cycle — capture forward, capture backward, launch forward,
+launch backward — over the same static buffers, so every line of the recorder's bookkeeping runs
+in the CPU suite. The stand-in re-executes the captured callables eagerly and copies their results
+into the static buffers, exactly where a CUDA graph would have written them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import torch
+from torch import Tensor
+
+from lucid_yolo.replay._capture import capture_with_trail
+from lucid_yolo.replay.pool import ReplayPool
+
+_T = TypeVar("_T")
+_G = TypeVar("_G")
+
+ForwardBody = Callable[[], tuple[Tensor, ...]]
+"""Runs the region on its static inputs; returns flat outputs (autograd-connected)."""
+BackwardBody = Callable[[Sequence[Tensor]], tuple[Tensor | None, ...]]
+"""Maps autograd-connected outputs to gradients of the targets, reading static grad outputs."""
+
+
+Pattern = frozenset[str]
+"""The prediction groups that receive gradient in one backward."""
+
+
+class RegionGraphs:
+    """Forward graph and one backward graph per gradient pattern, or their CPU stand-in.
+
+    Attributes:
+        static_outputs: flat outputs; a forward launch rewrites them in place.
+        static_grads: per pattern, the gradient of every target (``None`` where that pattern
+            does not reach it); a backward launch rewrites them in place.
+    """
+
+    def __init__(self, pool: ReplayPool) -> None:
+        self.pool = pool
+        self.static_outputs: tuple[Tensor, ...] = ()
+        self.static_grads: dict[Pattern, tuple[Tensor | None, ...]] = {}
+        self._capture_outputs: tuple[Tensor, ...] = ()
+        self._live_outputs: tuple[Tensor, ...] = ()
+        self._forward_body: ForwardBody | None = None
+        self._backward_bodies: dict[Pattern, BackwardBody] = {}
+        self._forward_graph: torch.cuda.CUDAGraph | None = None
+        self._backward_graphs: dict[Pattern, torch.cuda.CUDAGraph] = {}
+
+    def capture(self, forward: ForwardBody, backwards: dict[Pattern, BackwardBody]) -> None:
+        """Record ``forward``, then each pattern's backward (on CUDA into the shared pool).
+
+        The capture-time outputs stay referenced and every backward body keeps the autograd
+        graph (``retain_graph=True``), so the activations the backward graphs read keep their
+        pool memory: a later capture in the same pool can never reuse it, which is what lets
+        chained regions (forward 1, forward 2, backward 2, backward 1) share a pool.
+
+        Raises:
+            CaptureError: naming the operator that broke the capture when it is known.
+        """
+        if self.pool.uses_cuda:
+            graph = torch.cuda.CUDAGraph()
+            outputs = capture_with_trail(lambda: self._cuda_capture(graph, forward), False)
+            self._forward_graph = graph
+            self._capture_outputs = outputs
+            self.static_outputs = tuple(o.detach() for o in outputs)
+            for pattern, backward in backwards.items():
+                self._backward_graphs[pattern] = torch.cuda.CUDAGraph()
+                self.static_grads[pattern] = capture_with_trail(
+                    _bind(self._cuda_capture, self._backward_graphs[pattern], backward, outputs),
+                    False,
+                )
+            return
+        outputs = capture_with_trail(forward, True)
+        for pattern, backward in backwards.items():
+            grads = capture_with_trail(_bind(_call, None, backward, outputs), True)
+            self.static_grads[pattern] = tuple(None if g is None else g.clone() for g in grads)
+        self._forward_body, self._backward_bodies = forward, dict(backwards)
+        self.static_outputs = tuple(o.detach().clone() for o in outputs)
+
+    def _cuda_capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], _T]) -> _T:
+        # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
+        with torch.cuda.graph(
+            graph,
+            pool=self.pool.handle,
+            stream=self.pool.stream,
+            capture_error_mode="thread_local",
+        ):
+            result = body()
+        return result
+
+    def launch_forward(self) -> None:
+        """Recompute ``static_outputs`` from the static inputs."""
+        if self._forward_graph is not None:
+            self._forward_graph.replay()
+            return
+        assert self._forward_body is not None
+        with torch.enable_grad():
+            outputs = self._forward_body()
+        with torch.no_grad():
+            for static, live in zip(self.static_outputs, outputs, strict=True):
+                static.copy_(live)
+        self._live_outputs = outputs
+
+    def launch_backward(self, pattern: Pattern) -> None:
+        """Recompute ``static_grads[pattern]`` from the static grad outputs."""
+        if self._forward_graph is not None:
+            self._backward_graphs[pattern].replay()
+            return
+        grads = self._backward_bodies[pattern](self._live_outputs)
+        self._live_outputs = ()
+        with torch.no_grad():
+            for static, live in zip(self.static_grads[pattern], grads, strict=True):
+                if static is not None and live is not None:
+                    static.copy_(live)
+
+
+def _call(graph: None, body: Callable[[], _T]) -> _T:
+    return body()
+
+
+def _bind(
+    run: Callable[[_G, Callable[[], tuple[Tensor | None, ...]]], tuple[Tensor | None, ...]],
+    graph: _G,
+    backward: BackwardBody,
+    outputs: Sequence[Tensor],
+) -> Callable[[], tuple[Tensor | None, ...]]:
+    """Freeze one pattern's arguments (a closure in a loop would see the last pattern's)."""
+    return lambda: run(graph, lambda: backward(outputs))
+
+
+class UpdateGraph:
+    """A graph of an in-place update (optimizer step, EMA), or its CPU stand-in."""
+
+    def __init__(self, pool: ReplayPool) -> None:
+        self.pool = pool
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._body: Callable[[], object] | None = None
+
+    def capture(self, body: Callable[[], object]) -> None:
+        """Record ``body``; on the CPU stand-in only check it for capture-unsafe operators.
+
+        The stand-in's check runs ``body`` for real, so callers snapshot and restore around it.
+
+        Raises:
+            CaptureError: naming the operator that broke the capture when it is known.
+        """
+        if self.pool.uses_cuda:
+            graph = torch.cuda.CUDAGraph()
+
+            def record() -> None:
+                with torch.cuda.graph(
+                    graph,
+                    pool=self.pool.handle,
+                    stream=self.pool.stream,
+                    capture_error_mode="thread_local",
+                ):
+                    body()
+
+            capture_with_trail(record, False)
+            self._graph = graph
+        else:
+            capture_with_trail(body, True)
+        self._body = body
+
+    def launch(self) -> None:
+        """Run the recorded update."""
+        if self._graph is not None:
+            self._graph.replay()
+        else:
+            assert self._body is not None
+            self._body()
+
+
+__all__ = ["BackwardBody", "ForwardBody", "Pattern", "RegionGraphs", "UpdateGraph"]

@@ -1,0 +1,43 @@
+"""Snapshot and in-place restore of the state that warm-up and capture would otherwise advance.
+
+Warm-up runs real forwards: BatchNorm running statistics and ``num_batches_tracked`` move and the
+RNG offset advances (REPLAY_NOTES.md "State, RNG"). Restoring with ``copy_`` keeps every address,
+which the recorded graphs depend on (invariants 1 and 20).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+from torch import Tensor
+
+
+class StateSnapshot:
+    """Copies of tensors and of the CPU and CUDA generator states, restorable in place.
+
+    Args:
+        tensors: tensors to restore by value (buffers, optionally parameters and grads).
+        devices: CUDA devices whose default generator state to restore.
+    """
+
+    def __init__(self, tensors: Iterable[Tensor], devices: Iterable[torch.device] = ()) -> None:
+        self._live = tuple(tensors)
+        with torch.no_grad():
+            self._saved = tuple(t.detach().clone() for t in self._live)
+        self._cpu_rng = torch.get_rng_state()
+        self._cuda_rng = {
+            d: torch.cuda.get_rng_state(d) for d in dict.fromkeys(devices) if d.type == "cuda"
+        }
+
+    def restore(self) -> None:
+        """Write the saved values back in place and reset the generators."""
+        with torch.no_grad():
+            for live, saved in zip(self._live, self._saved, strict=True):
+                live.copy_(saved)
+        torch.set_rng_state(self._cpu_rng)
+        for device, state in self._cuda_rng.items():
+            torch.cuda.set_rng_state(state, device)
+
+
+__all__ = ["StateSnapshot"]

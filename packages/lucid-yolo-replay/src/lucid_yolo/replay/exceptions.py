@@ -1,0 +1,35 @@
+"""Typed exceptions and warnings of :mod:`lucid_yolo.replay`.
+
+A recorder never raises for a step it cannot honour: it *retires* to native execution and warns
+(:class:`ReplayRetiredWarning`). Exceptions are kept for misuse that no fallback can fix, such as a
+bad argument, and for the internal capture failure that the recorder turns into a retirement.
+"""
+
+from __future__ import annotations
+
+
+class ReplayError(Exception):
+    """Base class of every error raised by :mod:`lucid_yolo.replay`."""
+
+
+class ReplayConfigError(ReplayError, ValueError):
+    """An argument or region description that the replay library cannot work with."""
+
+
+class CaptureError(ReplayError):
+    """A warm-up or capture failed; ``op`` names the offending operator when it is known.
+
+    The recorder catches it, restores the state it snapshotted and retires the signature with
+    reason ``capture-failed``; user code only sees it through the warning and the telemetry.
+    """
+
+    def __init__(self, message: str, op: str | None = None) -> None:
+        super().__init__(message)
+        self.op = op
+
+
+class ReplayRetiredWarning(UserWarning):
+    """A recorder stopped replaying (for one signature or for good) and runs native instead."""
+
+
+__all__ = ["CaptureError", "ReplayConfigError", "ReplayError", "ReplayRetiredWarning"]

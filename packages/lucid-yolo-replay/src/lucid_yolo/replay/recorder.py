@@ -1,0 +1,495 @@
+"""Level 1: record one region's forward and backward into graphs and replay them under autograd.
+
+The recorder sits where the region's call was. On each call it decides, in this order: run native
+(grad disabled, retired, warm-up, an unsafe interleaving), record (a new signature after
+warm-up), or replay. A replay copies the inputs into static buffers, launches the forward graph
+and returns the static outputs as ordinary tensors wired into autograd, so native code (a loss)
+can follow; autograd later calls back into the recorder, which launches the backward graph and
+hands gradients to ``AccumulateGrad`` exactly as eager autograd would (REPLAY_NOTES.md
+"Gradients", invariants 2-4).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from lucid_yolo.replay._capture import autocast_cache_emulation
+from lucid_yolo.replay._graphs import BackwardBody, Pattern, RegionGraphs
+from lucid_yolo.replay._outputs import OutputLayout
+from lucid_yolo.replay._state import StateSnapshot
+from lucid_yolo.replay.exceptions import ReplayConfigError
+from lucid_yolo.replay.pool import OpenForward, ReplayPool
+from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
+from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
+from lucid_yolo.replay.signature import Binding, Signature, UnsupportedInputError
+from lucid_yolo.replay.telemetry import Telemetry
+
+_ANCESTRY_LIMIT = 256
+"""Autograd nodes walked to prove that a forward depends on an open one (then it is nested)."""
+
+
+@dataclass
+class _Recording:
+    """Everything one signature's graphs read and write, named by lifetime."""
+
+    index: int
+    graphs: RegionGraphs
+    layout: OutputLayout
+    static_inputs: tuple[Tensor, ...]
+    static_grad_outputs: dict[int, Tensor]
+    differentiable: tuple[int, ...]
+    grad_input_positions: tuple[int, ...]
+    params: tuple[nn.Parameter, ...]
+    groups: dict[str, tuple[int, ...]]
+    sharing_probe: list[Any] = field(default_factory=list)
+    replays: int = 0
+
+
+class _Call:
+    """One replayed call, carried through autograd as the Function's non-tensor argument."""
+
+    def __init__(self, recorder: RegionRecorder, recording: _Recording, inputs: list[Tensor]):
+        self.recorder = recorder
+        self.recording = recording
+        self.inputs = inputs
+        self.token: OpenForward | None = None
+
+
+class _ReplayFunction(torch.autograd.Function):
+    """Forward launches the forward graph; backward launches the backward graph."""
+
+    @staticmethod
+    def forward(ctx: Any, call: _Call, *live_targets: Tensor) -> tuple[Tensor, ...]:
+        return call.recorder._launch_forward(ctx, call)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
+        call: _Call = ctx.call
+        return (None, *call.recorder._launch_backward(ctx, call, grads))
+
+
+class RegionRecorder:
+    """Records a region into CUDA graphs after warm-up and replays it, bitwise equal to eager.
+
+    Args:
+        region: what to record (:class:`~lucid_yolo.replay.protocols.Region`); a
+            :class:`~lucid_yolo.replay.protocols.GroupedRegion` also names prediction groups.
+        name: quoted in warnings and retirements.
+        warmup_steps: native calls per signature before it is recorded; they are real steps.
+        capture_warmup: forward+backward passes on the side stream right before capture, so
+            every kernel and shape is seen before capture (invariant 16); their effect on buffers
+            and RNG is undone.
+        max_signatures: recordings kept; a further signature runs native (graph memory is held
+            for good, invariant 19).
+        pool: memory pool and side stream, shareable with other recorders of the same step;
+            ``None`` gives the recorder its own (CPU stand-in when CUDA is not available).
+        clone_outputs: return copies instead of the static outputs. Static outputs are borrowed:
+            they are overwritten by the next replay of this recording, and — when the pool is
+            shared — by graphs that replay during the same backward.
+        enabled: ``False`` runs every call native (bookkeeping only counts it).
+
+    Raises:
+        ReplayConfigError: for a non-positive ``max_signatures`` or ``capture_warmup``, or a
+            negative ``warmup_steps``.
+
+    Example:
+        >>> recorder = RegionRecorder(ModuleRegion(net))  # doctest: +SKIP
+        >>> loss = criterion(recorder(images), targets)  # doctest: +SKIP
+        >>> loss.backward()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        region: Region,
+        *,
+        name: str = "region",
+        warmup_steps: int = 1,
+        capture_warmup: int = 2,
+        max_signatures: int = 4,
+        pool: ReplayPool | None = None,
+        clone_outputs: bool = False,
+        enabled: bool = True,
+    ) -> None:
+        if warmup_steps < 0:
+            raise ReplayConfigError(f"warmup_steps={warmup_steps!r}: expected 0 or more")
+        if capture_warmup < 1:
+            raise ReplayConfigError(
+                f"capture_warmup={capture_warmup!r}: expected at least 1, capture must follow "
+                "a pass that has seen every kernel and shape"
+            )
+        if max_signatures < 1:
+            raise ReplayConfigError(f"max_signatures={max_signatures!r}: expected at least 1")
+        self.region = region
+        self.name = name
+        self.warmup_steps = warmup_steps
+        self.capture_warmup = capture_warmup
+        self.max_signatures = max_signatures
+        self.clone_outputs = clone_outputs
+        self.enabled = enabled
+        self.binding = Binding(region.region_modules())
+        self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
+        self.pool = pool if pool is not None else ReplayPool(self._default_device())
+        self.telemetry = Telemetry()
+        self.retire_log = RetireLog(name)
+        self.retired: Retirement | None = None
+        self._recordings: dict[Signature, _Recording] = {}
+        self._seen: Counter[Signature] = Counter()
+        self._native_signatures: set[Signature] = set()
+
+    def _default_device(self) -> torch.device | None:
+        params = self.binding.parameters
+        return params[0].device if params else None
+
+    # ------------------------------------------------------------------ dispatch
+
+    def __call__(self, *args: Any) -> RegionOutput:
+        """Run the region: native, record then replay, or replay (see the class docstring)."""
+        if not self.enabled:
+            return self._native("disabled", args)
+        if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
+            return self._native("no-grad", args)
+        if self.retired is not None:
+            return self._native("retired", args)
+        problem = self.binding.check()
+        if problem is not None:
+            self.retire(*problem)
+            return self._native("retired", args)
+        try:
+            signature = self.binding.signature(args, self.pool.device.type)
+        except UnsupportedInputError as error:
+            self._count_retirement(RetireReason.UNSUPPORTED_INPUT, str(error))
+            return self._native("unsupported-input", args)
+        recording = self._recordings.get(signature)
+        if recording is None:
+            if signature in self._native_signatures:
+                return self._native("retired-signature", args)
+            self._seen[signature] += 1
+            if self._seen[signature] <= self.warmup_steps:
+                return self._native("warm-up", args)
+            recording = self._record_or_retire(signature, args)
+            if recording is None:
+                return self._native("retired-signature", args)
+        tensors = [a for a in args if isinstance(a, Tensor)]
+        if not self._may_open(recording, tensors):
+            return self._native("interleaved", args)
+        return self._replay(recording, tensors)
+
+    def retire(self, reason: RetireReason, detail: str) -> None:
+        """Stop replaying for good: every later call runs native. Warned once per reason."""
+        self.retired = self._count_retirement(reason, detail)
+
+    def reset(self) -> None:
+        """Forget every recording (its graph memory is freed once no output references it)."""
+        self._recordings.clear()
+        self._seen.clear()
+        self._native_signatures.clear()
+
+    @property
+    def recordings(self) -> int:
+        """Signatures currently recorded."""
+        return len(self._recordings)
+
+    def _count_retirement(self, reason: RetireReason, detail: str) -> Retirement:
+        self.telemetry.retirements[reason] += 1
+        return self.retire_log.record(reason, detail)
+
+    def _native(self, cause: str, args: Sequence[Any]) -> RegionOutput:
+        self.telemetry.native_calls[cause] += 1
+        return self.region(*args)
+
+    def _may_open(self, recording: _Recording, inputs: Sequence[Tensor]) -> bool:
+        """A forward may replay when nothing is open, or nested above the newest open one."""
+        open_forwards = self.pool.open_forwards()
+        if not open_forwards:
+            return True
+        newest = open_forwards[-1]
+        return recording.index > newest.index and _depends_on(inputs, newest.node_id)
+
+    # ------------------------------------------------------------------ recording
+
+    def _record_or_retire(self, signature: Signature, args: Sequence[Any]) -> _Recording | None:
+        if len(self._recordings) >= self.max_signatures:
+            self._native_signatures.add(signature)
+            self._count_retirement(
+                RetireReason.SIGNATURE_LIMIT,
+                f"{len(self._recordings)} signatures recorded (max_signatures="
+                f"{self.max_signatures!r}); pad inputs to fewer shapes or raise the limit",
+            )
+            return None
+        unsupported = _unsupported_module(self.binding.submodules)
+        if unsupported is not None:
+            self.retire(RetireReason.UNSUPPORTED_MODULE, unsupported)
+            return None
+        snapshot = StateSnapshot(self.binding.buffers, self._devices(args))
+        reserved = self.pool.reserved_bytes()
+        try:
+            recording = self._record(args)
+        except Exception as error:
+            if self.pool.uses_cuda:
+                torch.cuda.synchronize(self.pool.device)
+            snapshot.restore()
+            self._native_signatures.add(signature)
+            self._count_retirement(RetireReason.CAPTURE_FAILED, str(error))
+            return None
+        # Warm-up ran real forwards: undo BN statistics and RNG advance, in place (invariant 1).
+        snapshot.restore()
+        self.telemetry.recordings += 1
+        self.telemetry.pool_bytes += max(0, self.pool.reserved_bytes() - reserved)
+        self._recordings[signature] = recording
+        return recording
+
+    def _devices(self, args: Sequence[Any]) -> list[torch.device]:
+        tensors = [*self.binding.parameters, *(a for a in args if isinstance(a, Tensor))]
+        return [t.device for t in tensors]
+
+    def _record(self, args: Sequence[Any]) -> _Recording:
+        """Warm up on the side stream, then capture forward and backward.
+
+        Static inputs are fresh buffers with each input's exact shape, stride and dtype, filled
+        with the current inputs so warm-up sees real values.
+        """
+        live_inputs = [a for a in args if isinstance(a, Tensor)]
+        with torch.no_grad():
+            static_inputs = tuple(
+                torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
+                for a in live_inputs
+            )
+        for static, live in zip(static_inputs, live_inputs, strict=True):
+            static.requires_grad_(live.requires_grad)
+        static_iter = iter(static_inputs)
+        call_args = [next(static_iter) if isinstance(a, Tensor) else a for a in args]
+        grad_input_positions = tuple(i for i, s in enumerate(static_inputs) if s.requires_grad)
+        params = tuple(p for p in self.binding.parameters if p.requires_grad)
+        targets = (*(static_inputs[i] for i in grad_input_positions), *params)
+        layout_slot: list[OutputLayout] = []
+        device_type = self.pool.device.type
+
+        def forward() -> tuple[Tensor, ...]:
+            with autocast_cache_emulation(device_type):
+                layout, flat = OutputLayout.flatten(self.region(*call_args))
+            layout_slot[:] = [layout]
+            return flat
+
+        with self.pool.side_stream():
+            outputs = forward()
+            groups = layout_slot[0].group_indices(self.groups)
+            differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
+            patterns = _patterns(groups, differentiable) if targets else {}
+            with torch.no_grad():
+                static_grad_outputs = {i: torch.zeros_like(outputs[i]) for i in differentiable}
+            # Warm-up visits every kernel and shape of the forward and of each backward pattern.
+            for iteration in range(self.capture_warmup):
+                if iteration:
+                    outputs = forward()
+                for indices in patterns.values():
+                    torch.autograd.grad(
+                        [outputs[i] for i in indices],
+                        targets,
+                        [static_grad_outputs[i] for i in indices],
+                        allow_unused=True,
+                        retain_graph=True,
+                    )
+            del outputs
+
+        def backward_of(indices: tuple[int, ...]) -> BackwardBody:
+            def backward(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
+                grads = torch.autograd.grad(
+                    [outs[i] for i in indices],
+                    targets,
+                    [static_grad_outputs[i] for i in indices],
+                    allow_unused=True,
+                    retain_graph=True,
+                )
+                return tuple(grads)
+
+            return backward
+
+        graphs = RegionGraphs(self.pool)
+        graphs.capture(forward, {p: backward_of(ix) for p, ix in patterns.items()})
+        return _Recording(
+            index=self.pool.next_index(),
+            graphs=graphs,
+            layout=layout_slot[0],
+            static_inputs=static_inputs,
+            static_grad_outputs=static_grad_outputs,
+            differentiable=differentiable,
+            grad_input_positions=grad_input_positions,
+            params=params,
+            groups=groups,
+        )
+
+    # ------------------------------------------------------------------ replay
+
+    def _replay(self, recording: _Recording, inputs: list[Tensor]) -> RegionOutput:
+        for handle in recording.sharing_probe:
+            handle.remove()
+        recording.sharing_probe.clear()
+        call = _Call(self, recording, inputs)
+        live_targets = [inputs[i] for i in recording.grad_input_positions]
+        outputs = _ReplayFunction.apply(call, *live_targets, *recording.params)
+        return recording.layout.rebuild(outputs)
+
+    def _launch_forward(self, ctx: Any, call: _Call) -> tuple[Tensor, ...]:
+        recording = call.recording
+        # Copy-in: the graph reads only the static inputs (invariant 5); skip a caller that
+        # already wrote into them.
+        for static, live in zip(recording.static_inputs, call.inputs, strict=True):
+            if static.data_ptr() != live.data_ptr():
+                static.copy_(live)
+        call.inputs = [call.inputs[i] for i in recording.grad_input_positions]
+        recording.graphs.launch_forward()
+        recording.replays += 1
+        self.telemetry.replays += 1
+        self.telemetry.graph_launches += 1
+        outputs = tuple(
+            o.clone() if self.clone_outputs else o.detach() for o in recording.graphs.static_outputs
+        )
+        constant = [o for i, o in enumerate(outputs) if i not in recording.differentiable]
+        if constant:
+            ctx.mark_non_differentiable(*constant)
+        ctx.set_materialize_grads(False)
+        ctx.call = call
+        if recording.differentiable:
+            call.token = OpenForward(recording.index, id(ctx))
+            ctx.token = call.token
+            self.pool.push(call.token)
+        return outputs
+
+    def _launch_backward(
+        self, ctx: Any, call: _Call, grads: Sequence[Tensor | None]
+    ) -> tuple[Tensor | None, ...]:
+        recording = call.recording
+        graded = frozenset(
+            name
+            for name, indices in recording.groups.items()
+            if any(grads[i] is not None for i in indices)
+        )
+        for name in recording.groups.keys() - graded:
+            self.telemetry.ungraded[name] += 1
+        # Copy-in of the incoming gradients; an output without one reads zeros, as autograd's
+        # materialised gradient would be.
+        with torch.no_grad():
+            for i, static in recording.static_grad_outputs.items():
+                grad = grads[i]
+                if grad is None:
+                    static.zero_()
+                else:
+                    static.copy_(grad)
+        recording.graphs.launch_backward(graded)
+        self.telemetry.graph_launches += 1
+        if call.token is not None:
+            call.token.closed = True
+        # Other open forwards' backward graphs will run before AccumulateGrad reads our static
+        # buffers and may reuse their memory: hand private copies then.
+        private = bool(self.pool.open_forwards())
+        live = (*call.inputs, *recording.params)
+        routed = tuple(
+            _route(t, g, private)
+            for t, g in zip(live, recording.graphs.static_grads[graded], strict=True)
+        )
+        if recording.replays == 1:
+            self._probe_sharing(ctx, recording, routed)
+        return routed
+
+    def _probe_sharing(
+        self, ctx: Any, recording: _Recording, routed: Sequence[Tensor | None]
+    ) -> None:
+        """Check, on the first replayed backward, that no parameter also gets outside gradient.
+
+        A prehook on the parameter's ``AccumulateGrad`` sees the sum of all incoming gradients;
+        when the region is the only contributor it is the very tensor handed over. A strong
+        reference held until the hook keeps autograd from summing into that tensor in place.
+        """
+        offset = len(recording.grad_input_positions)
+        for k in range(len(recording.params)):
+            handed = routed[offset + k]
+            node = ctx.next_functions[offset + k][0]
+            if handed is None or node is None:
+                continue
+            held = [handed]
+
+            def probe(grad_outputs: Any, held: list[Tensor] = held, k: int = k) -> None:
+                if held and grad_outputs[0] is not None:
+                    if grad_outputs[0].data_ptr() != held[0].data_ptr():
+                        self.retire(
+                            RetireReason.SHARED_PARAMETER,
+                            f"parameter {k} of {len(recording.params)} also receives gradient "
+                            "from outside the region; put every use inside the region",
+                        )
+                    held.clear()
+
+            recording.sharing_probe.append(node.register_prehook(probe))
+
+
+def _patterns(
+    groups: dict[str, tuple[int, ...]], differentiable: Sequence[int]
+) -> dict[Pattern, tuple[int, ...]]:
+    """Differentiable output indices of every non-empty subset of groups that has any."""
+    names = sorted(groups)
+    patterns: dict[Pattern, tuple[int, ...]] = {}
+    for r in range(1, len(names) + 1):
+        for subset in itertools.combinations(names, r):
+            indices = tuple(i for i in differentiable if any(i in groups[n] for n in subset))
+            graded = frozenset(n for n in subset if any(i in groups[n] for i in differentiable))
+            if indices and graded == frozenset(subset):
+                patterns[graded] = indices
+    return patterns
+
+
+def _route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
+    """The gradient to hand autograd for one target, as AccumulateGrad expects it.
+
+    First micro-batch (``.grad`` undefined): a private tensor with the parameter's strides,
+    which AccumulateGrad adopts — never the static buffer, which the next replay overwrites
+    (the g0+g1 → 2·g1 bug, invariant 2), and never zeros + g (invariant 3). Later micro-batches:
+    the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
+    Non-leaf inputs pass their gradient on to an upstream node: always private.
+    """
+    if static is None:
+        return None
+    if private or not live.is_leaf or live.grad is None:
+        fresh = torch.empty_strided(
+            live.shape, live.stride(), dtype=static.dtype, device=static.device
+        )
+        return fresh.copy_(static)
+    return static
+
+
+def _depends_on(inputs: Sequence[Tensor], node_id: int) -> bool:
+    """Whether an input's autograd history reaches the node ``node_id`` (bounded walk)."""
+    frontier = [t.grad_fn for t in inputs if t.grad_fn is not None]
+    seen: set[int] = set()
+    while frontier and len(seen) < _ANCESTRY_LIMIT:
+        node = frontier.pop()
+        if id(node) == node_id:
+            return True
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        frontier.extend(n for n, _ in node.next_functions if n is not None)
+    return False
+
+
+def _unsupported_module(modules: Sequence[nn.Module]) -> str | None:
+    for module in modules:
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and module.training
+            and module.track_running_stats
+            and module.momentum is None
+        ):
+            return (
+                f"{type(module).__name__}(momentum=None) reads num_batches_tracked on the host "
+                "every step; give it a float momentum"
+            )
+    return None
+
+
+__all__ = ["RegionRecorder"]

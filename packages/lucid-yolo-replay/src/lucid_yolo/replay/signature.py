@@ -1,0 +1,270 @@
+"""Signatures: everything that must match for a recorded graph to stand in for a native call.
+
+A CUDA graph replays fixed kernels on fixed addresses with every Python scalar baked in, and it
+checks nothing at replay (REPLAY_NOTES.md "Silent at replay"). The recorder therefore keys each
+recording on a :class:`Signature` built before every call, and separately checks a
+:class:`Binding` of the region's identity (parameters, forward methods, hooks) whose change cannot
+be fixed by recording again and retires the recorder (invariants 7-12).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from lucid_yolo.replay.retire import RetireReason
+
+Scalar = bool | int | float | str | None
+"""Non-tensor arguments a region may take: they are baked into the recording, so keyed on."""
+
+_SCALAR_TYPES = (bool, int, float, str, type(None))
+_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+_MODULE_HOOK_DICTS_OPTIONAL = ("_backward_pre_hooks",)
+_GLOBAL_HOOK_DICTS = (
+    "_global_forward_hooks",
+    "_global_forward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_backward_pre_hooks",
+)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """What a static buffer must match: never a pointer alone (invariant 7)."""
+
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    dtype: torch.dtype
+    device: torch.device
+    requires_grad: bool
+
+    @classmethod
+    def of(cls, tensor: Tensor) -> TensorSpec:
+        """Spec of ``tensor`` (any shape, dtype, device)."""
+        return cls(
+            tuple(tensor.shape), tensor.stride(), tensor.dtype, tensor.device, tensor.requires_grad
+        )
+
+    def empty(self) -> Tensor:
+        """A fresh uninitialised tensor with exactly this shape, stride, dtype and device."""
+        return torch.empty_strided(self.shape, self.stride, dtype=self.dtype, device=self.device)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The per-call key of a recording.
+
+    Attributes:
+        inputs: a :class:`TensorSpec` per tensor argument, the value itself per scalar argument.
+        autocast: ``(enabled, dtype, cache_enabled)`` of autocast on the region's device type
+            (invariant 8; nothing checks autocast at replay).
+        training: every submodule's ``training`` flag, in ``modules()`` order (invariant 9).
+        requires_grad: every parameter's ``requires_grad``.
+        scalars: every submodule's public scalar attributes (BN momentum/eps, dropout ``p`` ...),
+            which a graph bakes in (invariant 12).
+        backend: TF32, reduced-precision reduction, cuDNN, determinism and SDPA flags, baked at
+            capture (invariant 12).
+    """
+
+    inputs: tuple[TensorSpec | Scalar, ...]
+    autocast: tuple[bool, torch.dtype, bool]
+    training: tuple[bool, ...]
+    requires_grad: tuple[bool, ...]
+    scalars: tuple[tuple[Scalar | tuple[Scalar, ...], ...], ...]
+    backend: tuple[object, ...]
+
+
+class UnsupportedInputError(TypeError):
+    """An argument the recorder cannot key on; the call runs native (``unsupported-input``)."""
+
+
+def input_specs(args: Sequence[object]) -> tuple[TensorSpec | Scalar, ...]:
+    """Key of the positional arguments of a call.
+
+    Raises:
+        UnsupportedInputError: for an argument that is neither a tensor nor a Python scalar.
+    """
+    specs: list[TensorSpec | Scalar] = []
+    for i, arg in enumerate(args):
+        if isinstance(arg, Tensor):
+            specs.append(TensorSpec.of(arg))
+        elif isinstance(arg, _SCALAR_TYPES):
+            specs.append(arg)
+        else:
+            raise UnsupportedInputError(
+                f"argument {i} is a {type(arg).__name__!r}: a replayed region takes tensors and "
+                "Python scalars only; pass containers as separate tensor arguments"
+            )
+    return tuple(specs)
+
+
+def backend_flags() -> tuple[object, ...]:
+    """Global numerics flags that a graph bakes in at capture."""
+    cuda, cudnn = torch.backends.cuda, torch.backends.cudnn
+    return (
+        cuda.matmul.allow_tf32,
+        cuda.matmul.allow_fp16_reduced_precision_reduction,
+        cuda.matmul.allow_bf16_reduced_precision_reduction,
+        getattr(cuda.matmul, "fp32_precision", None),
+        torch.get_float32_matmul_precision(),
+        cudnn.enabled,
+        cudnn.allow_tf32,
+        cudnn.benchmark,
+        cudnn.deterministic,
+        getattr(cudnn, "fp32_precision", None),
+        torch.are_deterministic_algorithms_enabled(),
+        *(_call_flag(cuda, name) for name in _SDPA_FLAGS),
+    )
+
+
+_SDPA_FLAGS = ("flash_sdp_enabled", "mem_efficient_sdp_enabled", "math_sdp_enabled")
+
+
+def _call_flag(namespace: object, name: str) -> bool:
+    getter: Callable[[], bool] = getattr(namespace, name)
+    return getter()
+
+
+def autocast_state(device_type: str) -> tuple[bool, torch.dtype, bool]:
+    """``(enabled, dtype, cache_enabled)`` of autocast for ``device_type`` (``"cuda"``...)."""
+    return (
+        torch.is_autocast_enabled(device_type),
+        torch.get_autocast_dtype(device_type),
+        torch.is_autocast_cache_enabled(),
+    )
+
+
+def _scalar_attrs(module: nn.Module) -> tuple[str, ...]:
+    names = []
+    for name, value in vars(module).items():
+        if name.startswith("_") or name == "training":
+            continue
+        if isinstance(value, _SCALAR_TYPES) or (
+            isinstance(value, tuple) and all(isinstance(v, _SCALAR_TYPES) for v in value)
+        ):
+            names.append(name)
+    return tuple(sorted(names))
+
+
+def _hook_count(module: nn.Module) -> int:
+    count = sum(len(getattr(module, name)) for name in _MODULE_HOOK_DICTS)
+    return count + sum(len(getattr(module, name, ())) for name in _MODULE_HOOK_DICTS_OPTIONAL)
+
+
+def _global_hook_count() -> int:
+    registry = nn.modules.module
+    return sum(len(getattr(registry, name, ())) for name in _GLOBAL_HOOK_DICTS)
+
+
+def _same_objects(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+class Binding:
+    """The identity of a region at recording time; a change retires the recorder.
+
+    Captures, once: the submodules, their parameters and buffers (object identity and storage
+    address, invariant 10), their ``forward`` (class attribute and any instance override,
+    invariant 11) and the names of their scalar attributes. :meth:`check` compares cheaply on
+    every call; :meth:`signature` builds the per-call :class:`Signature`.
+
+    Args:
+        modules: the modules whose parameters and buffers the region reads.
+    """
+
+    def __init__(self, modules: Sequence[nn.Module]) -> None:
+        self.submodules: tuple[nn.Module, ...] = tuple(
+            dict.fromkeys(sub for m in modules for sub in m.modules())
+        )
+        self.parameters: tuple[nn.Parameter, ...] = tuple(
+            dict.fromkeys(p for m in self.submodules for p in m.parameters(recurse=False))
+        )
+        self.buffers: tuple[Tensor, ...] = tuple(
+            b for m in self.submodules for b in m.buffers(recurse=False)
+        )
+        self._storage = self._addresses()
+        self._forwards = self._forward_ids()
+        self._scalar_names = tuple(_scalar_attrs(m) for m in self.submodules)
+
+    def _addresses(self) -> tuple[tuple[int, int], ...]:
+        tensors = (*self.parameters, *self.buffers)
+        return tuple((id(t), t.data_ptr()) for t in tensors)
+
+    def _forward_ids(self) -> tuple[tuple[int, int], ...]:
+        return tuple((id(type(m).forward), id(vars(m).get("forward"))) for m in self.submodules)
+
+    def check(self) -> tuple[RetireReason, str] | None:
+        """Return why the region can no longer replay, or ``None`` when it still can."""
+        current = tuple(
+            dict.fromkeys(p for m in self.submodules for p in m.parameters(recurse=False))
+        )
+        buffers = tuple(b for m in self.submodules for b in m.buffers(recurse=False))
+        if not (_same_objects(current, self.parameters) and _same_objects(buffers, self.buffers)):
+            return RetireReason.PARAMETER_REPLACED, (
+                "a parameter or buffer object was replaced (load_state_dict(assign=True), "
+                "to(), re-registration); build a new recorder after changing the module"
+            )
+        if self._addresses() != self._storage:
+            return RetireReason.PARAMETER_REPLACED, (
+                "a parameter's storage moved (`.data =` assignment or resize); update values "
+                "in place with copy_() instead"
+            )
+        if self._forward_ids() != self._forwards:
+            altered = [
+                type(m).__name__
+                for m, ids in zip(self.submodules, self._forward_ids(), strict=True)
+                if ids not in self._forwards
+            ]
+            return RetireReason.FORWARD_ALTERED, (
+                f"forward of {altered[:3]!r} was replaced; the graph would run the old code"
+            )
+        hooked = [type(m).__name__ for m in self.submodules if _hook_count(m)]
+        if hooked or _global_hook_count():
+            where = f"on {hooked[:3]!r}" if hooked else "registered globally"
+            return RetireReason.MODULE_HOOKS, (
+                f"module hooks {where} would not fire at replay; remove them or run native"
+            )
+        hooked_params = [
+            i
+            for i, p in enumerate(self.parameters)
+            if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None)
+        ]
+        if hooked_params:
+            return RetireReason.PARAMETER_HOOKS, (
+                f"parameters {hooked_params[:3]!r} carry tensor or post-accumulate-grad hooks, "
+                "which the replayed backward cannot call"
+            )
+        return None
+
+    def signature(self, args: Sequence[object], device_type: str) -> Signature:
+        """The :class:`Signature` of a call with positional ``args``.
+
+        Raises:
+            UnsupportedInputError: for an argument that is neither a tensor nor a scalar.
+        """
+        return Signature(
+            inputs=input_specs(args),
+            autocast=autocast_state(device_type),
+            training=tuple(m.training for m in self.submodules),
+            requires_grad=tuple(p.requires_grad for p in self.parameters),
+            scalars=tuple(
+                tuple(vars(m)[n] for n in names)
+                for m, names in zip(self.submodules, self._scalar_names, strict=True)
+            ),
+            backend=backend_flags(),
+        )
+
+
+__all__ = [
+    "Binding",
+    "Scalar",
+    "Signature",
+    "TensorSpec",
+    "UnsupportedInputError",
+    "autocast_state",
+    "backend_flags",
+    "input_specs",
+]

@@ -1,0 +1,468 @@
+"""CPU tests of the region recorder: routing, signatures, retire reasons, telemetry, pool order."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import pytest
+import torch
+from replay_nets import SmallNet, loss_of, make_net
+from torch import Tensor, nn
+
+from lucid_yolo.replay import (
+    ModuleRegion,
+    RegionRecorder,
+    ReplayConfigError,
+    ReplayPool,
+    ReplayRetiredWarning,
+    RetireReason,
+    first_difference,
+    grads_of,
+    state_digest,
+)
+
+Forward = Callable[[Tensor], dict[str, Tensor]]
+
+
+def _train(net: nn.Module, forward: Forward, steps: int, accumulation: int) -> dict[str, str]:
+    """SGD steps with ``accumulation`` micro-batches; digest of weights, buffers, grads, losses."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    gen = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        for micro in range(accumulation):
+            x = torch.randn(2, 3, 8, 8, generator=gen)
+            target = torch.randn(2, 4, 8, 8, generator=gen)
+            torch.manual_seed(1000 + 10 * step + micro)
+            loss = loss_of(forward(x), target)
+            loss.backward()
+            losses.append(loss.detach())
+        grads = {k: None if g is None else g.clone() for k, g in grads_of(net).items()}
+        optimizer.step()
+        optimizer.zero_grad()
+    return state_digest({"net": net, "grads": grads, "optim": optimizer, "losses": losses})
+
+
+@pytest.mark.parametrize("accumulation", [1, 2, 3])
+def test_recorder_matches_native_with_accumulation(accumulation: int) -> None:
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed))
+    expected = _train(native, native, steps=3, accumulation=accumulation)
+    got = _train(replayed, recorder, steps=3, accumulation=accumulation)
+    assert first_difference(expected, got) is None
+    assert recorder.telemetry.replays == 3 * accumulation - 1
+
+
+def test_recorder_matches_native_with_parameter_used_twice() -> None:
+    native, replayed = make_net(shared_twice=True), make_net(shared_twice=True)
+    recorder = RegionRecorder(ModuleRegion(replayed))
+    expected = _train(native, native, steps=2, accumulation=2)
+    assert first_difference(expected, _train(replayed, recorder, steps=2, accumulation=2)) is None
+
+
+def test_recorder_matches_native_under_cpu_bf16_autocast() -> None:
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed))
+
+    def autocast(forward: Forward) -> Forward:
+        def run(x: Tensor) -> dict[str, Tensor]:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return forward(x)
+
+        return run
+
+    expected = _train(native, autocast(native), steps=2, accumulation=2)
+    got = _train(replayed, autocast(recorder), steps=2, accumulation=2)
+    assert first_difference(expected, got) is None
+
+
+def test_recorder_first_gradient_does_not_alias_static_buffer() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    static_ptrs = {
+        g.data_ptr()
+        for rec in recorder._recordings.values()
+        for grads in rec.graphs.static_grads.values()
+        for g in grads
+        if g is not None
+    }
+    assert all(
+        p.grad is not None and p.grad.data_ptr() not in static_ptrs for p in net.parameters()
+    )
+
+
+def test_recorder_later_microbatch_accumulates_in_place() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    first = {name: (p.grad.data_ptr(), p.grad.clone()) for name, p in net.named_parameters()}
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    for name, p in net.named_parameters():
+        assert p.grad is not None
+        assert p.grad.data_ptr() == first[name][0]
+        assert not torch.equal(p.grad, first[name][1])
+
+
+def test_recorder_recording_leaves_batchnorm_and_rng_untouched() -> None:
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0, capture_warmup=3)
+    x = torch.randn(2, 3, 8, 8)
+    torch.manual_seed(5)
+    native(x)
+    native_rng = torch.get_rng_state()
+    torch.manual_seed(5)
+    recorder(x)
+    assert torch.equal(torch.get_rng_state(), native_rng)
+    assert first_difference(state_digest(native), state_digest(replayed)) is None
+    assert int(replayed.bn.num_batches_tracked) == 1
+
+
+def test_recorder_warmup_steps_run_native() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=2)
+    for _ in range(3):
+        loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    telemetry = recorder.telemetry.as_dict()
+    assert telemetry["native.warm-up"] == 2
+    assert telemetry["recordings"] == 1
+    assert telemetry["replays"] == 1
+    assert telemetry["graph_launches"] == 2
+
+
+def test_recorder_no_grad_runs_native() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    with torch.no_grad():
+        recorder(torch.randn(2, 3, 8, 8))
+    assert recorder.telemetry.native_calls["no-grad"] == 1
+    assert recorder.recordings == 0
+
+
+def test_recorder_disabled_runs_native() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0, enabled=False)
+    recorder(torch.randn(2, 3, 8, 8))
+    assert recorder.telemetry.native_calls["disabled"] == 1
+
+
+def test_recorder_new_input_shape_records_again() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    recorder(torch.randn(2, 3, 16, 16))["a.box"].sum().backward()
+    assert recorder.recordings == 2
+
+
+def test_recorder_new_stride_records_again() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    recorder(x)["a.box"].sum().backward()
+    recorder(x.contiguous(memory_format=torch.channels_last))["a.box"].sum().backward()
+    assert recorder.recordings == 2
+
+
+def test_recorder_eval_flag_records_again() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    net.drop.eval()
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.recordings == 2
+
+
+def test_recorder_changed_module_scalar_records_again() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    net.bn.momentum = 0.5
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.recordings == 2
+
+
+def test_recorder_autocast_change_records_again() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = recorder(torch.randn(2, 3, 8, 8))
+    out["a.box"].float().sum().backward()
+    assert recorder.recordings == 2
+
+
+def test_recorder_signature_limit_runs_native() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0, max_signatures=1)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    with pytest.warns(ReplayRetiredWarning, match="signature-limit"):
+        recorder(torch.randn(1, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.telemetry.retirements[RetireReason.SIGNATURE_LIMIT] == 1
+    assert recorder.telemetry.native_calls["retired-signature"] == 1
+    assert recorder.retired is None
+
+
+def test_recorder_unsupported_input_runs_native() -> None:
+    class TakesList(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, xs: list[Tensor]) -> Tensor:
+            return self.lin(xs[0])
+
+    recorder = RegionRecorder(ModuleRegion(TakesList()), warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match="unsupported-input.*'list'"):
+        recorder([torch.randn(1, 2)])
+    assert recorder.telemetry.native_calls["unsupported-input"] == 1
+
+
+def test_recorder_scalar_input_is_part_of_signature() -> None:
+    class Scaled(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(2, 2)
+
+        def forward(self, x: Tensor, scale: float) -> Tensor:
+            return self.lin(x) * scale
+
+    recorder = RegionRecorder(ModuleRegion(Scaled()), warmup_steps=0)
+    x = torch.randn(1, 2)
+    recorder(x, 1.0).sum().backward()
+    out = recorder(x, 2.0)
+    assert recorder.recordings == 2
+    assert torch.equal(out, recorder.region.module.lin(x).detach() * 2.0)
+
+
+def test_recorder_retires_when_forward_altered() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    net.head_a.forward = lambda x: x  # type: ignore[method-assign]
+    with pytest.warns(ReplayRetiredWarning, match="forward-altered.*Conv2d"):
+        out = recorder(torch.randn(2, 3, 8, 8))
+    assert out["a.box"].shape[1] == 8
+    assert recorder.retired is not None
+    assert recorder.retired.reason is RetireReason.FORWARD_ALTERED
+
+
+def test_recorder_retires_on_module_hook() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    calls = []
+    net.bn.register_forward_hook(lambda *_: calls.append(1))
+    with pytest.warns(ReplayRetiredWarning, match="module-hooks.*BatchNorm2d"):
+        recorder(torch.randn(2, 3, 8, 8))
+    recorder(torch.randn(2, 3, 8, 8))
+    assert calls == [1, 1]
+    assert recorder.telemetry.native_calls["retired"] == 2
+
+
+def test_recorder_retires_on_global_module_hook() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    handle = nn.modules.module.register_module_forward_hook(lambda *_: None)
+    try:
+        with pytest.warns(ReplayRetiredWarning, match="registered globally"):
+            recorder(torch.randn(2, 3, 8, 8))
+    finally:
+        handle.remove()
+
+
+def test_recorder_retires_on_parameter_hook() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    net.stem.weight.register_post_accumulate_grad_hook(lambda p: None)
+    with pytest.warns(ReplayRetiredWarning, match="parameter-hooks"):
+        recorder(torch.randn(2, 3, 8, 8))
+
+
+def test_recorder_retires_when_parameter_storage_moves() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    net.stem.weight.data = net.stem.weight.data.clone()
+    with pytest.warns(ReplayRetiredWarning, match="parameter-replaced.*storage moved"):
+        recorder(torch.randn(2, 3, 8, 8))
+
+
+def test_recorder_retires_when_parameter_replaced() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    net.stem.weight = nn.Parameter(net.stem.weight.detach().clone())
+    with pytest.warns(ReplayRetiredWarning, match="parameter-replaced.*object was replaced"):
+        recorder(torch.randn(2, 3, 8, 8))
+
+
+def test_recorder_retires_on_batchnorm_cumulative_momentum() -> None:
+    net = make_net()
+    net.bn.momentum = None
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match="unsupported-module.*momentum=None"):
+        recorder(torch.randn(2, 3, 8, 8))
+    assert recorder.recordings == 0
+
+
+class _Syncs(nn.Module):
+    """Calls ``.item()`` inside its forward: recording must fail and leave no trace."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm1d(3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.bn(x)
+        return y * float(y.detach().abs().max())
+
+
+def test_recorder_capture_failure_names_op_and_restores_state() -> None:
+    torch.manual_seed(0)
+    native, replayed = _Syncs(), _Syncs()
+    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0)
+    x = torch.randn(4, 3)
+    with pytest.warns(ReplayRetiredWarning, match=r"capture-failed.*_local_scalar_dense.*\.item"):
+        got = recorder(x)
+    assert torch.equal(got, native(x))
+    assert first_difference(state_digest(native), state_digest(replayed)) is None
+    assert recorder.telemetry.native_calls["retired-signature"] == 1
+    recorder(x)
+    assert recorder.telemetry.retirements[RetireReason.CAPTURE_FAILED] == 1
+
+
+def test_recorder_retires_parameter_shared_outside_region() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    out = recorder(torch.randn(2, 3, 8, 8))
+    loss = out["a.box"].sum() + net.head_a.bias.square().sum()
+    with pytest.warns(ReplayRetiredWarning, match="shared-parameter"):
+        loss.backward()
+    assert recorder.retired is not None
+
+
+def test_recorder_parameter_inside_only_is_not_flagged() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.retired is None
+
+
+def test_recorder_second_forward_before_backward_runs_native() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    x1, x2 = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8)
+    first, second = recorder(x1), recorder(x2)
+    assert recorder.telemetry.native_calls["interleaved"] == 1
+    with pytest.warns(ReplayRetiredWarning, match="shared-parameter"):
+        (first["a.box"].sum() + second["a.box"].sum()).backward()
+
+
+def test_recorder_discarded_outputs_release_the_pool() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))
+    recorder(torch.randn(2, 3, 8, 8))
+    assert recorder.telemetry.replays == 2
+
+
+class _Tail(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 3, 3, padding=1)
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.bn(self.conv(x))
+
+
+def test_recorder_chained_regions_sharing_pool_match_native() -> None:
+    torch.manual_seed(0)
+    head_n, tail_n = SmallNet(), _Tail()
+    head_r, tail_r = copy.deepcopy(head_n), copy.deepcopy(tail_n)
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(head_r), pool=pool, warmup_steps=0, name="head")
+    second = RegionRecorder(ModuleRegion(tail_r), pool=pool, warmup_steps=0, name="tail")
+    for step in range(3):
+        x = torch.randn(2, 3, 8, 8)
+        torch.manual_seed(step)
+        tail_n(head_n(x)["a.box"]).square().mean().backward()
+        torch.manual_seed(step)
+        second(first(x)["a.box"]).square().mean().backward()
+    expected = state_digest(
+        {"h": head_n, "t": tail_n, "gh": grads_of(head_n), "gt": grads_of(tail_n)}
+    )
+    got = state_digest({"h": head_r, "t": tail_r, "gh": grads_of(head_r), "gt": grads_of(tail_r)})
+    assert first_difference(expected, got) is None
+    assert second.telemetry.replays == 3
+    assert second.telemetry.native_calls["interleaved"] == 0
+
+
+def test_recorder_input_gradient_matches_native() -> None:
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    xn, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    for step in range(2):
+        torch.manual_seed(step)
+        native(xn)["a.box"].sum().backward()
+        torch.manual_seed(step)
+        recorder(xr)["a.box"].sum().backward()
+    assert xn.grad is not None
+    assert xr.grad is not None
+    assert torch.equal(xn.grad, xr.grad)
+
+
+def test_recorder_counts_group_without_gradient() -> None:
+    groups = {"a": ["a.box"], "b": ["b.box"]}
+    recorder = RegionRecorder(ModuleRegion(make_net(), groups), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.telemetry.as_dict()["ungraded.b"] == 1
+    assert "ungraded.a" not in recorder.telemetry.as_dict()
+
+
+def test_recorder_group_without_gradient_leaves_its_parameters_without_grad() -> None:
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    for step in range(2):
+        torch.manual_seed(step)
+        native(x)["a.box"].sum().backward()
+        torch.manual_seed(step)
+        recorder(x)["a.box"].sum().backward()
+    assert replayed.head_b.weight.grad is None
+    assert (
+        first_difference(state_digest(grads_of(native)), state_digest(grads_of(replayed))) is None
+    )
+
+
+def test_recorder_rejects_more_than_three_groups() -> None:
+    groups = {"a": ["a.box"], "b": ["b.box"], "c": [], "d": []}
+    recorder = RegionRecorder(ModuleRegion(make_net(), groups), warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match="capture-failed.*4 prediction groups"):
+        recorder(torch.randn(2, 3, 8, 8))
+
+
+def test_recorder_rejects_groups_naming_unknown_output() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net(), {"a": ["a.box", "c.box"]}), warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match=r"capture-failed.*\['c.box'\]"):
+        recorder(torch.randn(2, 3, 8, 8))
+
+
+def test_recorder_clone_outputs_survive_next_replay() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0, clone_outputs=True)
+    first = recorder(torch.randn(2, 3, 8, 8))
+    kept = first["a.box"].detach().clone()
+    first["a.box"].sum().backward()
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert torch.equal(first["a.box"].detach(), kept)
+
+
+def test_recorder_borrowed_outputs_are_overwritten_by_next_replay() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    first = recorder(torch.randn(2, 3, 8, 8))
+    kept = first["a.box"].detach().clone()
+    first["a.box"].sum().backward()
+    recorder(torch.randn(2, 3, 8, 8))
+    assert not torch.equal(first["a.box"].detach(), kept)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"warmup_steps": -1}, "warmup_steps=-1"),
+        ({"capture_warmup": 0}, "capture_warmup=0"),
+        ({"max_signatures": 0}, "max_signatures=0"),
+    ],
+)
+def test_recorder_rejects_bad_arguments(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ReplayConfigError, match=message):
+        RegionRecorder(ModuleRegion(make_net()), **kwargs)  # type: ignore[arg-type]
