@@ -6,8 +6,10 @@ import math
 
 import pytest
 import torch
-from loss_cases import STRIDE, detect_outputs, make_batch
+from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch
 
+from lucid_yolo.models import distances_to_xyxy
+from lucid_yolo.train.geometry import box_iou
 from lucid_yolo.train.losses import DetectionLoss, LossGains
 
 GT = [0.0, 0.0, 16.0, 16.0]  # anchors 0, 1, 4, 5 are its candidates
@@ -112,3 +114,39 @@ def test_detection_loss_rejects_wrong_strides() -> None:
     loss = DetectionLoss(1, strides=(8, 16))
     with pytest.raises(ValueError, match="outputs have 16 anchors"):
         loss(detect_outputs(GT), make_batch([GT], [0]), 0.0)
+
+
+def test_detection_loss_fits_free_outputs_with_one_o2o_anchor_per_instance() -> None:
+    # Optimise the raw outputs themselves: the loss alone must pull the one-to-one branch to a
+    # single confident, well-placed anchor per instance (what makes it NMS-free).
+    torch.manual_seed(0)
+    gts = [[3.0, 5.0, 19.0, 27.0], [18.0, 2.0, 30.0, 12.0]]
+    outputs = {
+        key: (bias + 0.3 * torch.randn(1, channels, A)).requires_grad_()
+        for key, channels, bias in [
+            ("o2m.box", 4, 1.5),
+            ("o2m.cls", 2, 0.0),
+            ("o2o.box", 4, 1.5),
+            ("o2o.cls", 2, 0.0),
+        ]
+    }
+    loss = DetectionLoss(2, strides=(STRIDE,))
+    optimizer = torch.optim.Adam(outputs.values(), lr=0.05)
+    batch = make_batch(gts, [0, 1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # hundreds of tiny steps: thread hand-offs would dominate
+    try:
+        for step in range(300):
+            total, _ = loss(outputs, batch, step / 299)
+            optimizer.zero_grad()
+            total.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    scores = outputs["o2o.cls"].detach().sigmoid()[0]  # (C, A)
+    boxes = distances_to_xyxy(outputs["o2o.box"].detach()[0].T * STRIDES, POINTS)
+    for class_id, gt in enumerate(gts):
+        top = scores[class_id].topk(2)
+        assert top.values[0] > 0.9
+        assert top.values[1] < 0.1
+        assert box_iou(boxes[top.indices[0]], torch.tensor(gt)) > 0.9
