@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+import pytest
 import torch
 
 from lucid_yolo.train.data.augment import hsv_cpu, hsv_on_device
@@ -59,3 +60,23 @@ def test_hsv_on_device_reproducible_with_generator() -> None:
     b = hsv_on_device(images, (0.015, 0.7, 0.4), torch.Generator().manual_seed(5))
     assert torch.equal(a, b)
     assert not torch.equal(a[0], a[1])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_hsv_on_device_replays_in_cuda_graph_like_eager() -> None:
+    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, device="cuda")
+    gains = (0.015, 0.7, 0.4)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        hsv_on_device(images, gains)  # warm-up on a side stream before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static_out = hsv_on_device(images, gains)
+    torch.cuda.manual_seed(7)
+    graph.replay()
+    replayed = static_out.clone()
+    torch.cuda.manual_seed(7)
+    assert torch.equal(replayed, hsv_on_device(images, gains))
