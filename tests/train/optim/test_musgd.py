@@ -251,6 +251,15 @@ def test_musgd_rejects_bad_hyperparameter(
         MuSGD(net.parameters(), **{name: value})
 
 
+def test_musgd_add_param_group_leaves_no_trace_on_error(net: nn.Module) -> None:
+    groups = param_groups(net, weight_decay=0.0)
+    opt = MuSGD(groups[:1])
+    with pytest.raises(OptimizerConfigError, match="lr must be finite"):
+        opt.add_param_group({**groups[1], "lr": float("inf")})
+    assert len(opt.param_groups) == 1
+    assert not any(p in opt.state for p in groups[1]["params"])
+
+
 def test_musgd_rejects_group_on_two_devices() -> None:
     params = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, device="meta"))]
     with pytest.raises(OptimizerConfigError, match="exactly one device"):

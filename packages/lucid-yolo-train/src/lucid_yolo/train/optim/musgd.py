@@ -153,10 +153,17 @@ class MuSGD(Optimizer):
 
         Raises:
             OptimizerConfigError: for an empty group, parameters on several devices or a bad
-                hyperparameter value.
+                hyperparameter value; the optimiser is left without the group.
         """
         super().add_param_group(param_group)
-        group = self.param_groups[-1]
+        try:
+            self._init_group(self.param_groups[-1])
+        except OptimizerConfigError:
+            self.param_groups.pop()
+            raise
+
+    def _init_group(self, group: dict[str, Any]) -> None:
+        """Validate a normalised group, then make its device hyperparameters and state."""
         params: list[Tensor] = group["params"]
         devices = {p.device for p in params}
         if len(devices) != 1:
@@ -165,8 +172,8 @@ class MuSGD(Optimizer):
                 f"{sorted(map(str, devices))!r}; drop empty groups or split them by device"
             )
         (device,) = devices
-        for key in HYPERPARAMETERS:
-            group[key] = _device_scalar(group[key], key, device)
+        hypers = {key: _device_scalar(group[key], key, device) for key in HYPERPARAMETERS}
+        group.update(hypers)
         for p in params:
             self.state[p]["momentum_buffer"] = torch.zeros_like(
                 p, memory_format=torch.preserve_format
