@@ -160,3 +160,20 @@ def test_task_aligned_assigner_rejects_zero_instance_rows() -> None:
 def test_task_aligned_assigner_rejects_small_stal_size() -> None:
     with pytest.raises(ValueError, match=r"stal_size=4\.0 is below"):
         TaskAlignedAssigner(2, stal_threshold=8.0, stal_size=4.0)
+
+
+def test_task_aligned_assigner_iou_exponent_by_hand() -> None:
+    pred_boxes = torch.tensor([0.0, 0.0, 16.0, 16.0]).repeat(1, A, 1)
+    pred_boxes[0, 5] = torch.tensor([0.0, 0.0, 16.0, 8.0])  # IoU 0.5
+    assigner = TaskAlignedAssigner(1, topk=4, beta=6.0)
+    out = assigner(
+        torch.full((1, A, 1), 0.5),
+        pred_boxes,
+        POINTS,
+        torch.tensor([[0]]),
+        torch.tensor([[[0.0, 0.0, 16.0, 16.0]]]),
+        torch.tensor([[True]]),
+    )
+    # Equal scores: anchor 5 aligns 0.5^6 as well as the perfect anchors, whose best IoU is 1.
+    assert out.scores[0, 0, 0].item() == pytest.approx(1.0)
+    assert out.scores[0, 5, 0].item() == pytest.approx(0.5**6)
