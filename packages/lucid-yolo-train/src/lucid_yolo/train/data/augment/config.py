@@ -25,8 +25,8 @@ class AugmentConfig:
         mosaic: probability of a 4-image mosaic (until close-mosaic turns it off).
         mixup: probability of blending with a second augmented sample.
         copy_paste: per-instance probability of a mirrored paste (segment only; no-op otherwise).
-        min_size: keep rule: minimum visible box side, pixels.
         min_visible: keep rule: minimum visible fraction of a warped box's area.
+        min_size: keep rule: minimum visible box side, pixels.
         max_aspect: keep rule: maximum visible box aspect ratio.
     """
 

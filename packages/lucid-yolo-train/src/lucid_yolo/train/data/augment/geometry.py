@@ -3,8 +3,8 @@
 The keep rule (documented once, applied by every transform that can push instances out or shrink
 them): after a warp, an instance survives iff its visible box (the box clipped to the image)
 
-* is at least ``min_size`` pixels wide **and** tall (else it counts as ``too_small``),
 * keeps at least ``min_visible`` of the area of its unclipped warped box (else ``outside``),
+* is at least ``min_size`` pixels wide **and** tall (else it counts as ``too_small``),
 * has an aspect ratio (long / short side) of at most ``max_aspect`` (else ``degenerate``).
 
 Each removed instance is counted in :class:`~lucid_yolo.train.data.augment.sample.DropCounts`
@@ -92,7 +92,9 @@ def clip_polygon(polygon: FloatArray, width: int, height: int) -> FloatArray:
         if pts.shape[0] == 0:
             break
         pts = _clip_half_plane(pts, axis, float(bound), keep_below)
-    return pts.astype(np.float32)
+    # intersections are exact up to rounding: pin them onto the boundary they were cut at
+    limits = np.array([width, height], dtype=np.float64)
+    return np.clip(pts, 0.0, limits).astype(np.float32)
 
 
 def _clip_half_plane(pts: Float64Array, axis: int, bound: float, keep_below: bool) -> Float64Array:
@@ -129,8 +131,8 @@ def keep_mask(
     h = visible[:, 3] - visible[:, 1]
     area = np.maximum(w, 0) * np.maximum(h, 0)
     full = np.maximum(warped[:, 2] - warped[:, 0], 0) * np.maximum(warped[:, 3] - warped[:, 1], 0)
-    small = (w < rule.min_size) | (h < rule.min_size)
-    outside = ~small & (area < rule.min_visible * full)
+    outside = area < rule.min_visible * full
+    small = ~outside & ((w < rule.min_size) | (h < rule.min_size))
     aspect = np.maximum(w, h) / np.maximum(np.minimum(w, h), 1e-9)
     degenerate = ~small & ~outside & (aspect > rule.max_aspect)
     drops.too_small += int(small.sum())
