@@ -72,8 +72,8 @@ def test_read_coco_compressed_rle_becomes_contour_polygon(tmp_path: Path) -> Non
     )
     polygons = dataset.labels[0].polygons
     assert polygons is not None
-    np.testing.assert_allclose(polygons[0].min(axis=0), [10 / WIDTH, 4 / HEIGHT])
-    np.testing.assert_allclose(polygons[0].max(axis=0), [29 / WIDTH, 11 / HEIGHT])
+    np.testing.assert_allclose(polygons[0].min(axis=0), [10.5 / WIDTH, 4.5 / HEIGHT])
+    np.testing.assert_allclose(polygons[0].max(axis=0), [29.5 / WIDTH, 11.5 / HEIGHT])
 
 
 def test_read_coco_crowd_dropped_and_counted(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_read_coco_crowd_ignore_keeps_it_difficult(tmp_path: Path) -> None:
     assert labels.difficult is not None
     np.testing.assert_array_equal(labels.difficult, [False, True])
     assert labels.polygons is not None
-    np.testing.assert_allclose(labels.polygons[1].min(axis=0), [10 / WIDTH, 0.0])
+    np.testing.assert_allclose(labels.polygons[1].min(axis=0), [10.5 / WIDTH, 0.5 / HEIGHT])
 
 
 def test_read_coco_keypoints_and_flip_from_names(tmp_path: Path) -> None:

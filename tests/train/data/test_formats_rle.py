@@ -72,6 +72,6 @@ def test_mask_to_polygons_largest_first_and_inside_the_parts() -> None:
     mask[2:6, 2:6] = 1
     mask[10:30, 10:35] = 1
     big, small = mask_to_polygons(mask)
-    np.testing.assert_array_equal(big.min(axis=0), [10, 10])
-    np.testing.assert_array_equal(big.max(axis=0), [34, 29])
-    np.testing.assert_array_equal(small.max(axis=0), [5, 5])
+    np.testing.assert_array_equal(big.min(axis=0), [10.5, 10.5])
+    np.testing.assert_array_equal(big.max(axis=0), [34.5, 29.5])
+    np.testing.assert_array_equal(small.max(axis=0), [5.5, 5.5])

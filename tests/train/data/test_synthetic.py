@@ -65,7 +65,14 @@ def _colour_mask(image: np.ndarray, cls: int) -> np.ndarray:
     return np.abs(image.astype(np.float32) - colour).max(axis=-1) < 40
 
 
-def test_render_sample_boxes_contain_their_shape_pixels() -> None:
+def _raster(polygon: np.ndarray, size: int) -> np.ndarray:
+    """Pixels whose centre (i + 0.5) lies inside a normalised polygon."""
+    drawn = np.zeros((size, size), np.uint8)
+    cv2.fillPoly(drawn, [np.round((polygon * size - 0.5) * 16).astype(np.int32)], 1, cv2.LINE_8, 4)
+    return drawn > 0
+
+
+def test_render_sample_polygons_are_exactly_the_coloured_pixels() -> None:
     size = 256
     for seed in range(4):
         rng = np.random.default_rng(seed)
@@ -73,17 +80,26 @@ def test_render_sample_boxes_contain_their_shape_pixels() -> None:
             rng, task="segment", imgsz=size, max_objects=4, image_path=Path("x.png")
         )
         assert labels.polygons is not None
-        for cls, box, polygon in zip(labels.classes, labels.boxes, labels.polygons, strict=True):
-            x1, y1, x2, y2 = (box * size).tolist()
-            inside = np.zeros((size, size), bool)
-            inside[int(y1) : int(np.ceil(y2)) + 1, int(x1) : int(np.ceil(x2)) + 1] = True
-            drawn = np.zeros((size, size), np.uint8)
-            cv2.fillPoly(drawn, [np.round(polygon * size).astype(np.int32)], 1)
-            colour = _colour_mask(image, int(cls)) & inside
-            overlap = (colour & (drawn > 0)).sum() / max((colour | (drawn > 0)).sum(), 1)
-            assert overlap > 0.85
-            near = cv2.dilate(inside.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
-            assert not (_colour_mask(image, int(cls)) & near & ~inside).any()
+        for cls, polygon in zip(labels.classes, labels.polygons, strict=True):
+            drawn = _raster(polygon, size)
+            near = cv2.dilate(drawn.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+            np.testing.assert_array_equal(_colour_mask(image, int(cls)) & near, drawn)
+
+
+def test_render_sample_boxes_fit_their_shape_pixels() -> None:
+    size = 256
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        image, labels = render_sample(
+            rng, task="detect", imgsz=size, max_objects=1, image_path=Path("x")
+        )
+        ((x1, y1, x2, y2),) = (labels.boxes * size).tolist()
+        rows, cols = np.nonzero(_colour_mask(image, int(labels.classes[0])))
+        # Pixel centres (i + 0.5) of the drawn shape lie within half a pixel of the box's edges
+        # (OpenCV rounds to the nearest scan line), plus its 1/16 px fixed-point rounding.
+        tol = 0.5 + 1 / 16
+        np.testing.assert_allclose([cols.min() + 0.5, rows.min() + 0.5], [x1, y1], atol=tol)
+        np.testing.assert_allclose([cols.max() + 0.5, rows.max() + 0.5], [x2, y2], atol=tol)
 
 
 def test_render_sample_obb_corners_contain_the_shape() -> None:
@@ -93,11 +109,12 @@ def test_render_sample_obb_corners_contain_the_shape() -> None:
     assert labels.corners is not None
     for cls, corners in zip(labels.classes, labels.corners, strict=True):
         region = np.zeros((size, size), np.uint8)
-        cv2.fillPoly(region, [np.round(corners * size).astype(np.int32)], 1)
-        region = cv2.dilate(region, np.ones((3, 3), np.uint8))
-        colour = _colour_mask(image, int(cls))
-        shape_pixels = colour & (region > 0)
+        region = _raster(corners, size)
+        near = cv2.dilate(region.astype(np.uint8), np.ones((5, 5), np.uint8)) > 0
+        shape_pixels = _colour_mask(image, int(cls)) & near
         assert shape_pixels.sum() > 20
+        edge = cv2.dilate(region.astype(np.uint8), np.ones((3, 3), np.uint8)) > 0
+        assert not (shape_pixels & ~edge).any()
         side = np.linalg.norm(corners[1] - corners[0]) / np.linalg.norm(corners[2] - corners[1])
         assert max(side, 1 / side) >= 1.4
 

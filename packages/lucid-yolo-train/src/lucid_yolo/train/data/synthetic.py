@@ -135,7 +135,9 @@ def render_sample(
         colour = tuple(
             float(c) for c in np.clip(np.asarray(SHAPE_CLASSES[shape.cls].colour) + jitter, 0, 255)
         )
-        fixed = np.round(polygon * scale).astype(np.int32)
+        # OpenCV puts pixel i's centre at i, labels (and anchors) at i + 0.5: shift by half a pixel
+        # so the filled pixels are exactly those whose centre lies inside the labelled polygon.
+        fixed = np.round((polygon - 0.5) * scale).astype(np.int32)
         cv2.fillPoly(image, [fixed], colour, cv2.LINE_8, _SUBPIXEL_BITS)
         normalised = polygon / np.float32(imgsz)
         rows.classes.append(shape.cls)

@@ -130,12 +130,17 @@ def mask_to_polygons(mask: UInt8Mask, min_points: int = 3) -> list[FloatArray]:
         min_points: contours with fewer vertices are dropped (single pixels, thin lines).
 
     Returns:
-        Polygons, each (p, 2) float32 ``xy`` pixels at pixel centres.
+        Polygons, each (p, 2) float32 ``xy`` pixels through the centres of the boundary pixels
+        (pixel ``i`` spans ``[i, i + 1)``, so its centre is ``i + 0.5``).
     """
     contours, _ = cv2.findContours(
         np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
     )
-    polygons = [c.reshape(-1, 2).astype(np.float32) for c in contours if len(c) >= min_points]
+    polygons = [
+        c.reshape(-1, 2).astype(np.float32) + np.float32(0.5)
+        for c in contours
+        if len(c) >= min_points
+    ]
     polygons.sort(key=lambda p: -abs(float(cv2.contourArea(p))))
     return polygons
 
