@@ -106,3 +106,26 @@ def test_dataset_pose_flip_needs_flip_idx(tmp_path: Path) -> None:
     labels, k = _labels(tmp_path, "pose")
     with pytest.raises(ValueError, match="needs flip_idx"):
         YoloDataset(labels, task="pose", num_keypoints=k, augment=AugmentConfig())
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_dataset_heavy_augmentation_keeps_targets_valid(tmp_path: Path, task: Task) -> None:
+    labels, k = _labels(tmp_path, task)
+    strong = AugmentConfig(degrees=180, shear=10, mixup=0.5, copy_paste=0.5)
+    dataset = _dataset(labels, task, k, augment=strong, max_instances=64)
+    for epoch in range(3):
+        for index in range(len(dataset)):
+            t = dataset[(epoch, index)]
+            boxes = t.boxes[t.valid]
+            assert np.isfinite(t.boxes).all()
+            assert (boxes[:, 2:] > boxes[:, :2]).all()
+            assert (boxes >= 0).all()
+            assert (boxes <= IMGSZ).all()
+            if t.rboxes is not None:
+                r = t.rboxes[t.valid]
+                assert (r[:, 2] >= r[:, 3]).all()
+                assert (r[:, 4] >= np.float32(-np.pi / 4)).all()
+                assert (r[:, 4] < 3 * np.pi / 4).all()
+            if t.keypoints is not None:
+                xy, seen = t.keypoints[..., :2], t.keypoints[..., 2] > 0
+                assert ((xy >= 0) & (xy <= IMGSZ)).all(axis=-1)[seen].all()
