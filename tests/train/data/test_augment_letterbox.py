@@ -11,6 +11,7 @@ from lucid_yolo.train.data.augment import (
     letterbox,
     unletterbox_boxes,
     unletterbox_points,
+    unletterbox_rboxes,
 )
 
 
@@ -53,3 +54,9 @@ def test_unletterbox_points_batched() -> None:
     scale_pad = torch.tensor([[2.0, 0.0, 4.0], [1.0, 10.0, 0.0]])
     back = unletterbox_points(points, scale_pad)
     assert back.tolist() == [[[5.0, 8.0]], [[0.0, 20.0]]]
+
+
+def test_unletterbox_rboxes_keeps_angle() -> None:
+    rboxes = torch.tensor([[[20.0, 30.0, 10.0, 4.0, 0.7]]])
+    back = unletterbox_rboxes(rboxes, torch.tensor([[2.0, 4.0, 6.0]]))
+    torch.testing.assert_close(back, torch.tensor([[[8.0, 12.0, 5.0, 2.0, 0.7]]]))

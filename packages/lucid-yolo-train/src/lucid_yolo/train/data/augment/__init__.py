@@ -16,6 +16,7 @@ from lucid_yolo.train.data.augment.letterbox import (
     resize_long_side,
     unletterbox_boxes,
     unletterbox_points,
+    unletterbox_rboxes,
 )
 from lucid_yolo.train.data.augment.mix import copy_paste, mixup
 from lucid_yolo.train.data.augment.mosaic import mosaic4
@@ -56,6 +57,7 @@ __all__ = [
     # inverse letterbox (metrics, prediction)
     "unletterbox_boxes",
     "unletterbox_points",
+    "unletterbox_rboxes",
     # multi-image augmentations
     "copy_paste",
     "mixup",

@@ -3,7 +3,7 @@
 Forward: ``input px = source px * scale + pad`` with one ``scale`` for x and y and integer pads that
 centre the image. The ``(scale, pad_x, pad_y)`` triple travels in ``Batch["scale_pad"]`` so metrics
 and prediction can map outputs back to the source image with :func:`unletterbox_boxes` /
-:func:`unletterbox_points` (torch, batched).
+:func:`unletterbox_points` / :func:`unletterbox_rboxes` (torch, batched).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import replace
 
 import cv2
 import numpy as np
+import torch
 from torch import Tensor
 
 from lucid_yolo.train.data.augment.sample import Sample, UInt8Array
@@ -91,10 +92,26 @@ def unletterbox_boxes(boxes: Tensor, scale_pad: Tensor) -> Tensor:
     return unletterbox_points(corners, scale_pad).reshape(boxes.shape)
 
 
+def unletterbox_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
+    """Map network-input rotated boxes back to source pixels (the angle is unchanged).
+
+    Args:
+        rboxes: (*B, N, 5) ``xywhr`` input pixels, radians.
+        scale_pad: (*B, 3) ``(scale, pad_x, pad_y)`` from the batch.
+
+    Returns:
+        (*B, N, 5) ``xywhr`` source pixels.
+    """
+    centres = unletterbox_points(rboxes[..., 0:2], scale_pad)
+    sizes = rboxes[..., 2:4] / scale_pad[..., None, 0:1]
+    return torch.cat([centres, sizes, rboxes[..., 4:5]], dim=-1)
+
+
 __all__ = [
     "fit_size",
     "letterbox",
     "resize_long_side",
     "unletterbox_boxes",
     "unletterbox_points",
+    "unletterbox_rboxes",
 ]
