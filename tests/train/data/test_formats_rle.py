@@ -5,6 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from faster_coco_eval.core import mask as coco_mask
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import array_shapes, arrays
 
 from lucid_yolo.train.data.formats import (
     RleError,
@@ -75,3 +78,18 @@ def test_mask_to_polygons_largest_first_and_inside_the_parts() -> None:
     np.testing.assert_array_equal(big.min(axis=0), [10.5, 10.5])
     np.testing.assert_array_equal(big.max(axis=0), [34.5, 29.5])
     np.testing.assert_array_equal(small.max(axis=0), [5.5, 5.5])
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(np.uint8, array_shapes(min_dims=2, max_dims=2, max_side=12), elements=st.integers(0, 1))
+)
+def test_rle_encode_decode_round_trip_any_mask(mask: np.ndarray) -> None:
+    rle = rle_encode(mask)
+    np.testing.assert_array_equal(rle_decode(str(rle["counts"]), *mask.shape), mask)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(0, 2**31 - 1), max_size=12))
+def test_counts_string_round_trip_any_counts(counts: list[int]) -> None:
+    assert counts_from_string(counts_to_string(counts)) == counts
