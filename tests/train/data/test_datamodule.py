@@ -27,13 +27,15 @@ def pose_yaml(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return generate_synthetic(root, task="pose", num_train=6, num_val=3, imgsz=IMGSZ)
 
 
-def _module(data: Path | PreparedDataset, workers: int = 0, **kwargs: object) -> YoloDataModule:
+def _module(
+    data: Path | PreparedDataset, workers: int = 0, max_instances: int = 32, **kwargs: object
+) -> YoloDataModule:
     return YoloDataModule(
         data,
         imgsz=IMGSZ,
         batch_size=4,
         workers=workers,
-        max_instances=32,
+        max_instances=max_instances,
         **kwargs,  # type: ignore[arg-type]
     )
 
@@ -49,6 +51,16 @@ def test_datamodule_yields_train_and_val_batches(pose_yaml: Path) -> None:
     val = list(dm.val_dataloader())
     assert [b["images"].shape[0] for b in val] == [3]
     assert dm.data_stats()["samples"] == 7
+
+
+def test_datamodule_evaluation_keeps_every_instance(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml, max_instances=1)
+    dm.setup("validate")
+    most = max(len(item) for item in dm.datasets["val"].labels)
+    assert most > 1
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["valid"].shape[1] == most
+    assert dm.data_stats()["overflow"] == 0
 
 
 def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:

@@ -46,7 +46,9 @@ class YoloDataModule(L.LightningDataModule):
         batch_size: training images per batch.
         val_batch_size: evaluation batch size (``None``: ``batch_size``).
         workers: DataLoader worker processes per loader (0: load in the main process).
-        max_instances: fixed target rows per image (Batch ``N``); more are counted, largest kept.
+        max_instances: fixed target rows per training image (Batch ``N``); more are counted and
+            the largest kept. Evaluation splits use at least their largest image's count, so
+            metrics never lose a ground-truth instance.
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
         cache: decode and resize every image once into RAM (:mod:`.cache`), filled in ``setup``.
         cache_max_bytes: RAM budget of the cache per split, bytes.
@@ -217,7 +219,9 @@ class YoloDataModule(L.LightningDataModule):
             task=self.spec.task,
             imgsz=self.imgsz,
             augment=self.augment if train else None,
-            max_instances=self.max_instances,
+            max_instances=self.max_instances
+            if train
+            else max(self.max_instances, max((len(item) for item in labels), default=0)),
             num_keypoints=0 if kpt_shape is None else kpt_shape[0],
             flip_idx=self.spec.flip_idx,
             seed=self.seed,
