@@ -16,7 +16,10 @@ parameter ``p`` with gradient ``g`` and momentum buffer ``m`` (state, zero at co
 per-entry size of the orthogonal update of a tall matrix (more outputs than fan-in) comparable to
 that of a wide one. The blend ``u = w_muon·muon_dir + w_sgd·sgd_dir`` (defaults 0.5/0.5) keeps the
 SGD term, which reacts to the gradient's magnitude, next to the Muon term, which only sees its
-direction.
+direction. Depthwise conv weights ``(C, 1, k, k)`` are matrices too: tall ``C × k²`` ones.
+
+Cost: the orthogonalisation is about 9.5 GFLOP per step for yolo26n (docs/engineering/musgd-ema.md),
+negligible on a GPU but seconds on a laptop CPU.
 
 Graph safety (../shared/REPLAY_NOTES.md, "GradScaler and optimizers"): the native ``step`` is the
 exact op sequence a CUDA-graph update replay records, so
