@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from loss_cases import STRIDE, task_case
+from loss_cases import STRIDE, make_batch, single_thread, task_case
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lucid_yolo.models import create_model
 from lucid_yolo.train.losses import (
     DetectionLoss,
     OBBLoss,
@@ -125,3 +126,15 @@ def test_build_loss_cuda_graph_replay_equals_eager(task: str) -> None:
         assert (replayed is None) == (eager is None), key
         if replayed is not None and eager is not None:
             assert torch.equal(replayed, eager), key
+
+
+def test_build_loss_trains_every_parameter_of_a_real_detector() -> None:
+    model = create_model("yolo26n", num_classes=2).train()
+    images = torch.rand(1, 3, 64, 64)
+    batch = make_batch([[4.0, 6.0, 30.0, 40.0], [30.0, 30.0, 60.0, 50.0]], [0, 1])
+    batch["images"] = (images * 255).to(torch.uint8)
+    with single_thread():
+        total, _ = build_loss("detect", 2)(model(images), batch, 0.0)
+        total.backward()
+    assert torch.isfinite(total)
+    assert [name for name, p in model.named_parameters() if p.grad is None] == []

@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch
+from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch, single_thread
 
 from lucid_yolo.models import distances_to_xyxy
 from lucid_yolo.train.geometry import box_iou
@@ -133,16 +133,12 @@ def test_detection_loss_fits_free_outputs_with_one_o2o_anchor_per_instance() -> 
     loss = DetectionLoss(2, strides=(STRIDE,))
     optimizer = torch.optim.Adam(outputs.values(), lr=0.05)
     batch = make_batch(gts, [0, 1])
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # hundreds of tiny steps: thread hand-offs would dominate
-    try:
+    with single_thread():
         for step in range(300):
             total, _ = loss(outputs, batch, step / 299)
             optimizer.zero_grad()
             total.backward()
             optimizer.step()
-    finally:
-        torch.set_num_threads(threads)
     scores = outputs["o2o.cls"].detach().sigmoid()[0]  # (C, A)
     boxes = distances_to_xyxy(outputs["o2o.box"].detach()[0].T * STRIDES, POINTS)
     for class_id, gt in enumerate(gts):
