@@ -205,12 +205,14 @@ class MeanAveragePrecision:
         score_np = scores.detach().cpu().to(torch.float64).numpy()
         class_np = pred_classes.detach().cpu().numpy().astype(np.int64)
         keep = _top_per_class(score_np, class_np, self.max_dets[kind])
-        index = torch.from_numpy(keep).to(scores.device)
-        overlaps = self._overlaps(kind, pred, target, index)
-        same_class = class_np[keep][:, None] == target_classes.cpu().numpy()[None, :]
+        same_class = class_np[keep][:, None] == target_classes.cpu().numpy()[None, :]  # (D, G)
+        candidates = same_class.any(axis=1)  # predictions without a same-class target never match
+        index = torch.from_numpy(keep[candidates]).to(scores.device)
+        overlaps = np.full(same_class.shape, -1.0)
+        overlaps[candidates] = self._overlaps(kind, pred, target, index).cpu().numpy()
         ignore = self._target_ignore(kind, target).cpu().numpy()
         image = ImageOverlaps(
-            overlaps=np.where(same_class, overlaps.cpu().numpy(), -1.0),
+            overlaps=np.where(same_class, overlaps, -1.0),
             ignore=ignore,
             reusable=target.ignore_flags().cpu().numpy(),
         )

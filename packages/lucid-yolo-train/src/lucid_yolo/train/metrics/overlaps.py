@@ -13,6 +13,7 @@ no rounding can occur whichever order the BLAS sums in (TF32 keeps 0/1 exact and
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -46,6 +47,9 @@ def box_overlaps(pred_boxes: Tensor, target_boxes: Tensor, crowd: Tensor) -> Ten
 def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Tensor:
     """IoU of every prediction mask with every target mask (crowd: intersection / pred area).
 
+    Intersections can only occur inside the bounding rectangle of all target pixels, so the
+    matrix product runs on that crop; the areas are counted on the full masks.
+
     Args:
         pred_masks: (n, H, W) bool (or 0/1) masks at source-image resolution.
         target_masks: (m, H, W) bool (or 0/1), same (H, W) as ``pred_masks``.
@@ -55,15 +59,28 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
         (n, m) float64 overlaps in [0, 1].
     """
     n, m = pred_masks.shape[0], target_masks.shape[0]
-    pixels = pred_masks.shape[1] * pred_masks.shape[2]
-    dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-    p = pred_masks.reshape(n, pixels).to(dtype)  # (n, H*W)
-    t = target_masks.reshape(m, pixels).to(device=p.device, dtype=dtype)  # (m, H*W)
-    inter = (p @ t.T).to(torch.float64)
-    area_p = p.sum(dim=1, dtype=torch.float64)
-    area_t = t.sum(dim=1, dtype=torch.float64)
+    target_masks = target_masks.to(pred_masks.device)
+    area_p, area_t = _count(pred_masks), _count(target_masks)
+    inter = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
+    covered = target_masks.to(torch.bool).any(dim=0)  # (H, W) any target pixel
+    rows, cols = torch.nonzero(covered.any(dim=1)), torch.nonzero(covered.any(dim=0))
+    if n and rows.numel():
+        y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
+        pixels = (y1 - y0) * (x1 - x0)
+        dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
+        p = pred_masks[:, y0:y1, x0:x1].reshape(n, pixels).to(dtype)  # (n, crop pixels)
+        t = target_masks[:, y0:y1, x0:x1].reshape(m, pixels).to(dtype)  # (m, crop pixels)
+        inter = (p @ t.T).to(torch.float64)
     union = area_p[:, None] + area_t[None, :] - inter
     return _divide(inter, union, area_p, crowd)
+
+
+def _count(masks: Tensor) -> Tensor:
+    """(k,) float64 number of set pixels per mask (NumPy on the CPU, where it is much faster)."""
+    flat = masks.reshape(masks.shape[0], masks.shape[1] * masks.shape[2])
+    if flat.device.type == "cpu":
+        return torch.from_numpy(np.count_nonzero(flat.numpy(), axis=1).astype(np.float64))
+    return flat.sum(dim=1, dtype=torch.float64)
 
 
 def _divide(inter: Tensor, union: Tensor, area_pred: Tensor, crowd: Tensor) -> Tensor:
