@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import cv2
 import lightning as L
 import torch
 from torch.utils.data import DataLoader
@@ -33,6 +34,15 @@ from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.sampler import EpochSampler
+
+
+def single_threaded_opencv(worker_id: int) -> None:
+    """DataLoader worker start-up: one OpenCV thread per worker.
+
+    Parallelism comes from the workers; OpenCV's own thread pool in every worker would start
+    ``workers x cores`` threads that compete for the same cores (the main process is untouched).
+    """
+    cv2.setNumThreads(1)
 
 
 class YoloDataModule(L.LightningDataModule):
@@ -243,6 +253,7 @@ class YoloDataModule(L.LightningDataModule):
             batch_size=batch_size,
             sampler=sampler,
             num_workers=self.workers,
+            worker_init_fn=single_threaded_opencv,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.workers > 0,
@@ -250,4 +261,4 @@ class YoloDataModule(L.LightningDataModule):
         )
 
 
-__all__ = ["YoloDataModule"]
+__all__ = ["YoloDataModule", "single_threaded_opencv"]
