@@ -138,3 +138,19 @@ def test_build_loss_trains_every_parameter_of_a_real_detector() -> None:
         total.backward()
     assert torch.isfinite(total)
     assert [name for name, p in model.named_parameters() if p.grad is None] == []
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_build_loss_branch_weight_routes_gradients(task: str) -> None:
+    # With ProgLoss pinned to the one-to-many branch, the one-to-one outputs get exactly zero.
+    options: dict[str, object] = {"num_keypoints": 3} if task == "pose" else {}
+    loss = build_loss(task, 2, strides=(STRIDE,), o2m_start=1.0, o2m_end=1.0, **options)
+    outputs, batch = task_case(task, 2)
+    total, _ = loss(outputs, batch, 0.5)
+    total.backward()
+    for key, value in outputs.items():
+        assert value.grad is not None, key
+        if key.startswith("o2o."):
+            assert value.grad.eq(0).all(), key
+        else:
+            assert value.grad.abs().sum() > 0, key
