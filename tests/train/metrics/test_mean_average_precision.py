@@ -304,3 +304,35 @@ def test_mean_average_precision_obb_is_invariant_to_turning_the_scene() -> None:
     )
     for name, value in straight.compute().items():
         assert turned.compute()[name] == pytest.approx(value, abs=1e-9)
+
+
+def test_mean_average_precision_merge_equals_one_accumulator_over_both() -> None:
+    preds, targets = _rotated_scene(2)
+    first, second, whole = (MeanAveragePrecision(kinds=("obb",)) for _ in range(3))
+    first.update(preds[:3], targets[:3])
+    second.update(preds[3:], targets[3:])
+    whole.update(preds, targets)
+    first.merge(second)
+    assert first.compute() == whole.compute()
+
+
+def test_mean_average_precision_merge_rejects_other_settings() -> None:
+    with pytest.raises(MetricsInputError, match="cannot merge an accumulator of kinds"):
+        MeanAveragePrecision(kinds=("box",)).merge(MeanAveragePrecision(kinds=("mask",)))
+
+
+def test_mean_average_precision_per_class_reports_classes_with_targets() -> None:
+    metric = MeanAveragePrecision()
+    metric.update(
+        [_preds([BOX_A, BOX_C], [0.9, 0.8], [0, 2])],
+        [ImageTargets(torch.tensor([0, 1]), boxes=torch.tensor([BOX_A, BOX_B]))],
+    )
+    per_class = metric.per_class("box")
+    assert sorted(per_class) == [0, 1]
+    assert per_class[0] == (pytest.approx(1.0), pytest.approx(1.0))
+    assert per_class[1] == (0.0, 0.0)
+
+
+def test_mean_average_precision_per_class_rejects_other_kinds() -> None:
+    with pytest.raises(MetricsInputError, match="kind 'mask' is not evaluated here"):
+        MeanAveragePrecision().per_class("mask")

@@ -39,7 +39,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lucid_yolo.train.metrics.coco_matching import ImageMatches, ImageOverlaps, match_images
+from lucid_yolo.train.metrics.coco_matching import (
+    IOU_THRESHOLDS,
+    ImageMatches,
+    ImageOverlaps,
+    match_images,
+)
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
@@ -64,32 +69,43 @@ class _KindRecords:
     """What ``update`` keeps for one kind: per-prediction results and per-class target counts."""
 
     def __init__(self) -> None:
-        self.scores: list[np.ndarray] = []
-        self.classes: list[np.ndarray] = []
-        self.matched: list[np.ndarray] = []
-        self.ignored: list[np.ndarray] = []
+        T = IOU_THRESHOLDS.shape[0]
+        self.scores: list[np.ndarray] = [np.zeros(0)]
+        self.classes: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        self.matched: list[np.ndarray] = [np.zeros((T, 0), dtype=bool)]
+        self.ignored: list[np.ndarray] = [np.zeros((T, 0), dtype=bool)]
         self.target_counts = np.zeros(0, dtype=np.int64)
 
-    def add_targets(self, classes: np.ndarray) -> None:
-        counts = np.bincount(classes, minlength=self.target_counts.shape[0])
-        counts[: self.target_counts.shape[0]] += self.target_counts
-        self.target_counts = counts.astype(np.int64)
+    def add_predictions(self, scores: np.ndarray, classes: np.ndarray, match: ImageMatches) -> None:
+        self.scores.append(scores)
+        self.classes.append(classes)
+        self.matched.append(match.matched)
+        self.ignored.append(match.ignored)
+
+    def add_targets(self, counts: np.ndarray) -> None:
+        size = max(counts.shape[0], self.target_counts.shape[0])
+        total = np.zeros(size, dtype=np.int64)
+        total[: counts.shape[0]] += counts
+        total[: self.target_counts.shape[0]] += self.target_counts
+        self.target_counts = total
+
+    def extend(self, other: _KindRecords) -> None:
+        self.scores += other.scores
+        self.classes += other.classes
+        self.matched += other.matched
+        self.ignored += other.ignored
+        self.add_targets(other.target_counts)
 
     def gather(self) -> MatchedPredictions:
-        classes = np.concatenate(self.classes) if self.classes else np.zeros(0, dtype=np.int64)
+        classes = np.concatenate(self.classes)
         num_classes = max(self.target_counts.shape[0], int(classes.max(initial=-1)) + 1)
         counts = np.zeros(num_classes, dtype=np.int64)
         counts[: self.target_counts.shape[0]] = self.target_counts
-        T = self.matched[0].shape[0] if self.matched else 10
         return MatchedPredictions(
-            scores=np.concatenate(self.scores) if self.scores else np.zeros(0),
+            scores=np.concatenate(self.scores),
             classes=classes,
-            matched=np.concatenate(self.matched, axis=1)
-            if self.matched
-            else np.zeros((T, 0), bool),
-            ignored=np.concatenate(self.ignored, axis=1)
-            if self.ignored
-            else np.zeros((T, 0), bool),
+            matched=np.concatenate(self.matched, axis=1),
+            ignored=np.concatenate(self.ignored, axis=1),
             target_counts=counts,
         )
 
@@ -168,9 +184,28 @@ class MeanAveragePrecision:
             matches = match_images([overlaps for overlaps, _, _ in prepared])
             records = self._records[kind]
             for (_, scores, classes), match, target in zip(prepared, matches, targets, strict=True):
-                self._keep(records, scores, classes, match)
+                records.add_predictions(scores, classes, match)
                 ignore = self._target_ignore(kind, target).cpu().numpy()
-                records.add_targets(target.classes.cpu().numpy().astype(np.int64)[~ignore])
+                records.add_targets(np.bincount(target.classes.cpu().numpy()[~ignore]))
+
+    def merge(self, other: MeanAveragePrecision) -> None:
+        """Append everything ``other`` has seen, as if its images had been updated after ours.
+
+        This is how per-process accumulators are combined (e.g. after gathering them from every
+        rank of a distributed validation): the result equals one accumulator fed all images in
+        the order self, other.
+
+        Raises:
+            MetricsInputError: ``other`` evaluates other kinds or another ``max_dets``.
+        """
+        if other.kinds != self.kinds or other.max_dets != self.max_dets:
+            raise MetricsInputError(
+                f"cannot merge an accumulator of kinds {other.kinds!r} / max_dets "
+                f"{other.max_dets!r} into one of {self.kinds!r} / {self.max_dets!r}: "
+                "build both with the same arguments"
+            )
+        for kind in self.kinds:
+            self._records[kind].extend(other._records[kind])
 
     def compute(self) -> dict[str, float]:
         """COCO accumulation over everything seen since the last ``reset``.
@@ -189,6 +224,21 @@ class MeanAveragePrecision:
             out[f"{kind}/P"] = precision
             out[f"{kind}/R"] = recall
         return out
+
+    def per_class(self, kind: str) -> dict[int, tuple[float, float]]:
+        """Per-class ``(AP50-95, AP50)`` of ``kind``, for classes with at least one counted target.
+
+        Raises:
+            MetricsInputError: ``kind`` is not one this accumulator evaluates.
+        """
+        if kind not in self.kinds:
+            raise MetricsInputError(f"kind {kind!r} is not evaluated here: one of {self.kinds!r}")
+        precision = interpolated_precision(self._records[kind].gather())  # (T, R, C)
+        return {
+            c: (float(precision[:, :, c].mean()), float(precision[0, :, c].mean()))
+            for c in range(precision.shape[2])
+            if precision[0, 0, c] > -1
+        }
 
     def _prepare(
         self, kind: str, pred: ImagePredictions, target: ImageTargets
@@ -275,15 +325,6 @@ class MeanAveragePrecision:
             (keypoints,) = require_fields(target, ("keypoints",), kind)
             ignore = ignore | ~(keypoints[..., 2] > 0).any(dim=1).to(ignore.device)
         return ignore
-
-    @staticmethod
-    def _keep(
-        records: _KindRecords, scores: np.ndarray, classes: np.ndarray, match: ImageMatches
-    ) -> None:
-        records.scores.append(scores)
-        records.classes.append(classes)
-        records.matched.append(match.matched)
-        records.ignored.append(match.ignored)
 
 
 def _top_per_class(scores: np.ndarray, classes: np.ndarray, max_dets: int) -> np.ndarray:
