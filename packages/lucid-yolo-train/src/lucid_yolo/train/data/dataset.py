@@ -141,9 +141,10 @@ class YoloDataset(Dataset[Targets]):
         if targets.overflow and not self._warned_overflow:
             self._warned_overflow = True
             warnings.warn(
-                f"image {self.labels[index].image_path} has {targets.overflow} instance(s) more "
-                f"than max_instances={self.max_instances}; the largest were kept and the rest "
-                "are counted under 'overflow' (raise max_instances to keep them all)",
+                f"the sample of image {self.labels[index].image_path} (with its mosaic/mixup "
+                f"partners) has {targets.overflow} instance(s) more than "
+                f"max_instances={self.max_instances}; the largest were kept and the rest are "
+                "counted under 'overflow' (raise max_instances to keep them all)",
                 InstanceOverflowWarning,
                 stacklevel=2,
             )
