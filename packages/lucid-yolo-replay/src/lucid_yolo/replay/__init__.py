@@ -7,12 +7,14 @@ cannot honour retires to native execution with a typed reason. See the "Replay l
 """
 
 from lucid_yolo.replay.digest import first_difference, grads_of, state_digest, tensor_digest
+from lucid_yolo.replay.ema import ModelEMA
 from lucid_yolo.replay.exceptions import (
     CaptureError,
     ReplayConfigError,
     ReplayError,
     ReplayRetiredWarning,
 )
+from lucid_yolo.replay.module import ReplayModule
 from lucid_yolo.replay.pool import ReplayPool
 from lucid_yolo.replay.protocols import (
     GroupedRegion,
@@ -24,12 +26,27 @@ from lucid_yolo.replay.protocols import (
 from lucid_yolo.replay.recorder import RegionRecorder
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import Binding, Signature, TensorSpec
+from lucid_yolo.replay.step import LossFn, ReplayStep
 from lucid_yolo.replay.telemetry import Telemetry, merge_telemetry
+from lucid_yolo.replay.update import GraphedOptimizer, UpdateRecorder
+from lucid_yolo.replay.verifier import TrainingSnapshot, Verifier
 
 __all__ = [
     # level 1: one region
     "RegionRecorder",
     "ReplayPool",
+    # level 2: a module that records itself
+    "ReplayModule",
+    # level 3: a whole plain-PyTorch step
+    "LossFn",
+    "ReplayStep",
+    # update replay
+    "GraphedOptimizer",
+    "ModelEMA",
+    "UpdateRecorder",
+    # verifier
+    "TrainingSnapshot",
+    "Verifier",
     # describing a region
     "GroupedRegion",
     "ModuleRegion",

@@ -8,6 +8,7 @@ into the static buffers, exactly where a CUDA graph would have written them.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -82,15 +83,7 @@ class RegionGraphs:
         self.static_outputs = tuple(o.detach().clone() for o in outputs)
 
     def _cuda_capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], _T]) -> _T:
-        # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
-        with torch.cuda.graph(
-            graph,
-            pool=self.pool.handle,
-            stream=self.pool.stream,
-            capture_error_mode="thread_local",
-        ):
-            result = body()
-        return result
+        return cuda_capture(graph, self.pool, body)
 
     def launch_forward(self) -> None:
         """Recompute ``static_outputs`` from the static inputs."""
@@ -116,6 +109,22 @@ class RegionGraphs:
             for static, live in zip(self.static_grads[pattern], grads, strict=True):
                 if static is not None and live is not None:
                     static.copy_(live)
+
+
+def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[], _T]) -> _T:
+    """Capture ``body`` into ``graph`` on the pool's side stream; clean up if it fails."""
+    try:
+        # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
+        with torch.cuda.graph(
+            graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
+        ):
+            result = body()
+    except BaseException:
+        # Best effort: free what the broken capture holds; the caller reports the original error.
+        with contextlib.suppress(RuntimeError):
+            graph.reset()
+        raise
+    return result
 
 
 def _call(graph: None, body: Callable[[], _T]) -> _T:
@@ -150,17 +159,7 @@ class UpdateGraph:
         """
         if self.pool.uses_cuda:
             graph = torch.cuda.CUDAGraph()
-
-            def record() -> None:
-                with torch.cuda.graph(
-                    graph,
-                    pool=self.pool.handle,
-                    stream=self.pool.stream,
-                    capture_error_mode="thread_local",
-                ):
-                    body()
-
-            capture_with_trail(record, False)
+            capture_with_trail(lambda: cuda_capture(graph, self.pool, body), False)
             self._graph = graph
         else:
             capture_with_trail(body, True)
@@ -175,4 +174,4 @@ class UpdateGraph:
             self._body()
 
 
-__all__ = ["BackwardBody", "ForwardBody", "Pattern", "RegionGraphs", "UpdateGraph"]
+__all__ = ["BackwardBody", "ForwardBody", "Pattern", "RegionGraphs", "UpdateGraph", "cuda_capture"]

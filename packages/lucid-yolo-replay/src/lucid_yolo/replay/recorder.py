@@ -11,9 +11,10 @@ hands gradients to ``AccumulateGrad`` exactly as eager autograd would (REPLAY_NO
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -234,7 +235,7 @@ class RegionRecorder:
         except Exception as error:
             if self.pool.uses_cuda:
                 torch.cuda.synchronize(self.pool.device)
-            snapshot.restore()
+            snapshot.restore(after_failed_capture=True)
             self._native_signatures.add(signature)
             self._count_retirement(RetireReason.CAPTURE_FAILED, str(error))
             return None
@@ -267,12 +268,16 @@ class RegionRecorder:
         call_args = [next(static_iter) if isinstance(a, Tensor) else a for a in args]
         grad_input_positions = tuple(i for i, s in enumerate(static_inputs) if s.requires_grad)
         params = tuple(p for p in self.binding.parameters if p.requires_grad)
-        targets = (*(static_inputs[i] for i in grad_input_positions), *params)
+        # Record against leaf aliases of the parameters (same storage, fresh autograd nodes):
+        # the parameters' own AccumulateGrad nodes may be alive from a native step on the
+        # default stream, and reusing them from the side stream breaks the capture.
+        aliases = {id(p): nn.Parameter(p.detach(), requires_grad=True) for p in params}
+        targets = (*(static_inputs[i] for i in grad_input_positions), *aliases.values())
         layout_slot: list[OutputLayout] = []
         device_type = self.pool.device.type
 
         def forward() -> tuple[Tensor, ...]:
-            with autocast_cache_emulation(device_type):
+            with _swapped(self.binding.submodules, aliases), autocast_cache_emulation(device_type):
                 layout, flat = OutputLayout.flatten(self.region(*call_args))
             layout_slot[:] = [layout]
             return flat
@@ -426,6 +431,23 @@ class RegionRecorder:
                     held.clear()
 
             recording.sharing_probe.append(node.register_prehook(probe))
+
+
+@contextlib.contextmanager
+def _swapped(modules: Sequence[nn.Module], aliases: dict[int, nn.Parameter]) -> Iterator[None]:
+    """Register ``aliases[id(p)]`` in place of each parameter ``p`` for the duration."""
+    swapped: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] = []
+    for module in modules:
+        registry: dict[str, nn.Parameter | None] = vars(module)["_parameters"]
+        for name, param in registry.items():
+            if param is not None and id(param) in aliases:
+                swapped.append((registry, name, param))
+                registry[name] = aliases[id(param)]
+    try:
+        yield
+    finally:
+        for registry, name, param in swapped:
+            registry[name] = param
 
 
 def _patterns(

@@ -1,0 +1,284 @@
+"""Update replay: the optimizer step and other in-place updates recorded as graphs.
+
+An update is a fixed sequence of device ops on tensors that keep their addresses (parameters,
+optimizer state, EMA weights). After ``warmup_steps`` native calls — which also create lazily
+initialised optimizer state — the update is captured once and replayed. Anything a graph would
+bake (Python-scalar hyperparameters, which parameters have gradients, gradient layouts) is part
+of the key, so a change records again or retires (REPLAY_NOTES.md "GradScaler and optimizers").
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lucid_yolo.replay._graphs import UpdateGraph
+from lucid_yolo.replay._state import StateSnapshot
+from lucid_yolo.replay.exceptions import ReplayConfigError
+from lucid_yolo.replay.pool import ReplayPool
+from lucid_yolo.replay.protocols import UpdateOptimizer
+from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
+from lucid_yolo.replay.signature import TensorSpec
+from lucid_yolo.replay.telemetry import Telemetry
+
+
+class UpdateRecorder:
+    """Records a no-argument in-place update after warm-up and replays it.
+
+    Args:
+        body: the update; reads and writes only tensors with fixed addresses.
+        state: returns every tensor ``body`` writes, snapshotted around capture so that the CPU
+            stand-in's checking run (and any failure) leaves no trace.
+        key: returns what the recording depends on beyond those tensors; a new key records again.
+        capture_body: builds, for a key, the callable to capture instead of ``body`` (e.g. one
+            that reads static buffers); ``None`` captures ``body``.
+        before_launch: copies a key's live inputs into its static buffers before each launch.
+        name: quoted in warnings.
+        warmup_steps: native calls per key before recording.
+        max_signatures: keys recorded at most; further keys run native.
+        pool: shared memory pool and side stream; ``None`` makes a private one.
+        enabled: ``False`` always runs native.
+
+    Raises:
+        ReplayConfigError: for a negative ``warmup_steps`` or ``max_signatures`` below 1.
+    """
+
+    def __init__(
+        self,
+        body: Callable[[], object],
+        *,
+        state: Callable[[], Sequence[Tensor]],
+        key: Callable[[], Hashable] = lambda: None,
+        capture_body: Callable[[Hashable], Callable[[], object]] | None = None,
+        before_launch: Callable[[Hashable], None] | None = None,
+        name: str = "update",
+        warmup_steps: int = 1,
+        max_signatures: int = 2,
+        pool: ReplayPool | None = None,
+        enabled: bool = True,
+    ) -> None:
+        if warmup_steps < 0:
+            raise ReplayConfigError(f"warmup_steps={warmup_steps!r}: expected 0 or more")
+        if max_signatures < 1:
+            raise ReplayConfigError(f"max_signatures={max_signatures!r}: expected at least 1")
+        self.body, self.state, self.key = body, state, key
+        self.capture_body = capture_body
+        self.before_launch = before_launch
+        self.name = name
+        self.warmup_steps = warmup_steps
+        self.max_signatures = max_signatures
+        self.enabled = enabled
+        self.pool = pool
+        self.telemetry = Telemetry()
+        self.retire_log = RetireLog(name)
+        self.retired: Retirement | None = None
+        self._graphs: dict[Hashable, UpdateGraph] = {}
+        self._seen: Counter[Hashable] = Counter()
+        self._native_keys: set[Hashable] = set()
+
+    def __call__(self) -> None:
+        """Run the update: native (warm-up, retired, new key past the limit) or replayed."""
+        if not self.enabled:
+            return self._native("disabled")
+        if self.retired is not None:
+            return self._native("retired")
+        key = self.key()
+        graph = self._graphs.get(key)
+        if graph is None:
+            if key in self._native_keys:
+                return self._native("retired-signature")
+            self._seen[key] += 1
+            if self._seen[key] <= self.warmup_steps:
+                return self._native("warm-up")
+            graph = self._record(key)
+            if graph is None:
+                return self._native("retired-signature")
+        if self.before_launch is not None:
+            self.before_launch(key)
+        graph.launch()
+        self.telemetry.replays += 1
+        self.telemetry.graph_launches += 1
+        return None
+
+    def retire(self, reason: RetireReason, detail: str) -> None:
+        """Stop replaying for good; warned once per reason."""
+        self.telemetry.retirements[reason] += 1
+        self.retired = self.retire_log.record(reason, detail)
+
+    def _native(self, cause: str) -> None:
+        self.telemetry.native_calls[cause] += 1
+        self.body()
+
+    def _pool(self) -> ReplayPool:
+        if self.pool is None:
+            tensors = self.state()
+            self.pool = ReplayPool(tensors[0].device if tensors else None)
+        return self.pool
+
+    def _record(self, key: Hashable) -> UpdateGraph | None:
+        pool = self._pool()
+        if len(self._graphs) >= self.max_signatures:
+            self._native_keys.add(key)
+            self.telemetry.retirements[RetireReason.SIGNATURE_LIMIT] += 1
+            self.retire_log.record(
+                RetireReason.SIGNATURE_LIMIT,
+                f"{len(self._graphs)} update signatures recorded; a Python-scalar "
+                "hyperparameter probably changes every step: hold it as a device tensor",
+            )
+            return None
+        tensors = self.state()
+        snapshot = StateSnapshot(tensors, [t.device for t in tensors])
+        reserved = pool.reserved_bytes()
+        graph = UpdateGraph(pool)
+        try:
+            body = self.body if self.capture_body is None else self.capture_body(key)
+            with pool.side_stream():
+                graph.capture(body)
+        except Exception as error:
+            if pool.uses_cuda:
+                torch.cuda.synchronize(pool.device)
+            snapshot.restore(after_failed_capture=True)
+            self._native_keys.add(key)
+            self.telemetry.retirements[RetireReason.CAPTURE_FAILED] += 1
+            self.retire_log.record(RetireReason.CAPTURE_FAILED, str(error))
+            return None
+        snapshot.restore()
+        self.telemetry.recordings += 1
+        self.telemetry.pool_bytes += max(0, pool.reserved_bytes() - reserved)
+        self._graphs[key] = graph
+        return graph
+
+
+class GraphedOptimizer:
+    """An optimizer whose ``step()`` replays a recorded graph; drop-in for ``GradScaler.step``.
+
+    Gradients change identity every step (``zero_grad(set_to_none=True)``), so the graph reads
+    static gradient buffers: each replayed ``step()`` copies the live ``.grad`` into them, then
+    launches; parameters and optimizer state are updated in place. Bitwise equal to native only
+    when the native run uses the same optimizer code path (e.g. ``AdamW(capturable=True)`` on
+    both sides: capturable Adam rounds differently from the default path). torch's SGD needs
+    ``fused=True`` when its learning rate is a tensor: its other paths call ``.item()``.
+
+    Args:
+        optimizer: a :class:`torch.optim.Optimizer` or any
+            :class:`~lucid_yolo.replay.protocols.UpdateOptimizer`.
+        warmup_steps: native steps before recording (they create the optimizer state).
+        max_signatures: recordings kept (one per set of parameters with gradients and per set
+            of Python-scalar hyperparameters).
+        pool: shared memory pool; ``None`` makes a private one.
+        enabled: ``False`` always steps natively.
+
+    Example:
+        >>> lr = torch.tensor(1e-3, device="cuda")
+        >>> graphed = GraphedOptimizer(torch.optim.AdamW(params, lr=lr, capturable=True))
+        >>> scaler.step(graphed)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        optimizer: UpdateOptimizer,
+        *,
+        warmup_steps: int = 1,
+        max_signatures: int = 2,
+        pool: ReplayPool | None = None,
+        enabled: bool = True,
+    ) -> None:
+        self.optimizer = optimizer
+        self._static_grads: dict[Hashable, list[Tensor]] = {}
+        self.recorder = UpdateRecorder(
+            self._native_step,
+            state=self._state_tensors,
+            key=self._current_key,
+            capture_body=self._capture_body,
+            before_launch=self._copy_in,
+            name=f"optimizer {type(optimizer).__name__}",
+            warmup_steps=warmup_steps,
+            max_signatures=max_signatures,
+            pool=pool,
+            enabled=enabled,
+        )
+
+    @property
+    def param_groups(self) -> list[dict[str, Any]]:
+        """The wrapped optimizer's parameter groups (GradScaler unscales through them)."""
+        return self.optimizer.param_groups
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """Counters of the update recorder."""
+        return self.recorder.telemetry
+
+    def step(self) -> None:
+        """Apply one update: native during warm-up, else copy-in and launch."""
+        self.recorder()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Clear the gradients of every parameter, as ``Optimizer.zero_grad``."""
+        for p in self._params():
+            if p.grad is None:
+                continue
+            if set_to_none:
+                p.grad = None
+            else:
+                p.grad.detach_().zero_()
+
+    def state_dict(self) -> dict[str, Any]:
+        """The wrapped optimizer's state dict."""
+        return self.optimizer.state_dict()
+
+    def _native_step(self) -> None:
+        # Looked up at each call: an LR scheduler wraps optimizer.step after construction.
+        self.optimizer.step()
+
+    def _params(self) -> list[Tensor]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _with_grads(self) -> list[tuple[Tensor, Tensor]]:
+        return [(p, p.grad) for p in self._params() if p.grad is not None]
+
+    def _current_key(self) -> Hashable:
+        grads = tuple(None if p.grad is None else TensorSpec.of(p.grad) for p in self._params())
+        hyper = tuple(
+            tuple(
+                (k, id(v) if isinstance(v, Tensor) else v)
+                for k, v in sorted(group.items())
+                if k != "params" and isinstance(v, (Tensor, bool, int, float, str, type(None)))
+            )
+            for group in self.optimizer.param_groups
+        )
+        return grads, hyper
+
+    def _state_tensors(self) -> list[Tensor]:
+        state = getattr(self.optimizer, "state", {})
+        tensors = [v for s in state.values() for v in s.values() if isinstance(v, Tensor)]
+        return [*self._params(), *tensors]
+
+    def _capture_body(self, key: Hashable) -> Callable[[], object]:
+        static = [TensorSpec.of(g).empty().copy_(g) for _, g in self._with_grads()]
+        self._static_grads[key] = static
+
+        def step_on_static_grads() -> None:
+            # The graph bakes the addresses .grad points to at capture: point them at the
+            # static buffers, step, and give the live gradients back.
+            pairs = self._with_grads()
+            for (p, _), buffer in zip(pairs, static, strict=True):
+                p.grad = buffer
+            try:
+                self.optimizer.step()
+            finally:
+                for p, live in pairs:
+                    p.grad = live
+
+        return step_on_static_grads
+
+    def _copy_in(self, key: Hashable) -> None:
+        with torch.no_grad():
+            for (_, live), buffer in zip(self._with_grads(), self._static_grads[key], strict=True):
+                buffer.copy_(live)
+
+
+__all__ = ["GraphedOptimizer", "UpdateRecorder"]
