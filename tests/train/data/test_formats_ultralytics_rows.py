@@ -5,11 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lucid_yolo.train.data.dataset_yaml import Task
-from lucid_yolo.train.data.formats import format_rows, parse_row
+from lucid_yolo.train.data.formats import RowError, format_rows, parse_row
 from lucid_yolo.train.data.formats.geometry import LabelRows
 
 coord = st.floats(0.0625, 0.9375, width=32)
@@ -48,3 +49,10 @@ def test_format_rows_then_parse_row_round_trip(data: st.DataObject, task: Task) 
         np.testing.assert_allclose(back.keypoints, original.keypoints, atol=1e-6)  # type: ignore[arg-type]
     if task == "obb":
         np.testing.assert_allclose(back.corners, original.corners, atol=1e-6)  # type: ignore[arg-type]
+
+
+def test_parse_row_rejected_row_leaves_rows_untouched() -> None:
+    rows = LabelRows()
+    with pytest.raises(RowError, match=r"the instance has no area"):
+        parse_row(["0", *["0.2"] * 6], rows, task="segment", num_classes=1)
+    assert rows == LabelRows()

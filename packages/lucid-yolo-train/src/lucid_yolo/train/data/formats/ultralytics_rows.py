@@ -137,25 +137,30 @@ def parse_row(
             f"{n + 1} columns do not fit a {task} row; expected {_row_layout(task, kpt_shape)}"
         )
     values32 = values.astype(np.float32)
+    polygon = corners = keypoints = None
     if task == "segment" or (task == "detect" and n != 4):
         polygon = _polygon(values32, "polygon")
-        rows.polygons.append(polygon)
         box = hull_box(polygon)
     elif task == "obb":
         corners = values32.reshape(4, 2)
         _check_range(corners, "corner")
-        rows.corners.append(corners)
-        rows.difficult.append(False)
         box = hull_box(corners)
     else:
         box = _box_from_cxcywh(values32[:4])
         if task == "pose":
             assert kpt_shape is not None
-            rows.keypoints.append(_keypoints(values32[4:], kpt_shape))
+            keypoints = _keypoints(values32[4:], kpt_shape)
     if not (box[2] > box[0] and box[3] > box[1]):
         raise RowError(f"the instance has no area (box {box.tolist()!r}); fix or remove the row")
     rows.classes.append(cls)
     rows.boxes.append(box)
+    if polygon is not None:
+        rows.polygons.append(polygon)
+    if corners is not None:
+        rows.corners.append(corners)
+        rows.difficult.append(False)
+    if keypoints is not None:
+        rows.keypoints.append(keypoints)
 
 
 def _fmt(values: FloatArray) -> str:
