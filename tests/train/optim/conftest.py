@@ -8,7 +8,12 @@ import torch
 from torch import nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-HOST_SYNC_OPS = frozenset({"_local_scalar_dense", "nonzero", "is_nonzero", "masked_select"})
+BOOL_MASK_INDEX = "index[bool mask]"
+"""Recorded instead of ``index`` when an index is boolean: its output size needs a host read."""
+
+HOST_SYNC_OPS = frozenset(
+    {"_local_scalar_dense", "nonzero", "is_nonzero", "masked_select", BOOL_MASK_INDEX}
+)
 """aten ops that read a device value on the host (``.item()``, ``bool(t)``, boolean indexing)."""
 
 
@@ -26,8 +31,18 @@ class OpRecorder(TorchDispatchMode):
         args: tuple[Any, ...] = (),
         kwargs: dict[str, Any] | None = None,
     ) -> Any:
-        self.ops.append(func._schema.name.removeprefix("aten::"))
+        name = func._schema.name.removeprefix("aten::")
+        indices = args[1] if name == "index" and len(args) > 1 else ()
+        if any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices):
+            name = BOOL_MASK_INDEX
+        self.ops.append(name)
         return func(*args, **(kwargs or {}))
+
+
+@pytest.fixture
+def host_sync_ops() -> frozenset[str]:
+    """:data:`HOST_SYNC_OPS`, for tests that assert a step never reads a device value."""
+    return HOST_SYNC_OPS
 
 
 @pytest.fixture
