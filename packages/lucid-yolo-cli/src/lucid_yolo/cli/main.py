@@ -1,12 +1,72 @@
-"""Entry point of the ``lucid-yolo`` console script."""
+"""Entry point of the ``lucid-yolo`` console script.
+
+``fit``, ``validate`` and ``test`` go to LightningCLI (``--config``, dotted flags,
+``--print_config``); ``info``, ``data``, ``export`` and ``predict`` are plain commands.
+``lucid-yolo fit`` with no further argument runs the packaged ``quickstart`` config: the nano
+detector on the embedded synthetic dataset.
+
+Example::
+
+    uv run lucid-yolo fit
+    uv run lucid-yolo fit --config detect-s --data.data path/to/data.yaml
+    uv run lucid-yolo info yolo26n-seg
+"""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from collections.abc import Callable
+
+from lucid_yolo.cli import info
+from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
+from lucid_yolo.cli.errors import CliError
+from lucid_yolo.models import ModelError
+from lucid_yolo.train.data.errors import DataError
+
+LIGHTNING_COMMANDS = ("fit", "validate", "test")
+USER_ERRORS: tuple[type[Exception], ...] = (CliError, DataError, ModelError, FileNotFoundError)
+
+_Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
+PLAIN_COMMANDS: dict[str, _Registrar] = {"info": info.add_parser}
+
+
+def _plain_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lucid-yolo",
+        description="YOLO26 training replayed from CUDA graphs, bitwise equal to native. "
+        f"Lightning commands: {', '.join(LIGHTNING_COMMANDS)} (see `lucid-yolo fit --help`); "
+        f"packaged configs for --config: {', '.join(packaged_configs())}.",
+    )
+    commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    for register in PLAIN_COMMANDS.values():
+        register(commands)
+    for name in LIGHTNING_COMMANDS:
+        commands.add_parser(name, help=f"LightningCLI `{name}` (see `lucid-yolo {name} --help`)")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the ``lucid-yolo`` command line."""
-    args = sys.argv[1:] if argv is None else argv
-    print(f"lucid-yolo: no commands are available yet (got {args!r})", file=sys.stderr)
-    return 2
+    """Run the ``lucid-yolo`` command line; returns the exit code."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if args and args[0] in LIGHTNING_COMMANDS:
+            from lucid_yolo.cli.lightning_cli import run_lightning
+
+            rest = args[1:] or (["--config", QUICKSTART] if args[0] == "fit" else [])
+            run_lightning([args[0], *expand_config_names(rest)])
+            return 0
+        parser = _plain_parser()
+        namespace = parser.parse_args(args)
+        handler = getattr(namespace, "handler", None)
+        if handler is None:
+            parser.print_help()
+            return 2
+        code: int = handler(namespace)
+        return code
+    except USER_ERRORS as error:
+        print(f"lucid-yolo: error: {error}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["main"]

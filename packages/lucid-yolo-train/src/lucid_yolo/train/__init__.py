@@ -1,3 +1,19 @@
-"""lucid_yolo.train."""
+"""lucid_yolo.train: Lightning training of YOLO26 models, with CUDA-graph replay opt-in."""
 
-__all__: list[str] = []
+from lucid_yolo.train.data.datamodule import YoloDataModule
+from lucid_yolo.train.evaluation import FITNESS_KIND, TASK_KINDS, Evaluator
+from lucid_yolo.train.module import YoloModule
+from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
+
+__all__ = [
+    # Lightning entry points
+    "YoloDataModule",
+    "YoloModule",
+    # evaluation
+    "Evaluator",
+    "FITNESS_KIND",
+    "TASK_KINDS",
+    # replay binding
+    "NetworkReplay",
+    "ReplayOptions",
+]

@@ -1,0 +1,46 @@
+"""The embedded synthetic datasets: generated once per task into the user cache folder.
+
+``--data.data synthetic`` (the quickstart default) names them. Generation is deterministic, so a
+dataset found complete in the cache is reused; an interrupted generation is redone because the
+marker file is written last.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from lucid_yolo.models import TASKS, Task
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+SYNTHETIC = "synthetic"
+"""The ``--data.data`` value that selects the embedded dataset of the model's task."""
+
+VERSION = 1
+NUM_TRAIN = 64
+NUM_VAL = 16
+IMAGE_SIZE = 320
+
+
+def cache_root() -> Path:
+    """``$XDG_CACHE_HOME/lucid-yolo`` (default ``~/.cache/lucid-yolo``)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lucid-yolo"
+
+
+def embedded_dataset(task: str, root: Path | None = None) -> Path:
+    """The ``data.yaml`` of the embedded synthetic dataset of ``task``, generated if missing."""
+    if task not in TASKS:
+        raise ValueError(f"unknown task {task!r}: expected one of {TASKS!r}")
+    checked: Task = task
+    folder = (root or cache_root()) / f"synthetic-{checked}-v{VERSION}"
+    marker = folder / ".complete"
+    if not marker.is_file():
+        generate_synthetic(
+            folder, task=checked, num_train=NUM_TRAIN, num_val=NUM_VAL, imgsz=IMAGE_SIZE, seed=0
+        )
+        marker.write_text("ok\n", encoding="utf-8")
+    return folder / "data.yaml"
+
+
+__all__ = ["SYNTHETIC", "cache_root", "embedded_dataset"]

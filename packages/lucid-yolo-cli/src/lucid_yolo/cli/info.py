@@ -1,0 +1,34 @@
+"""``lucid-yolo info MODEL``: layers, parameters and GFLOPs of a registered model."""
+
+from __future__ import annotations
+
+import argparse
+
+from lucid_yolo.models import create_model, list_models, model_spec, model_summary
+
+
+def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Register ``info``."""
+    parser = commands.add_parser(
+        "info",
+        help="print a model's layers, parameters and GFLOPs",
+        description="Print the layer table, parameters and GFLOPs of a registered model, for "
+        "training (as built) and for inference (BatchNorm folded, end-to-end branch only).",
+    )
+    parser.add_argument("model", help=f"registered name, one of: {', '.join(list_models())}")
+    parser.add_argument("--imgsz", type=int, default=None, help="input size (default: the task's)")
+    parser.add_argument("--num-classes", type=int, default=80, help="classes (default: 80)")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the summary of ``args.model``."""
+    spec = model_spec(args.model)
+    size = args.imgsz or spec.image_size
+    model = create_model(args.model, num_classes=args.num_classes)
+    print(f"{spec.name}: task {spec.task}, scale {args.model[6]}, {args.num_classes} classes")
+    print(model_summary(model, size).format())
+    return 0
+
+
+__all__ = ["add_parser", "run"]

@@ -1,0 +1,127 @@
+"""``lucid-yolo fit | validate | test``: LightningCLI over :class:`YoloModule` and
+:class:`YoloDataModule`.
+
+The model name is the single source of the task: the data module reads labels for the model's
+task, and the model takes its class count and keypoint layout from the dataset. Defaults follow
+the machine: bf16 autocast on a CUDA device, fp32 on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from typing_extensions import override
+
+from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
+from lucid_yolo.cli.errors import CliError
+from lucid_yolo.models import model_spec
+from lucid_yolo.train import YoloDataModule, YoloModule
+
+FITNESS = "val/fitness"
+
+
+def task_of(model: str) -> str:
+    """The task of a registered model name (``yolo26n-seg`` → ``segment``)."""
+    return model_spec(model).task
+
+
+def kpt_shape_of(data: YoloDataModule) -> tuple[int, int]:
+    """The dataset's keypoint layout as ``(K, 3)``; COCO's 17 points when it has none."""
+    shape = data.spec.kpt_shape
+    return (17, 3) if shape is None else (shape[0], 3)
+
+
+def trainer_defaults() -> dict[str, Any]:
+    """Trainer defaults for this machine."""
+    cuda = torch.cuda.is_available()
+    return {
+        "precision": "bf16-mixed" if cuda else "32-true",
+        "default_root_dir": "runs",
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": "runs"},
+        },
+        "callbacks": [
+            {
+                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                "init_args": {
+                    "monitor": FITNESS,
+                    "mode": "max",
+                    "save_last": True,
+                    "filename": "best",
+                },
+            },
+            {"class_path": "lucid_yolo.train.callbacks.PhaseTimer"},
+            {"class_path": "lucid_yolo.train.callbacks.EpochSummary"},
+        ],
+    }
+
+
+class YoloCLI(LightningCLI):
+    """LightningCLI with the model ↔ data links, the embedded dataset and the final report."""
+
+    @override
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("model.model", "data.task", compute_fn=task_of, apply_on="parse")
+        parser.link_arguments(
+            "data", "model.num_classes", compute_fn=_num_classes, apply_on="instantiate"
+        )
+        parser.link_arguments(
+            "data", "model.kpt_shape", compute_fn=kpt_shape_of, apply_on="instantiate"
+        )
+        parser.set_defaults({"data.data": SYNTHETIC})
+
+    @override
+    def before_instantiate_classes(self) -> None:
+        config = self.config[self.subcommand] if self.subcommand else self.config
+        if str(config.data.data) == SYNTHETIC:
+            config.data.data = str(embedded_dataset(task_of(config.model.model)))
+        replay = config.model.capture_network or config.model.capture_segment_heads
+        accelerator = str(config.trainer.accelerator)
+        if replay and (accelerator == "cpu" or not torch.cuda.is_available()):
+            raise CliError(
+                "--model.capture_network/--model.capture_segment_heads replay CUDA graphs and "
+                "need a CUDA device; this run is on the CPU: leave them off"
+            )
+
+    def after_fit(self) -> None:
+        """Print the final metrics line and where the checkpoint is."""
+        print(final_line(self.trainer), flush=True)
+
+
+def final_line(trainer: Any) -> str:
+    """``final: <kind> mAP50-95 x mAP50 y | checkpoint: path`` from the last validation."""
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
+    parts = []
+    for key in sorted(metrics):
+        if key.endswith("/mAP50-95"):
+            kind = key.split("/")[1]
+            map50 = metrics.get(f"val/{kind}/mAP50", 0.0)
+            parts.append(f"{kind} mAP50-95 {metrics[key]:.4f} mAP50 {map50:.4f}")
+    callback = trainer.checkpoint_callback
+    path = ""
+    if callback is not None:
+        path = callback.best_model_path or callback.last_model_path
+    summary = ", ".join(parts) if parts else "no validation metrics"
+    return f"final: {summary} | checkpoint: {path or 'none saved'}"
+
+
+def _num_classes(data: YoloDataModule) -> int:
+    return data.num_classes
+
+
+def run_lightning(args: list[str]) -> None:
+    """Run a LightningCLI subcommand with ``args`` (packaged config names already resolved)."""
+    YoloCLI(
+        YoloModule,
+        YoloDataModule,
+        trainer_defaults=trainer_defaults(),
+        save_config_kwargs={"overwrite": True},
+        parser_kwargs={"default_env": True},
+        args=args,
+    )
+
+
+__all__ = ["FITNESS", "YoloCLI", "final_line", "kpt_shape_of", "run_lightning", "task_of"]

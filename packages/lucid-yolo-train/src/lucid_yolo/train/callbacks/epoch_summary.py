@@ -1,0 +1,77 @@
+"""A validation table per epoch, and the replay telemetry when replay is on.
+
+Reads only what the module logged (``val/<kind>/<stat>``, ``replay/<counter>``), so it works for
+every task and prints nothing the logs do not already hold. Printing is rank-zero only.
+"""
+
+from __future__ import annotations
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_only
+from rich.console import Console
+from rich.table import Table
+from typing_extensions import override
+
+STATS = ("P", "R", "mAP50", "mAP50-95")
+"""Columns of the table, in order."""
+
+_REPLAY_KEYS = ("recordings", "replays", "graph_launches", "native_calls", "retirements")
+
+
+def validation_table(metrics: dict[str, float], epoch: int) -> Table | None:
+    """A table with one row per metric kind found in ``metrics`` (``None`` when there is none)."""
+    kinds = sorted({key.split("/")[1] for key in metrics if key.count("/") == 2})
+    rows = [k for k in kinds if any(f"val/{k}/{s}" in metrics for s in STATS)]
+    if not rows:
+        return None
+    table = Table(title=f"validation, epoch {epoch}")
+    table.add_column("metric")
+    for stat in STATS:
+        table.add_column(stat, justify="right")
+    for kind in rows:
+        cells = [metrics.get(f"val/{kind}/{stat}") for stat in STATS]
+        table.add_row(kind, *("-" if c is None else f"{c:.4f}" for c in cells))
+    return table
+
+
+def replay_line(metrics: dict[str, float]) -> str | None:
+    """One line of replay counters and retirement reasons (``None`` when replay is off)."""
+    counters = {
+        k.removeprefix("replay/"): int(v) for k, v in metrics.items() if k.startswith("replay/")
+    }
+    if not counters:
+        return None
+    main = ", ".join(f"{k} {counters[k]}" for k in _REPLAY_KEYS if k in counters)
+    reasons = [
+        f"{k.removeprefix('retired.')} {v}"
+        for k, v in counters.items()
+        if k.startswith("retired.") and v
+    ]
+    return f"replay: {main}" + (f" (retired: {', '.join(reasons)})" if reasons else "")
+
+
+class EpochSummary(Callback):
+    """Print the validation table and the replay counters after each validation.
+
+    Fires in ``on_validation_end``, after the module's epoch-end hook has logged the metrics.
+    """
+
+    def __init__(self) -> None:
+        self._console = Console()
+
+    @override
+    @rank_zero_only
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking:
+            return
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        table = validation_table(metrics, trainer.current_epoch)
+        if table is not None:
+            self._console.print(table)
+        line = replay_line(metrics)
+        if line is not None:
+            self._console.print(line)
+
+
+__all__ = ["STATS", "EpochSummary", "replay_line", "validation_table"]

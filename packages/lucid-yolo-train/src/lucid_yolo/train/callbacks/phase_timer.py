@@ -1,0 +1,169 @@
+"""Per-phase step timing: data wait, network, loss, backward, optimizer update.
+
+The split tells where a training step spends its time, which is what replay changes. On CUDA each
+boundary records an event and a step's durations are read only once its last event has completed
+(``Event.query()``), so timing adds no host synchronisation to the step. Without the callback
+nothing is recorded at all: the module's phase marks are a no-op.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from typing_extensions import override
+
+PHASES = ("data", "network", "loss", "backward", "update")
+"""Phase names in step order; logged as ``time/<phase>_ms``."""
+
+_BOUNDARIES = ("start", "network", "loss", "backward", "update")
+
+
+class _Clock:
+    """A point in time: a CUDA event on GPU runs, a host timestamp otherwise."""
+
+    def __init__(self, cuda: bool) -> None:
+        self._event: torch.cuda.Event | None = None
+        self._host = 0.0
+        if cuda:
+            self._event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._event.record()
+        else:
+            self._host = time.perf_counter()
+
+    def done(self) -> bool:
+        return self._event is None or bool(self._event.query())  # type: ignore[no-untyped-call]
+
+    def ms_since(self, earlier: _Clock) -> float:
+        if self._event is not None and earlier._event is not None:
+            return float(earlier._event.elapsed_time(self._event))
+        return (self._host - earlier._host) * 1000.0
+
+
+@dataclass
+class _Step:
+    data_ms: float
+    marks: dict[str, _Clock] = field(default_factory=dict)
+
+
+class PhaseTimer(Callback):
+    """Log the mean time per phase of the training step, in milliseconds.
+
+    Phases: ``data`` (waiting for the next batch, host time), ``network`` (forward of the network
+    or its replay), ``loss`` (loss and assignment), ``backward``, ``update`` (optimizer step, EMA;
+    zero on accumulation micro-batches). A step whose boundaries are not all reached (for instance a
+    skipped backward) is dropped from the means.
+
+    Args:
+        log_every_n_steps: how often the running means are logged (and shown in the progress bar).
+
+    Example:
+        ``Trainer(callbacks=[PhaseTimer()])``, or ``--trainer.callbacks+=PhaseTimer`` on the CLI.
+    """
+
+    def __init__(self, log_every_n_steps: int = 10) -> None:
+        if log_every_n_steps < 1:
+            raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps!r}")
+        self.log_every_n_steps = log_every_n_steps
+        self._cuda = False
+        self._last_end: float | None = None
+        self._current: _Step | None = None
+        self._pending: deque[_Step] = deque()
+        self._sums = dict.fromkeys(PHASES, 0.0)
+        self._count = 0
+
+    def mark(self, boundary: str) -> None:
+        """Record that the step reached ``boundary`` (one of ``network``, ``loss``, ...)."""
+        if self._current is not None:
+            self._current.marks[boundary] = _Clock(self._cuda)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._cuda = pl_module.device.type == "cuda" or trainer.strategy.root_device.type == "cuda"
+        if hasattr(pl_module, "phase_marker"):
+            setattr(pl_module, "phase_marker", self.mark)  # noqa: B010
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if hasattr(pl_module, "phase_marker"):
+            setattr(pl_module, "phase_marker", None)  # noqa: B010
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_end = None
+        self._pending.clear()
+        self._sums = dict.fromkeys(PHASES, 0.0)
+        self._count = 0
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        now = time.perf_counter()
+        data_ms = 0.0 if self._last_end is None else (now - self._last_end) * 1000.0
+        self._current = _Step(data_ms=data_ms)
+        self.mark("start")
+
+    @override
+    def on_before_backward(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, loss: torch.Tensor
+    ) -> None:
+        self.mark("loss")
+
+    @override
+    def on_after_backward(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.mark("backward")
+
+    @override
+    def on_train_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+    ) -> None:
+        self.mark("update")
+        if self._current is not None:
+            self._pending.append(self._current)
+            self._current = None
+        self._collect()
+        if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
+            means = {f"time/{p}_ms": self._sums[p] / self._count for p in PHASES}
+            pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
+        self._last_end = time.perf_counter()
+
+    def summary(self) -> dict[str, float]:
+        """Mean milliseconds per phase over the steps of this epoch resolved so far."""
+        self._collect()
+        if not self._count:
+            return {}
+        return {p: self._sums[p] / self._count for p in PHASES}
+
+    def _collect(self) -> None:
+        while self._pending and self._pending[0].marks["update"].done():
+            step = self._pending.popleft()
+            durations = _durations(step)
+            if durations is None:
+                continue
+            for phase, ms in durations.items():
+                self._sums[phase] += ms
+            self._count += 1
+
+
+def _durations(step: _Step) -> dict[str, float] | None:
+    if any(b not in step.marks for b in _BOUNDARIES):
+        return None
+    times = {"data": step.data_ms}
+    for phase, (start, end) in zip(PHASES[1:], itertools.pairwise(_BOUNDARIES), strict=True):
+        times[phase] = step.marks[end].ms_since(step.marks[start])
+    return times
+
+
+__all__ = ["PHASES", "PhaseTimer"]

@@ -1,0 +1,249 @@
+"""The LightningModule every task shares: network, loss, MuSGD, schedule, EMA, validation.
+
+One class serves detection, segmentation, pose and OBB: the task is a property of the registered
+model name, and everything task-specific (heads, loss terms, metric kinds, decoding) is looked up
+from it. Replay regions are bound here too (:mod:`lucid_yolo.train.replay_binding`), opt-in per
+region, so the native path and the replayed path run the same module code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lightning.pytorch as pl
+from torch import Tensor
+from typing_extensions import override
+
+from lucid_yolo.models import create_model, model_spec
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.evaluation import Evaluator
+from lucid_yolo.train.losses import build_loss, epoch_fraction
+from lucid_yolo.train.optim import ModelEMA, MuSGD, WarmupLinearSchedule, param_groups
+from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
+
+PhaseMarker = Callable[[str], None]
+
+
+class YoloModule(pl.LightningModule):
+    """Train and evaluate one registered YOLO26 model.
+
+    Args:
+        model: registered name (``yolo26n``, ``yolo26s-seg``, ``yolo26m-pose``, ``yolo26n-obb``…).
+        num_classes: classes ``C``; the CLI links it to the data module's class count.
+        kpt_shape: pose only: ``(K, 3)``; the CLI links it to the dataset's ``kpt_shape``.
+        seed: seed of the initial weights (independent of the global RNG).
+        lr0: initial learning rate of MuSGD.
+        lrf: final learning rate as a fraction of ``lr0`` (linear decay).
+        momentum: MuSGD momentum.
+        weight_decay: decoupled weight decay of the weight group (biases and norms get none).
+        warmup_epochs: linear warm-up length in epochs (at least 100 optimizer steps).
+        warmup_momentum: momentum at the start of warm-up.
+        warmup_bias_lr: learning rate of the bias group at the start of warm-up.
+        ema_decay: asymptotic EMA decay; validation and checkpoints use the EMA weights.
+        ema_tau: EMA ramp length in optimizer steps.
+        val_conf: score threshold of validation predictions (low, as mAP needs the tail).
+        max_det: predictions kept per image (end-to-end top-k).
+        capture_network: replay the network's forward+backward from CUDA graphs.
+        capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
+            their own, chained after the network.
+        verify_every: with replay on, run a shadow native step every N steps and retire replay
+            on any bit of difference (0: off).
+        max_signatures: distinct input signatures recorded per region before it retires.
+
+    Raises:
+        lucid_yolo.models.UnknownModelError: for an unregistered model name.
+        ValueError: for out-of-range hyperparameters.
+    """
+
+    def __init__(
+        self,
+        model: str = "yolo26n",
+        num_classes: int = 80,
+        kpt_shape: tuple[int, int] = (17, 3),
+        *,
+        seed: int = 0,
+        lr0: float = 0.01,
+        lrf: float = 0.01,
+        momentum: float = 0.937,
+        weight_decay: float = 5e-4,
+        warmup_epochs: float = 3.0,
+        warmup_momentum: float = 0.8,
+        warmup_bias_lr: float = 0.1,
+        ema_decay: float = 0.9999,
+        ema_tau: float = 2000.0,
+        val_conf: float = 0.001,
+        max_det: int = 300,
+        capture_network: bool = False,
+        capture_segment_heads: bool = False,
+        verify_every: int = 0,
+        max_signatures: int = 4,
+    ) -> None:
+        super().__init__()
+        if lr0 <= 0.0:
+            raise ValueError(f"lr0 must be > 0, got {lr0!r}")
+        if max_det < 1:
+            raise ValueError(f"max_det must be >= 1, got {max_det!r}")
+        self.save_hyperparameters()
+        spec = model_spec(model)
+        self.task = spec.task
+        self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
+        self.ema = ModelEMA(self.net, decay=ema_decay, tau=ema_tau)
+        # Registered so that Lightning moves it and checkpoints it; its train/eval mode follows
+        # the module's like any submodule (Lightning warns about eval-mode submodules at fit
+        # start), and it only ever runs under validation/test/predict, where Lightning sets eval.
+        self.ema_net = self.ema.module.train()
+        loss_options: dict[str, Any] = {"strides": self.net.strides}
+        if self.task == "pose":
+            loss_options["num_keypoints"] = kpt_shape[0]
+        self.criterion = build_loss(self.task, num_classes, **loss_options)
+        self.evaluator = Evaluator(
+            self.task, strides=self.net.strides, conf=val_conf, max_det=max_det, kpt_shape=kpt_shape
+        )
+        self.replay = NetworkReplay(
+            self.net,
+            self.task,
+            ReplayOptions(
+                capture_network=capture_network,
+                capture_segment_heads=capture_segment_heads,
+                verify_every=verify_every,
+                max_signatures=max_signatures,
+            ),
+        )
+        self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
+        self.phase_marker: PhaseMarker | None = None
+
+    @override
+    def setup(self, stage: str) -> None:
+        names = getattr(getattr(self.trainer, "datamodule", None), "names", None)
+        if names:
+            self.names = tuple(names)
+
+    @override
+    def forward(self, images: Tensor) -> dict[str, Tensor]:
+        """Raw outputs of the trained network for float images in [0, 1]."""
+        outputs: dict[str, Tensor] = self.net(images)
+        return outputs
+
+    @override
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        images = batch["images"].float().div_(255.0)
+        outputs = self.replay(images)
+        if self.phase_marker is not None:
+            self.phase_marker("network")
+        total: Tensor
+        terms: dict[str, Tensor]
+        total, terms = self.criterion(outputs, batch, self._epoch_fraction())
+        batch_size = images.shape[0]
+        self.log("train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size)
+        self.log_dict(
+            {f"train/{name}": value for name, value in terms.items() if "/" not in name},
+            batch_size=batch_size,
+        )
+        return total
+
+    @override
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        # Lightning calls this hook only on accumulation boundaries: one EMA update per
+        # optimizer step, as the EMA's ramp assumes.
+        super().optimizer_step(*args, **kwargs)
+        self.ema.update(self.net)
+
+    @override
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        scheduler.step()
+
+    @override
+    def configure_optimizers(self) -> Any:
+        hp = self.hparams
+        optimizer = MuSGD(
+            param_groups(self.net, weight_decay=hp["weight_decay"]),
+            lr=hp["lr0"],
+            momentum=hp["momentum"],
+            weight_decay=hp["weight_decay"],
+        )
+        epochs = max(int(self.trainer.max_epochs or 1), 1)
+        steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)
+        schedule = WarmupLinearSchedule(
+            optimizer,
+            epochs=epochs,
+            steps_per_epoch=steps,
+            lrf=hp["lrf"],
+            warmup_epochs=hp["warmup_epochs"],
+            warmup_bias_lr=hp["warmup_bias_lr"],
+            warmup_momentum=hp["warmup_momentum"],
+        )
+        return {
+            "optimizer": optimizer,
+            "lr_scheduler": {"scheduler": schedule, "interval": "step", "frequency": 1},
+        }
+
+    @override
+    def on_fit_start(self) -> None:
+        self.ema.updates = self.ema.updates.to(self.device)
+
+    @override
+    def on_validation_epoch_start(self) -> None:
+        self.evaluator.reset()
+
+    @override
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch)
+
+    @override
+    def on_validation_epoch_end(self) -> None:
+        self._log_metrics("val")
+        telemetry = self.replay.telemetry()
+        if telemetry and not self.trainer.sanity_checking:
+            self.log_dict({f"replay/{k}": float(v) for k, v in telemetry.items()})
+
+    @override
+    def on_test_epoch_start(self) -> None:
+        self.evaluator.reset()
+
+    @override
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._evaluate(batch)
+
+    @override
+    def on_test_epoch_end(self) -> None:
+        self._log_metrics("test")
+
+    @override
+    def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
+        images = batch["images"].float().div_(255.0)
+        outputs = self.ema_net(images)
+        return self.evaluator.predictions(outputs, batch)
+
+    @override
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["ema_updates"] = self.ema.updates.detach().cpu()
+        checkpoint["class_names"] = list(self.names)
+        checkpoint["task"] = self.task
+
+    @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if "ema_updates" in checkpoint:
+            self.ema.updates.copy_(checkpoint["ema_updates"])
+        if "class_names" in checkpoint:
+            self.names = tuple(checkpoint["class_names"])
+
+    def _evaluate(self, batch: Batch) -> None:
+        images = batch["images"].float().div_(255.0)
+        outputs = self.ema_net(images)
+        self.evaluator.update(outputs, batch)
+
+    def _log_metrics(self, stage: str) -> None:
+        for name, value in self.evaluator.compute().items():
+            self.log(f"{stage}/{name}", value, prog_bar=name.endswith("mAP50-95"))
+
+    def _epoch_fraction(self) -> float:
+        """Training progress for ProgLoss: by epoch, or by step when only ``max_steps`` is set."""
+        epochs = self.trainer.max_epochs
+        if epochs is not None and epochs > 0:
+            return epoch_fraction(min(self.current_epoch, epochs - 1), epochs)
+        max_steps = self.trainer.max_steps
+        return min(self.global_step / max_steps, 1.0) if max_steps > 0 else 0.0
+
+
+__all__ = ["YoloModule"]

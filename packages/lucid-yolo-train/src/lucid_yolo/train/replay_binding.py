@@ -1,0 +1,213 @@
+"""Binds the replay regions of a YOLO26 network: which modules, which outputs, which groups.
+
+Replay knows nothing about YOLO; this module describes the network to it through the
+:class:`lucid_yolo.replay.GroupedRegion` protocol. Two regions can be recorded:
+
+* the **network** (backbone, neck, dual head, and the segment heads unless they are a region of
+  their own): its outputs split into the prediction groups ``o2m`` and ``o2o`` (their losses are
+  independent) and ``shared`` (prototypes, semantic logits);
+* the **segment heads** (prototypes and the training-only semantic branch), chained after the
+  network: they read the neck's features, which then become network outputs that require grad,
+  and both regions share one memory pool.
+
+With neither region enabled the network runs exactly as ``net(images)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor, nn
+
+from lucid_yolo.models import YOLO26
+from lucid_yolo.models import outputs as keys
+from lucid_yolo.replay import RegionRecorder, ReplayPool, merge_telemetry
+
+FEATURE_KEYS = ("features.p3", "features.p4", "features.p5")
+"""Output keys of the neck's features when the segment heads are a region of their own."""
+
+_TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "detect": (),
+    "segment": (keys.MASK_COEF,),
+    "pose": (keys.KPT, keys.KPT_SCALE),
+    "obb": (keys.ANGLE,),
+}
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """Which regions replay and how.
+
+    Attributes:
+        capture_network: record the network region.
+        capture_segment_heads: segment only: record the prototype/semantic heads as their own
+            region.
+        verify_every: shadow native step every N replays, compared bitwise (0: off).
+        max_signatures: recordings per region before further signatures run native.
+    """
+
+    capture_network: bool = False
+    capture_segment_heads: bool = False
+    verify_every: int = 0
+    max_signatures: int = 4
+
+    def __post_init__(self) -> None:
+        if self.verify_every < 0:
+            raise ValueError(f"verify_every must be >= 0, got {self.verify_every!r}")
+        if self.max_signatures < 1:
+            raise ValueError(f"max_signatures must be >= 1, got {self.max_signatures!r}")
+
+
+def branch_groups(task: str) -> dict[str, list[str]]:
+    """The ``o2m`` and ``o2o`` prediction groups of a task's head outputs."""
+    names = (keys.BOX, keys.CLS, *_TASK_OUTPUTS[task])
+    return {branch: [keys.branch_key(branch, n) for n in names] for branch in keys.BRANCHES}
+
+
+class NetworkRegion:
+    """The network up to its heads, as a :class:`~lucid_yolo.replay.GroupedRegion`.
+
+    Args:
+        net: the network.
+        include_segment_heads: run the prototype/semantic heads inside this region; when
+            ``False`` on a segment network, the neck's features are returned instead (keys
+            :data:`FEATURE_KEYS`) for the segment-head region to consume.
+    """
+
+    def __init__(self, net: YOLO26, *, include_segment_heads: bool = True) -> None:
+        self.net = net
+        self.include_segment_heads = include_segment_heads or net.protos is None
+
+    def __call__(self, images: Tensor) -> dict[str, Tensor]:
+        features = self.net.neck(*self.net.backbone(images))
+        result: dict[str, Tensor] = dict(self.net.head(features))
+        if self.net.protos is None:
+            return result
+        if self.include_segment_heads:
+            result.update(SegmentHeadRegion(self.net)(*features))
+        else:
+            result.update(zip(FEATURE_KEYS, features, strict=True))
+        return result
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        modules: list[nn.Module] = [self.net.backbone, self.net.neck, self.net.head]
+        if self.net.protos is not None and self.include_segment_heads:
+            modules.append(self.net.protos)
+        return modules
+
+    def prediction_groups(self) -> Mapping[str, Sequence[str]]:
+        groups: dict[str, list[str]] = branch_groups(self.net.task)
+        if self.net.protos is not None:
+            groups["shared"] = (
+                [keys.PROTOS, keys.SEMANTIC] if self.include_segment_heads else list(FEATURE_KEYS)
+            )
+        return groups
+
+
+class SegmentHeadRegion:
+    """The prototype head and its training-only semantic branch, over the neck's features."""
+
+    def __init__(self, net: YOLO26) -> None:
+        if net.protos is None:
+            raise ValueError(f"model task {net.task!r} has no segment heads: use a -seg model")
+        self.protos = net.protos
+
+    def __call__(self, *features: Tensor) -> dict[str, Tensor]:
+        protos, semantic = self.protos(list(features))
+        result = {keys.PROTOS: protos}
+        if semantic is not None:
+            result[keys.SEMANTIC] = semantic
+        return result
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        return (self.protos,)
+
+    def prediction_groups(self) -> Mapping[str, Sequence[str]]:
+        return {"protos": [keys.PROTOS], "semantic": [keys.SEMANTIC]}
+
+
+class NetworkReplay:
+    """Runs the network natively or through its replay recorders.
+
+    Args:
+        net: the network.
+        task: its task.
+        options: which regions replay.
+
+    Raises:
+        ValueError: ``capture_segment_heads`` on a network without segment heads.
+    """
+
+    def __init__(self, net: YOLO26, task: str, options: ReplayOptions) -> None:
+        if options.capture_segment_heads and net.protos is None:
+            raise ValueError(
+                f"capture_segment_heads=True needs a segment model, got task {task!r}: "
+                "use a -seg model or leave the option off"
+            )
+        self.net = net
+        self.options = options
+        self.network: RegionRecorder | None = None
+        self.segment_heads: RegionRecorder | None = None
+        self._network_region = NetworkRegion(
+            net, include_segment_heads=not options.capture_segment_heads
+        )
+
+    @property
+    def enabled(self) -> bool:
+        """Whether any region replays."""
+        return self.options.capture_network or self.options.capture_segment_heads
+
+    def __call__(self, images: Tensor) -> dict[str, Tensor]:
+        """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images."""
+        if not self.enabled:
+            result: dict[str, Tensor] = self.net(images)
+            return result
+        self._bind(images.device)
+        if self.network is not None:
+            outputs = dict(self.network(images))  # type: ignore[arg-type]
+        else:
+            outputs = self._network_region(images)
+        if self.segment_heads is not None:
+            features = [outputs.pop(k) for k in FEATURE_KEYS]
+            outputs.update(self.segment_heads(*features))  # type: ignore[arg-type]
+        return outputs
+
+    def _bind(self, device: torch.device) -> None:
+        """Build the recorders on first use, once the network sits on its training device
+        (a recording keys on parameter storage, which moving the network replaces)."""
+        if self.network is not None or self.segment_heads is not None:
+            return
+        pool = ReplayPool(device)
+        if self.options.capture_network:
+            self.network = RegionRecorder(
+                self._network_region,
+                name="network",
+                max_signatures=self.options.max_signatures,
+                pool=pool,
+            )
+        if self.options.capture_segment_heads:
+            self.segment_heads = RegionRecorder(
+                SegmentHeadRegion(self.net),
+                name="segment-heads",
+                max_signatures=self.options.max_signatures,
+                pool=pool,
+            )
+
+    def telemetry(self) -> dict[str, int]:
+        """Summed counters of every recorder (empty when replay is off)."""
+        recorders = [r for r in (self.network, self.segment_heads) if r is not None]
+        if not recorders:
+            return {}
+        return merge_telemetry(*(r.telemetry for r in recorders)).as_dict()
+
+
+__all__ = [
+    "FEATURE_KEYS",
+    "NetworkRegion",
+    "NetworkReplay",
+    "ReplayOptions",
+    "SegmentHeadRegion",
+    "branch_groups",
+]

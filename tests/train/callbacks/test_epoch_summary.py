@@ -1,0 +1,48 @@
+"""The per-epoch validation table and replay line are built from logged metrics only."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from lucid_yolo.train.callbacks import replay_line, validation_table
+
+
+def _render(table: object) -> str:
+    console = Console(width=120, record=True)
+    console.print(table)
+    return console.export_text()
+
+
+def test_validation_table_one_row_per_kind() -> None:
+    metrics = {
+        "val/box/P": 0.5,
+        "val/box/R": 0.25,
+        "val/box/mAP50": 0.75,
+        "val/box/mAP50-95": 0.5,
+        "val/mask/mAP50-95": 0.125,
+        "train/loss": 3.0,
+    }
+    text = _render(validation_table(metrics, epoch=3))
+    assert "epoch 3" in text
+    assert "box" in text
+    assert "0.7500" in text
+    assert "mask" in text
+    assert "0.1250" in text
+
+
+def test_validation_table_none_without_validation_metrics() -> None:
+    assert validation_table({"train/loss": 1.0}, epoch=0) is None
+
+
+def test_replay_line_lists_retirement_reasons() -> None:
+    line = replay_line(
+        {"replay/recordings": 1.0, "replay/replays": 9.0, "replay/retired.forward-altered": 1.0}
+    )
+    assert line is not None
+    assert "recordings 1" in line
+    assert "replays 9" in line
+    assert "forward-altered 1" in line
+
+
+def test_replay_line_none_when_replay_off() -> None:
+    assert replay_line({"val/box/mAP50": 0.1}) is None

@@ -1,0 +1,135 @@
+"""YoloModule under a real Lightning Trainer on the CPU: learning, accumulation, checkpoints."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback
+
+from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.data.augment.config import AugmentConfig
+
+SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
+
+
+class _LossLog(Callback):
+    def __init__(self) -> None:
+        self.losses: list[float] = []
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *_: Any) -> None:
+        self.losses.append(float(outputs["loss"]))
+
+
+def _data(yaml: Path, task: str, **kwargs: Any) -> YoloDataModule:
+    options: dict[str, Any] = {
+        "task": task,
+        "imgsz": 64,
+        "batch_size": 4,
+        "workers": 0,
+        "max_instances": 48,
+    }
+    options.update(kwargs)
+    return YoloDataModule(yaml, **options)
+
+
+def _module(data: YoloDataModule, task: str, **kwargs: Any) -> YoloModule:
+    shape = data.spec.kpt_shape
+    return YoloModule(
+        f"yolo26n{SUFFIX[task]}",
+        num_classes=data.num_classes,
+        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+        **kwargs,
+    )
+
+
+def _trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
+    options: dict[str, Any] = {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": tmp_path,
+        "num_sanity_val_steps": 0,
+    }
+    options.update(kwargs)
+    return pl.Trainer(**options)
+
+
+@pytest.mark.slow
+def test_module_fit_reduces_loss(tiny_dataset: Callable[[str], Path], tmp_path: Path) -> None:
+    data = _data(tiny_dataset("detect"), "detect", augment=AugmentConfig.off())
+    module = _module(data, "detect", warmup_epochs=0.0, lr0=0.01)
+    log = _LossLog()
+    trainer = _trainer(
+        tmp_path,
+        max_steps=24,
+        limit_train_batches=1,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+        callbacks=[log],
+    )
+    trainer.fit(module, data)
+    assert len(log.losses) == 24
+    assert sum(log.losses[-4:]) < 0.8 * sum(log.losses[:4]), log.losses
+
+
+def test_module_ema_updates_once_per_optimizer_step(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect", batch_size=2)
+    module = _module(data, "detect")
+    trainer = _trainer(
+        tmp_path,
+        max_steps=2,
+        accumulate_grad_batches=2,
+        limit_val_batches=0,
+        enable_checkpointing=False,
+    )
+    trainer.fit(module, data)
+    assert trainer.global_step == 2
+    assert int(module.ema.updates) == 2
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_module_validates_every_task(
+    task: str, tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset(task), task)
+    module = _module(data, task)
+    (result,) = _trainer(tmp_path).validate(module, data)
+    assert 0.0 <= result["val/fitness"] <= 1.0
+    kind = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}[task]
+    assert result["val/fitness"] == result[f"val/{kind}/mAP50-95"]
+
+
+def test_module_checkpoint_holds_ema_optimizer_and_metadata(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect")
+    module = _module(data, "detect")
+    trainer = _trainer(tmp_path, max_steps=1, limit_val_batches=1)
+    trainer.fit(module, data)
+    path = tmp_path / "model.ckpt"
+    trainer.save_checkpoint(path)
+    checkpoint = torch.load(path, weights_only=True, map_location="cpu")
+    assert checkpoint["class_names"] == list(data.names)
+    assert checkpoint["task"] == "detect"
+    assert int(checkpoint["ema_updates"]) == 1
+    assert any(key.startswith("ema_net.") for key in checkpoint["state_dict"])
+    assert checkpoint["optimizer_states"]
+    assert checkpoint["lr_schedulers"]
+    restored = YoloModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    assert restored.names == data.names
+    assert int(restored.ema.updates) == 1
+    for name, value in module.ema_net.state_dict().items():
+        assert torch.equal(value, restored.ema_net.state_dict()[name]), name
+
+
+def test_module_rejects_bad_hyperparameters() -> None:
+    with pytest.raises(ValueError, match="lr0 must be > 0"):
+        YoloModule("yolo26n", lr0=0.0)
