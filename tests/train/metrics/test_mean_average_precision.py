@@ -336,3 +336,12 @@ def test_mean_average_precision_per_class_reports_classes_with_targets() -> None
 def test_mean_average_precision_per_class_rejects_other_kinds() -> None:
     with pytest.raises(MetricsInputError, match="kind 'mask' is not evaluated here"):
         MeanAveragePrecision().per_class("mask")
+
+
+def test_mean_average_precision_accepts_float_class_ids() -> None:
+    metric = MeanAveragePrecision()
+    metric.update(
+        [ImagePredictions(torch.tensor([0.9]), torch.tensor([0.0]), boxes=torch.tensor([BOX_A]))],
+        [ImageTargets(torch.tensor([0.0]), boxes=torch.tensor([BOX_A]))],
+    )
+    assert metric.compute()["box/mAP50"] == pytest.approx(1.0)

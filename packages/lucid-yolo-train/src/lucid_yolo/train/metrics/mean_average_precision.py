@@ -186,7 +186,8 @@ class MeanAveragePrecision:
             for (_, scores, classes), match, target in zip(prepared, matches, targets, strict=True):
                 records.add_predictions(scores, classes, match)
                 ignore = self._target_ignore(kind, target).cpu().numpy()
-                records.add_targets(np.bincount(target.classes.cpu().numpy()[~ignore]))
+                counted = target.classes.cpu().numpy().astype(np.int64)[~ignore]
+                records.add_targets(np.bincount(counted))
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
