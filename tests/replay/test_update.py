@@ -1,0 +1,157 @@
+"""CPU tests of update replay: the optimizer step recorded, keyed and retired."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from lucid_yolo.replay import (
+    GraphedOptimizer,
+    ReplayConfigError,
+    ReplayRetiredWarning,
+    RetireReason,
+    UpdateRecorder,
+    first_difference,
+    state_digest,
+)
+
+
+def _pair() -> tuple[nn.Module, nn.Module]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2))
+    return net, copy.deepcopy(net)
+
+
+def _sgd(net: nn.Module) -> torch.optim.SGD:
+    return torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-3)
+
+
+def _train(net: nn.Module, optimizer: torch.optim.SGD | GraphedOptimizer, steps: int) -> None:
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(steps):
+        net(torch.randn(6, 4, generator=gen)).square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def test_graphed_optimizer_matches_native_sgd() -> None:
+    native, replayed = _pair()
+    native_opt, graphed = _sgd(native), GraphedOptimizer(_sgd(replayed))
+    _train(native, native_opt, 4)
+    _train(replayed, graphed, 4)
+    assert (
+        first_difference(state_digest([native, native_opt]), state_digest([replayed, graphed]))
+        is None
+    )
+    assert graphed.telemetry.as_dict()["replays"] == 3
+
+
+def test_graphed_optimizer_reads_gradients_copied_in_each_step() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)
+    _train(net, graphed, 1)
+    static = next(iter(graphed._static_grads.values()))
+    assert all(s.data_ptr() != p.data_ptr() for s, p in zip(static, net.parameters(), strict=True))
+
+
+def test_graphed_optimizer_new_key_when_gradients_missing() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)
+    _train(net, graphed, 1)
+    net[2].weight.requires_grad_(False)
+    _train(net, graphed, 1)
+    assert graphed.telemetry.recordings == 2
+
+
+def test_graphed_optimizer_float_lr_schedule_hits_signature_limit() -> None:
+    _, net = _pair()
+    optimizer = _sgd(net)
+    graphed = GraphedOptimizer(optimizer, warmup_steps=0, max_signatures=1)
+    _train(net, graphed, 1)
+    optimizer.param_groups[0]["lr"] = 0.05
+    with pytest.warns(ReplayRetiredWarning, match="signature-limit.*device tensor"):
+        _train(net, graphed, 1)
+    assert graphed.telemetry.native_calls["retired-signature"] == 1
+
+
+def test_graphed_optimizer_capture_failure_restores_state() -> None:
+    native, replayed = _pair()
+
+    def adam(net: nn.Module) -> torch.optim.Adam:
+        return torch.optim.Adam(net.parameters(), lr=0.01, foreach=True)
+
+    native_opt, graphed = adam(native), GraphedOptimizer(adam(replayed))
+    _train(native, native_opt, 3)
+    with pytest.warns(ReplayRetiredWarning, match=r"capture-failed.*_local_scalar_dense"):
+        _train(replayed, graphed, 3)
+    assert (
+        first_difference(state_digest([native, native_opt]), state_digest([replayed, graphed]))
+        is None
+    )
+    assert graphed.telemetry.retirements[RetireReason.CAPTURE_FAILED] == 1
+
+
+def test_graphed_optimizer_zero_grad_keeps_tensors_when_asked() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net))
+    net(torch.randn(6, 4)).sum().backward()
+    grad = net[0].weight.grad
+    graphed.zero_grad(set_to_none=False)
+    assert net[0].weight.grad is grad
+    assert not grad.any()
+
+
+def test_graphed_optimizer_works_with_gradscaler_interface() -> None:
+    native, replayed = _pair()
+    native_opt, graphed = _sgd(native), GraphedOptimizer(_sgd(replayed))
+    scalers = (
+        torch.amp.GradScaler("cpu", init_scale=4.0),
+        torch.amp.GradScaler("cpu", init_scale=4.0),
+    )
+    for net, opt, scaler in ((native, native_opt, scalers[0]), (replayed, graphed, scalers[1])):
+        gen = torch.Generator().manual_seed(3)
+        for _ in range(3):
+            scaler.scale(net(torch.randn(6, 4, generator=gen)).square().mean()).backward()
+            scaler.step(opt)  # type: ignore[arg-type]
+            scaler.update()
+            opt.zero_grad()
+    expected = state_digest([native, native_opt, scalers[0]])
+    assert first_difference(expected, state_digest([replayed, graphed, scalers[1]])) is None
+
+
+def test_update_recorder_disabled_runs_native() -> None:
+    calls = []
+    recorder = UpdateRecorder(lambda: calls.append(1), state=list, enabled=False)
+    recorder()
+    assert calls == [1]
+    assert recorder.telemetry.native_calls["disabled"] == 1
+
+
+def test_update_recorder_retired_runs_native() -> None:
+    t = torch.zeros(1)
+    recorder = UpdateRecorder(lambda: t.add_(1), state=lambda: [t], warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match="parity-mismatch"):
+        recorder.retire(RetireReason.PARITY_MISMATCH, "test")
+    recorder()
+    assert recorder.telemetry.native_calls["retired"] == 1
+    assert t.item() == 1
+
+
+def test_update_recorder_capture_check_leaves_no_trace() -> None:
+    t = torch.zeros(1)
+    recorder = UpdateRecorder(lambda: t.add_(1), state=lambda: [t], warmup_steps=0)
+    recorder()
+    assert t.item() == 1
+    assert recorder.telemetry.recordings == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [({"warmup_steps": -1}, "warmup_steps=-1"), ({"max_signatures": 0}, "max_signatures=0")],
+)
+def test_update_recorder_rejects_bad_arguments(kwargs: dict[str, int], message: str) -> None:
+    with pytest.raises(ReplayConfigError, match=message):
+        UpdateRecorder(lambda: None, state=list, **kwargs)  # type: ignore[arg-type]
