@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from lucid_yolo.models import TASKS, YOLO26, ModelConfigError, create_model, outputs
 from lucid_yolo.models.scales import SCALES
@@ -71,9 +73,11 @@ def test_yolo26_eval_drops_semantic_output(images: Tensor) -> None:
     assert outputs.PROTOS in result
 
 
-def test_yolo26_channels_last_matches_contiguous(images: Tensor) -> None:
-    model = create_model("yolo26n-pose", num_classes=2).eval()
-    images = images[:1, :, :32, :32]
+def test_yolo26_channels_last_matches_contiguous(
+    images: Tensor, calibrate: Callable[[nn.Module], nn.Module]
+) -> None:
+    images = images[:, :, :32, :32]
+    model = calibrate(create_model("yolo26n-pose", num_classes=2))
     with torch.no_grad():
         reference = model(images)
         model = model.to(memory_format=torch.channels_last)

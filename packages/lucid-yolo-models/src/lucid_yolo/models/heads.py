@@ -123,13 +123,20 @@ class DualHead(nn.Module):
 
     def forward(self, features: Sequence[Tensor]) -> dict[str, Tensor]:
         """Neck maps → ``{"o2m.<name>": (B, c, A), "o2o.<name>": (B, c, A)}``."""
+        result = self._run(keys.O2M, self.o2m, features)
+        result.update(self.forward_o2o([x.detach() for x in features]))
+        return result
+
+    def forward_o2o(self, features: Sequence[Tensor]) -> dict[str, Tensor]:
+        """The one-to-one branches alone (the deployed path): ``{"o2o.<name>": (B, c, A)}``."""
+        return self._run(keys.O2O, self.o2o, features)
+
+    @staticmethod
+    def _run(prefix: str, group: nn.ModuleDict, features: Sequence[Tensor]) -> dict[str, Tensor]:
         result: dict[str, Tensor] = {}
-        detached = [x.detach() for x in features]
-        groups = ((keys.O2M, self.o2m, features), (keys.O2O, self.o2o, detached))
-        for prefix, group, inputs in groups:
-            for branch in group.values():
-                for name, tensor in branch(inputs).items():
-                    result[keys.branch_key(prefix, name)] = tensor
+        for branch in group.values():
+            for name, tensor in branch(features).items():
+                result[keys.branch_key(prefix, name)] = tensor
         return result
 
 
