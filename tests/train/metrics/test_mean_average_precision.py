@@ -345,3 +345,15 @@ def test_mean_average_precision_accepts_float_class_ids() -> None:
         [ImageTargets(torch.tensor([0.0]), boxes=torch.tensor([BOX_A]))],
     )
     assert metric.compute()["box/mAP50"] == pytest.approx(1.0)
+
+
+def test_mean_average_precision_rejects_mismatched_keypoint_counts() -> None:
+    preds = ImagePredictions(torch.tensor([0.9]), torch.tensor([0]), keypoints=torch.zeros(1, 4, 3))
+    targets = ImageTargets(
+        torch.tensor([0]), boxes=torch.tensor([BOX_A]), keypoints=torch.zeros(1, 5, 3)
+    )
+    with pytest.raises(
+        MetricsInputError,
+        match=r"prediction keypoints are \(1, 4, 3\) and target keypoints \(1, 5, 3\)",
+    ):
+        MeanAveragePrecision(kinds=("pose",)).update([preds], [targets])

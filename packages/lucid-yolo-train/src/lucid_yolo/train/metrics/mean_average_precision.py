@@ -290,6 +290,11 @@ class MeanAveragePrecision:
         if kind == "pose":
             (p_kpts,) = require_fields(pred, ("keypoints",), kind)
             t_kpts, t_boxes = require_fields(target, ("keypoints", "boxes"), kind)
+            if p_kpts.ndim != 3 or t_kpts.ndim != 3 or p_kpts.shape[1] != t_kpts.shape[1]:
+                raise MetricsInputError(
+                    f"prediction keypoints are {tuple(p_kpts.shape)!r} and target keypoints "
+                    f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
+                )
             return keypoint_similarity(
                 p_kpts[index],
                 t_kpts,
