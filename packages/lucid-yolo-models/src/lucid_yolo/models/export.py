@@ -110,6 +110,7 @@ def export_onnx(
                 input_names=["images"],
                 output_names=list(wrapper.output_names),
                 opset_version=opset_version,
+                verbose=False,
             )
             if program is None:
                 raise ExportError("torch.onnx.export returned no program; cannot save the model")

@@ -56,7 +56,9 @@ class Branch(nn.Module):
                 start = sum(self.sizes[: self.names.index(name)])
                 stop = start + self.sizes[self.names.index(name)]
                 for conv, value in zip(convs, values, strict=True):
-                    conv.bias[start:stop].fill_(value)  # type: ignore[index]
+                    bias = conv.bias
+                    assert bias is not None
+                    bias[start:stop].fill_(value)
         self.trunk = nn.ModuleList(trunks)
         self.out = nn.ModuleList(convs)
 
