@@ -25,6 +25,7 @@ from lucid_yolo.replay import (
     RegionRecorder,
     ReplayPool,
     ReplayRetiredWarning,
+    ReplayStep,
     first_difference,
     grads_of,
     state_digest,
@@ -283,3 +284,40 @@ def test_gpu_capture_failure_leaves_state_untouched() -> None:
     expected = state_digest([native, grads_of(native)])
     got = state_digest([replayed, grads_of(replayed)])
     assert first_difference(expected, got) is None
+
+
+def _step_digest(replay: bool, precision: str) -> tuple[dict[str, str], dict[str, int]]:
+    net = make_net("cuda")
+    lr = torch.tensor(1e-3, device="cuda")
+    optimizer = torch.optim.AdamW(net.parameters(), lr=lr, capturable=True, foreach=True)
+    ema = ModelEMA(net, tau=3.0, graphed=replay)
+    step = ReplayStep(
+        net,
+        loss_of,
+        optimizer,
+        accumulation=2,
+        precision=precision,
+        ema=ema,
+        graph_update=replay,
+        verify_every=2 if replay else 0,
+        enabled=replay,
+    )
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    torch.manual_seed(0)
+    for _ in range(12):
+        x = torch.randn(4, 3, 16, 16, device="cuda", generator=gen)
+        step(x, torch.randn(4, 4, 16, 16, device="cuda", generator=gen))
+    torch.cuda.synchronize()
+    digest = state_digest([net, grads_of(net), optimizer, step.scaler, ema])
+    return digest, step.telemetry()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
+def test_gpu_replay_step_with_verifier_matches_native(precision: str) -> None:
+    expected, _ = _step_digest(False, precision)
+    got, telemetry = _step_digest(True, precision)
+    assert first_difference(expected, got) is None
+    assert telemetry["verified"] == 2
+    assert telemetry["parity_mismatches"] == 0
+    assert telemetry["recordings"] >= 2
+    assert telemetry["pool_bytes"] > 0

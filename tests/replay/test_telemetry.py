@@ -24,5 +24,5 @@ def test_merge_telemetry_sums_counters() -> None:
     b.native_calls["no-grad"] += 2
     total = merge_telemetry(a, b)
     assert total.replays == 5
-    assert total.pool_bytes == 15
+    assert total.pool_bytes == 10
     assert total.native_calls["no-grad"] == 3

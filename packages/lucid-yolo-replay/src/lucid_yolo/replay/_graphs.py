@@ -9,6 +9,7 @@ into the static buffers, exactly where a CUDA graph would have written them.
 from __future__ import annotations
 
 import contextlib
+import gc
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
@@ -112,7 +113,13 @@ class RegionGraphs:
 
 
 def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[], _T]) -> _T:
-    """Capture ``body`` into ``graph`` on the pool's side stream; clean up if it fails."""
+    """Capture ``body`` into ``graph`` on the pool's side stream; clean up if it fails.
+
+    Python's cycle collector is paused meanwhile: collecting an old recorder's graph or tensors
+    would free device memory inside the capture, which invalidates it.
+    """
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
         with torch.cuda.graph(
@@ -124,6 +131,9 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
         with contextlib.suppress(RuntimeError):
             graph.reset()
         raise
+    finally:
+        if collecting:
+            gc.enable()
     return result
 
 

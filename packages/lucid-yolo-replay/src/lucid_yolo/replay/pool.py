@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -97,9 +97,20 @@ class ReplayPool:
             yield
         current.wait_stream(self.stream)
 
-    def reserved_bytes(self) -> int:
-        """Reserved CUDA memory on the pool's device (0 for the CPU stand-in)."""
-        return torch.cuda.memory_reserved(self.device) if self.uses_cuda else 0
+    def pool_bytes(self) -> int:
+        """Bytes of the CUDA segments that belong to this pool (0 for the CPU stand-in).
+
+        Read from the allocator's memory snapshot, so only call it after a capture, not per step.
+        """
+        if not self.uses_cuda or self._handle is None:
+            return 0
+        snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
+        segments = snapshot()
+        return sum(
+            int(s["total_size"])
+            for s in segments
+            if tuple(s.get("segment_pool_id", ())) == tuple(self._handle)
+        )
 
 
 __all__ = ["ReplayPool"]

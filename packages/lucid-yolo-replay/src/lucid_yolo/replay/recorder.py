@@ -229,7 +229,6 @@ class RegionRecorder:
             self.retire(RetireReason.UNSUPPORTED_MODULE, unsupported)
             return None
         snapshot = StateSnapshot(self.binding.buffers, self._devices(args))
-        reserved = self.pool.reserved_bytes()
         try:
             recording = self._record(args)
         except Exception as error:
@@ -242,7 +241,7 @@ class RegionRecorder:
         # Warm-up ran real forwards: undo BN statistics and RNG advance, in place (invariant 1).
         snapshot.restore()
         self.telemetry.recordings += 1
-        self.telemetry.pool_bytes += max(0, self.pool.reserved_bytes() - reserved)
+        self.telemetry.pool_bytes = self.pool.pool_bytes()
         self._recordings[signature] = recording
         return recording
 

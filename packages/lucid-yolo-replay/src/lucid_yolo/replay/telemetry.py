@@ -22,7 +22,7 @@ class Telemetry:
         graph_launches: graph launches (forward and backward count separately).
         native_calls: calls run eagerly, by cause (``warm-up``, ``no-grad``, ``retired`` ...).
         retirements: retirements by reason.
-        pool_bytes: growth of reserved CUDA memory measured around captures (0 on CPU).
+        pool_bytes: bytes of the recorder's graph pool after its last capture (0 on CPU).
         ungraded: replayed backwards in which a prediction group received no gradient, by group.
     """
 
@@ -52,7 +52,10 @@ class Telemetry:
 
 
 def merge_telemetry(*parts: Telemetry) -> Telemetry:
-    """Sum the counters of several recorders (e.g. network region, update, EMA)."""
+    """Sum the counters of several recorders (e.g. network region, update, EMA).
+
+    ``pool_bytes`` takes the largest value: recorders of one step usually share one pool.
+    """
     total = Telemetry()
     for part in parts:
         total.recordings += part.recordings
@@ -60,7 +63,7 @@ def merge_telemetry(*parts: Telemetry) -> Telemetry:
         total.graph_launches += part.graph_launches
         total.native_calls.update(part.native_calls)
         total.retirements.update(part.retirements)
-        total.pool_bytes += part.pool_bytes
+        total.pool_bytes = max(total.pool_bytes, part.pool_bytes)
         total.ungraded.update(part.ungraded)
     return total
 

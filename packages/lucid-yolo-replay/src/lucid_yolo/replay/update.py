@@ -132,7 +132,6 @@ class UpdateRecorder:
             return None
         tensors = self.state()
         snapshot = StateSnapshot(tensors, [t.device for t in tensors])
-        reserved = pool.reserved_bytes()
         graph = UpdateGraph(pool)
         try:
             body = self.body if self.capture_body is None else self.capture_body(key)
@@ -148,7 +147,7 @@ class UpdateRecorder:
             return None
         snapshot.restore()
         self.telemetry.recordings += 1
-        self.telemetry.pool_bytes += max(0, pool.reserved_bytes() - reserved)
+        self.telemetry.pool_bytes = pool.pool_bytes()
         self._graphs[key] = graph
         return graph
 
