@@ -14,7 +14,7 @@ and averages over all ``K`` keypoints. Both rules follow the COCO keypoint evalu
 
 Sigmas: COCO publishes per-keypoint sigmas for its 17-point person skeleton
 (:data:`COCO_KEYPOINT_SIGMAS`). For any other keypoint count there is no published calibration, so
-:func:`keypoint_sigmas` uses the *mean* of the COCO sigmas for every keypoint (about 0.0630): each
+:func:`keypoint_sigmas` uses the *mean* of the COCO sigmas for every keypoint (about 0.0669): each
 keypoint is judged as strictly as an average COCO keypoint, whatever the skeleton. Pass explicit
 sigmas when a dataset defines its own.
 """
