@@ -108,3 +108,14 @@ def test_decode_nms_returns_rboxes_for_obb() -> None:
     (result,) = decode_nms(raw, (64, 64))
     assert result.rboxes is not None
     assert result.rboxes.shape == (1, 5)
+
+
+def test_decode_nms_assembles_masks_for_segment() -> None:
+    raw = detect_raw()
+    raw["o2m.mask_coef"] = torch.ones(1, 2, 84)
+    raw["protos"] = torch.ones(1, 2, 16, 16)
+    raw["o2m.cls"][0, 0, 9] = 3.0  # box (4, 4, 20, 20)
+    (result,) = decode_nms(raw, (64, 64))
+    assert result.masks is not None
+    assert result.masks.shape == (1, 64, 64)
+    assert result.masks.sum().item() == 16 * 16

@@ -126,7 +126,9 @@ def create_model(
 
     if seed is None:
         return build()
-    with torch.random.fork_rng(devices=[]):
+    # manual_seed reseeds every device's generator: fork them all so the caller's are restored
+    cuda_devices = list(range(torch.cuda.device_count())) if torch.cuda.is_available() else []
+    with torch.random.fork_rng(devices=cuda_devices):
         torch.manual_seed(seed)
         return build()
 
