@@ -219,23 +219,55 @@ def test_mean_average_precision_rejects_wrongly_shaped_flags() -> None:
         MeanAveragePrecision().update([_preds([BOX_A], [0.9], [0])], [targets])
 
 
+def _records_on(kind: str, device: str) -> tuple[list[ImagePredictions], list[ImageTargets]]:
+    """One seeded image of ``kind`` with 40 targets and 60 noisy predictions, on ``device``."""
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(40, 2, generator=g) * 80
+    t_boxes = torch.cat([xy, xy + 5 + torch.rand(40, 2, generator=g) * 30], 1)
+    p_boxes = torch.cat([t_boxes + torch.randn(40, 4, generator=g), t_boxes[:20] + 6])
+    t_classes = torch.randint(0, 3, (40,), generator=g)
+    p_classes = torch.cat([t_classes, t_classes[:20]])
+    scores = torch.rand(60, generator=g)
+
+    def geometry(boxes: torch.Tensor) -> dict[str, torch.Tensor]:
+        if kind == "box":
+            return {"boxes": boxes}
+        if kind == "mask":
+            yy, xx = torch.arange(128)[:, None], torch.arange(128)[None, :]
+            x0, y0, x1, y1 = (boxes[:, i, None, None] for i in range(4))
+            return {"masks": (xx >= x0) & (xx < x1) & (yy >= y0) & (yy < y1)}
+        if kind == "pose":
+            corners = torch.stack(
+                [boxes[:, :2], boxes[:, 2:], (boxes[:, :2] + boxes[:, 2:]) / 2], 1
+            )
+            return {
+                "boxes": boxes,
+                "keypoints": torch.cat([corners, torch.ones(len(boxes), 3, 1)], 2),
+            }
+        centre, size = (boxes[:, :2] + boxes[:, 2:]) / 2, boxes[:, 2:] - boxes[:, :2]
+        return {"rboxes": torch.cat([centre, size, centre[:, :1] / 100], 1)}
+
+    pred = ImagePredictions(scores, p_classes, **geometry(p_boxes))
+    target = ImageTargets(t_classes, **geometry(t_boxes))
+    moved_pred = ImagePredictions(
+        **{k: None if v is None else v.to(device) for k, v in vars(pred).items()}
+    )
+    moved_target = ImageTargets(
+        **{k: None if v is None else v.to(device) for k, v in vars(target).items()}
+    )
+    return [moved_pred], [moved_target]
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-def test_mean_average_precision_cuda_inputs_equal_cpu_inputs() -> None:
-    g = torch.Generator().manual_seed(0)
-    xy = torch.rand(50, 2, generator=g) * 100
-    t_boxes = torch.cat([xy, xy + 5 + torch.rand(50, 2, generator=g) * 30], 1)
-    p_boxes = t_boxes + torch.randn(50, 4, generator=g)
-    scores, p_classes = torch.rand(50, generator=g), torch.randint(0, 3, (50,), generator=g)
-    t_classes = torch.randint(0, 3, (50,), generator=g)
+@pytest.mark.parametrize("kind", ["box", "mask", "pose", "obb"])
+def test_mean_average_precision_cuda_inputs_equal_cpu_inputs(kind: str) -> None:
     results = []
     for device in ("cpu", "cuda"):
-        metric = MeanAveragePrecision()
-        metric.update(
-            [ImagePredictions(scores.to(device), p_classes.to(device), boxes=p_boxes.to(device))],
-            [ImageTargets(t_classes.to(device), boxes=t_boxes.to(device))],
-        )
+        metric = MeanAveragePrecision(kinds=(kind,))
+        metric.update(*_records_on(kind, device))
         results.append(metric.compute())
+    assert 0.1 < results[0][f"{kind}/mAP50-95"] < 1.0
     assert results[0] == results[1]
 
 
