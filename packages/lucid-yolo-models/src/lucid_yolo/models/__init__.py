@@ -6,12 +6,14 @@ from lucid_yolo.models.attention import C2PSA, Attention, PSABlock
 from lucid_yolo.models.backbone import Backbone
 from lucid_yolo.models.blocks import SPPF, Bottleneck, C3k, C3k2
 from lucid_yolo.models.conv import ConvBnAct
+from lucid_yolo.models.decode import Detections, decode_end2end, decode_nms
 from lucid_yolo.models.exceptions import (
     ExportError,
     ModelConfigError,
     ModelError,
     UnknownModelError,
 )
+from lucid_yolo.models.export import End2EndModel, export_onnx
 from lucid_yolo.models.heads import Branch, DualHead
 from lucid_yolo.models.model import STRIDES, TASKS, YOLO26, Task
 from lucid_yolo.models.neck import Neck
@@ -57,6 +59,12 @@ __all__ = [
     "C3k2",
     "ConvBnAct",
     "PSABlock",
+    # decoding and export (more in lucid_yolo.models.decode)
+    "Detections",
+    "decode_end2end",
+    "decode_nms",
+    "End2EndModel",
+    "export_onnx",
     # summary
     "LayerRow",
     "ModelSummary",
