@@ -466,3 +466,12 @@ def test_recorder_borrowed_outputs_are_overwritten_by_next_replay() -> None:
 def test_recorder_rejects_bad_arguments(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(ReplayConfigError, match=message):
         RegionRecorder(ModuleRegion(make_net()), **kwargs)  # type: ignore[arg-type]
+
+
+def test_recorder_reset_records_again() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    recorder.reset()
+    assert recorder.recordings == 0
+    recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.telemetry.recordings == 2

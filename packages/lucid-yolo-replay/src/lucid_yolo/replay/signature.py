@@ -9,8 +9,10 @@ be fixed by recording again and retires the recorder (invariants 7-12).
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -21,8 +23,6 @@ Scalar = bool | int | float | str | None
 """Non-tensor arguments a region may take: they are baked into the recording, so keyed on."""
 
 _SCALAR_TYPES = (bool, int, float, str, type(None))
-_MODULE_HOOK_DICTS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
-_MODULE_HOOK_DICTS_OPTIONAL = ("_backward_pre_hooks",)
 _GLOBAL_HOOK_DICTS = (
     "_global_forward_hooks",
     "_global_forward_pre_hooks",
@@ -73,7 +73,7 @@ class Signature:
     autocast: tuple[bool, torch.dtype, bool]
     training: tuple[bool, ...]
     requires_grad: tuple[bool, ...]
-    scalars: tuple[tuple[Scalar | tuple[Scalar, ...], ...], ...]
+    scalars: tuple[object, ...]
     backend: tuple[object, ...]
 
 
@@ -149,9 +149,17 @@ def _scalar_attrs(module: nn.Module) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _hook_count(module: nn.Module) -> int:
-    count = sum(len(getattr(module, name)) for name in _MODULE_HOOK_DICTS)
-    return count + sum(len(getattr(module, name, ())) for name in _MODULE_HOOK_DICTS_OPTIONAL)
+def _has_hooks(registry: dict[str, Any]) -> bool:
+    return bool(
+        registry["_forward_hooks"]
+        or registry["_forward_pre_hooks"]
+        or registry["_backward_hooks"]
+        or registry.get("_backward_pre_hooks")
+    )
+
+
+def _has_tensor_hooks(tensor: Tensor) -> bool:
+    return bool(tensor._backward_hooks or tensor._post_accumulate_grad_hooks)
 
 
 def _global_hook_count() -> int:
@@ -168,8 +176,10 @@ class Binding:
 
     Captures, once: the submodules, their parameters and buffers (object identity and storage
     address, invariant 10), their ``forward`` (class attribute and any instance override,
-    invariant 11) and the names of their scalar attributes. :meth:`check` compares cheaply on
-    every call; :meth:`signature` builds the per-call :class:`Signature`.
+    invariant 11) and the names of their scalar attributes. :meth:`check` compares on every
+    call and :meth:`signature` builds the per-call :class:`Signature`; both read the modules'
+    ``__dict__`` registries directly, because going through ``Module.parameters()`` costs
+    milliseconds per call on a few hundred modules.
 
     Args:
         modules: the modules whose parameters and buffers the region reads.
@@ -179,30 +189,38 @@ class Binding:
         self.submodules: tuple[nn.Module, ...] = tuple(
             dict.fromkeys(sub for m in modules for sub in m.modules())
         )
-        self.parameters: tuple[nn.Parameter, ...] = tuple(
-            dict.fromkeys(p for m in self.submodules for p in m.parameters(recurse=False))
-        )
-        self.buffers: tuple[Tensor, ...] = tuple(
-            b for m in self.submodules for b in m.buffers(recurse=False)
-        )
+        self._dicts: tuple[dict[str, Any], ...] = tuple(vars(m) for m in self.submodules)
+        self.parameters: tuple[nn.Parameter, ...] = self._current_parameters()
+        self.buffers: tuple[Tensor, ...] = self._current_buffers()
         self._storage = self._addresses()
         self._forwards = self._forward_ids()
-        self._scalar_names = tuple(_scalar_attrs(m) for m in self.submodules)
+        self._scalar_getters = tuple(
+            (d, operator.itemgetter(*names)) if names else (d, None)
+            for d, names in zip(self._dicts, map(_scalar_attrs, self.submodules), strict=True)
+        )
 
-    def _addresses(self) -> tuple[tuple[int, int], ...]:
-        tensors = (*self.parameters, *self.buffers)
-        return tuple((id(t), t.data_ptr()) for t in tensors)
+    def _current_parameters(self) -> tuple[nn.Parameter, ...]:
+        params = (p for d in self._dicts for p in d["_parameters"].values() if p is not None)
+        return tuple(dict.fromkeys(params))
+
+    def _current_buffers(self) -> tuple[Tensor, ...]:
+        return tuple(b for d in self._dicts for b in d["_buffers"].values() if b is not None)
+
+    def _addresses(self) -> tuple[int, ...]:
+        return tuple(t.data_ptr() for t in (*self.parameters, *self.buffers))
 
     def _forward_ids(self) -> tuple[tuple[int, int], ...]:
-        return tuple((id(type(m).forward), id(vars(m).get("forward"))) for m in self.submodules)
+        return tuple(
+            (id(type(m).forward), id(d.get("forward")))
+            for m, d in zip(self.submodules, self._dicts, strict=True)
+        )
 
     def check(self) -> tuple[RetireReason, str] | None:
         """Return why the region can no longer replay, or ``None`` when it still can."""
-        current = tuple(
-            dict.fromkeys(p for m in self.submodules for p in m.parameters(recurse=False))
-        )
-        buffers = tuple(b for m in self.submodules for b in m.buffers(recurse=False))
-        if not (_same_objects(current, self.parameters) and _same_objects(buffers, self.buffers)):
+        if not (
+            _same_objects(self._current_parameters(), self.parameters)
+            and _same_objects(self._current_buffers(), self.buffers)
+        ):
             return RetireReason.PARAMETER_REPLACED, (
                 "a parameter or buffer object was replaced (load_state_dict(assign=True), "
                 "to(), re-registration); build a new recorder after changing the module"
@@ -221,18 +239,15 @@ class Binding:
             return RetireReason.FORWARD_ALTERED, (
                 f"forward of {altered[:3]!r} was replaced; the graph would run the old code"
             )
-        hooked = [type(m).__name__ for m in self.submodules if _hook_count(m)]
-        if hooked or _global_hook_count():
+        if _global_hook_count() or any(map(_has_hooks, self._dicts)):
+            pairs = zip(self.submodules, self._dicts, strict=True)
+            hooked = [type(m).__name__ for m, d in pairs if _has_hooks(d)]
             where = f"on {hooked[:3]!r}" if hooked else "registered globally"
             return RetireReason.MODULE_HOOKS, (
                 f"module hooks {where} would not fire at replay; remove them or run native"
             )
-        hooked_params = [
-            i
-            for i, p in enumerate(self.parameters)
-            if p._backward_hooks or getattr(p, "_post_accumulate_grad_hooks", None)
-        ]
-        if hooked_params:
+        if any(map(_has_tensor_hooks, self.parameters)):
+            hooked_params = [i for i, p in enumerate(self.parameters) if _has_tensor_hooks(p)]
             return RetireReason.PARAMETER_HOOKS, (
                 f"parameters {hooked_params[:3]!r} carry tensor or post-accumulate-grad hooks, "
                 "which the replayed backward cannot call"
@@ -248,12 +263,9 @@ class Binding:
         return Signature(
             inputs=input_specs(args),
             autocast=autocast_state(device_type),
-            training=tuple(m.training for m in self.submodules),
+            training=tuple(d["training"] for d in self._dicts),
             requires_grad=tuple(p.requires_grad for p in self.parameters),
-            scalars=tuple(
-                tuple(vars(m)[n] for n in names)
-                for m, names in zip(self.submodules, self._scalar_names, strict=True)
-            ),
+            scalars=tuple(None if get is None else get(d) for d, get in self._scalar_getters),
             backend=backend_flags(),
         )
 
