@@ -1,3 +1,15 @@
-"""lucid_yolo.cli."""
+"""lucid_yolo.cli: the ``lucid-yolo`` command (fit, validate, test, predict, info, data, export)."""
 
-__all__: list[str] = []
+from lucid_yolo.cli.configs import packaged_configs, resolve_config
+from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.main import main
+
+__all__ = [
+    # entry point
+    "main",
+    # configs
+    "packaged_configs",
+    "resolve_config",
+    # errors
+    "CliError",
+]

@@ -8,9 +8,11 @@ the machine: bf16 autocast on a CUDA device, fp32 on the CPU.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
+from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
@@ -18,6 +20,7 @@ from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.callbacks import EpochSummary, PhaseTimer
 
 FITNESS = "val/fitness"
 
@@ -44,17 +47,10 @@ def trainer_defaults() -> dict[str, Any]:
             "init_args": {"save_dir": "runs"},
         },
         "callbacks": [
-            {
-                "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                "init_args": {
-                    "monitor": FITNESS,
-                    "mode": "max",
-                    "save_last": True,
-                    "filename": "best",
-                },
-            },
-            {"class_path": "lucid_yolo.train.callbacks.PhaseTimer"},
-            {"class_path": "lucid_yolo.train.callbacks.EpochSummary"},
+            ModelCheckpoint(monitor=FITNESS, mode="max", save_last=True, filename="best"),
+            PhaseTimer(),
+            EpochSummary(),
+            RichProgressBar(),
         ],
     }
 
@@ -114,14 +110,21 @@ def _num_classes(data: YoloDataModule) -> int:
 
 def run_lightning(args: list[str]) -> None:
     """Run a LightningCLI subcommand with ``args`` (packaged config names already resolved)."""
-    YoloCLI(
-        YoloModule,
-        YoloDataModule,
-        trainer_defaults=trainer_defaults(),
-        save_config_kwargs={"overwrite": True},
-        parser_kwargs={"default_env": True},
-        args=args,
-    )
+    # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
+    # console script has already read them (and resolved config names), so hide them.
+    argv, sys.argv = sys.argv, sys.argv[:1]
+    try:
+        YoloCLI(
+            YoloModule,
+            YoloDataModule,
+            trainer_defaults=trainer_defaults(),
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            parser_kwargs={"default_env": True},
+            args=args,
+        )
+    finally:
+        sys.argv = argv
 
 
 __all__ = ["FITNESS", "YoloCLI", "final_line", "kpt_shape_of", "run_lightning", "task_of"]

@@ -49,19 +49,23 @@ class _Clock:
 @dataclass
 class _Step:
     data_ms: float
+    images: int
     marks: dict[str, _Clock] = field(default_factory=dict)
 
 
 class PhaseTimer(Callback):
-    """Log the mean time per phase of the training step, in milliseconds.
+    """Log the mean time per phase of the training step, images per second and GPU memory.
 
     Phases: ``data`` (waiting for the next batch, host time), ``network`` (forward of the network
     or its replay), ``loss`` (loss and assignment), ``backward``, ``update`` (optimizer step, EMA;
     zero on accumulation micro-batches). A step whose boundaries are not all reached (for instance a
     skipped backward) is dropped from the means.
 
+    The means run over the epoch so far; ``img_s`` (images per second of step time, data wait
+    included) and, on CUDA, ``mem_gib`` (reserved memory) are shown in the progress bar.
+
     Args:
-        log_every_n_steps: how often the running means are logged (and shown in the progress bar).
+        log_every_n_steps: how often the running means are logged.
 
     Example:
         ``Trainer(callbacks=[PhaseTimer()])``, or ``--trainer.callbacks+=PhaseTimer`` on the CLI.
@@ -77,6 +81,7 @@ class PhaseTimer(Callback):
         self._pending: deque[_Step] = deque()
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._count = 0
+        self._images = 0
 
     def mark(self, boundary: str) -> None:
         """Record that the step reached ``boundary`` (one of ``network``, ``loss``, ...)."""
@@ -100,6 +105,7 @@ class PhaseTimer(Callback):
         self._pending.clear()
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._count = 0
+        self._images = 0
 
     @override
     def on_train_batch_start(
@@ -107,7 +113,8 @@ class PhaseTimer(Callback):
     ) -> None:
         now = time.perf_counter()
         data_ms = 0.0 if self._last_end is None else (now - self._last_end) * 1000.0
-        self._current = _Step(data_ms=data_ms)
+        images = batch["images"] if isinstance(batch, dict) and "images" in batch else None
+        self._current = _Step(data_ms=data_ms, images=0 if images is None else len(images))
         self.mark("start")
 
     @override
@@ -137,6 +144,13 @@ class PhaseTimer(Callback):
         if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
             means = {f"time/{p}_ms": self._sums[p] / self._count for p in PHASES}
             pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
+            total_ms = sum(self._sums.values())
+            if total_ms > 0.0:
+                rate = self._images * 1000.0 / total_ms
+                pl_module.log("img_s", rate, on_step=True, on_epoch=False, prog_bar=True)
+            if self._cuda:
+                reserved = torch.cuda.memory_reserved() / 2**30
+                pl_module.log("mem_gib", reserved, on_step=True, on_epoch=False, prog_bar=True)
         self._last_end = time.perf_counter()
 
     def summary(self) -> dict[str, float]:
@@ -155,6 +169,7 @@ class PhaseTimer(Callback):
             for phase, ms in durations.items():
                 self._sums[phase] += ms
             self._count += 1
+            self._images += step.images
 
 
 def _durations(step: _Step) -> dict[str, float] | None:

@@ -244,7 +244,7 @@ class YoloDataModule(L.LightningDataModule):
             # already run a parallel OpenCV call deadlocks on its first pool operation (seen
             # with opencv-python-headless 5.0 when the synthetic set was generated in-process).
             # Shrinking the pool in the parent before the workers fork avoids it.
-            pass  # cv2.setNumThreads(1)
+            cv2.setNumThreads(1)
         return DataLoader(
             dataset,
             batch_size=batch_size,

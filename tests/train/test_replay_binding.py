@@ -1,0 +1,94 @@
+"""The network's replay regions: groups cover every output, CPU bookkeeping equals native."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lucid_yolo.models import create_model
+from lucid_yolo.train.replay_binding import (
+    FEATURE_KEYS,
+    NetworkRegion,
+    NetworkReplay,
+    ReplayOptions,
+    SegmentHeadRegion,
+)
+
+MODELS = {
+    "detect": "yolo26n",
+    "segment": "yolo26n-seg",
+    "pose": "yolo26n-pose",
+    "obb": "yolo26n-obb",
+}
+
+
+@pytest.mark.parametrize("task", sorted(MODELS))
+def test_network_region_groups_partition_the_outputs(task: str) -> None:
+    net = create_model(MODELS[task], num_classes=3, kpt_shape=(4, 3))
+    region = NetworkRegion(net)
+    outputs = region(torch.rand(1, 3, 64, 64))
+    grouped = [key for keys in region.prediction_groups().values() for key in keys]
+    assert sorted(grouped) == sorted(outputs)
+    assert len(grouped) == len(set(grouped))
+
+
+def test_network_region_equals_the_network_forward() -> None:
+    net = create_model("yolo26n-seg", num_classes=3)
+    images = torch.rand(2, 3, 64, 64)
+    expected = net(images)
+    actual = NetworkRegion(net)(images)
+    assert expected.keys() == actual.keys()
+    for key in expected:
+        assert torch.equal(expected[key], actual[key]), key
+
+
+def test_split_segment_regions_chain_to_the_network_forward() -> None:
+    net = create_model("yolo26n-seg", num_classes=3)
+    images = torch.rand(1, 3, 64, 64)
+    expected = net(images)
+    network = NetworkRegion(net, include_segment_heads=False)(images)
+    features = [network.pop(k) for k in FEATURE_KEYS]
+    network.update(SegmentHeadRegion(net)(*features))
+    assert expected.keys() == network.keys()
+    for key in expected:
+        assert torch.equal(expected[key], network[key]), key
+
+
+def test_segment_heads_option_needs_a_segment_model() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    with pytest.raises(ValueError, match="needs a segment model"):
+        NetworkReplay(net, "detect", ReplayOptions(capture_segment_heads=True))
+
+
+def test_replay_options_reject_negative_verify_every() -> None:
+    with pytest.raises(ValueError, match="verify_every must be >= 0"):
+        ReplayOptions(verify_every=-1)
+
+
+def test_network_replay_off_is_the_plain_forward() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayOptions())
+    images = torch.rand(1, 3, 64, 64)
+    assert not replay.enabled
+    assert replay.telemetry() == {}
+    expected = net(images)
+    for key, value in replay(images).items():
+        assert torch.equal(value, expected[key]), key
+
+
+def test_network_replay_cpu_bookkeeping_matches_native_gradients() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayOptions(capture_network=True))
+    images = torch.rand(2, 3, 64, 64)
+    grads = []
+    for _ in range(3):
+        net.zero_grad(set_to_none=True)
+        outputs = replay(images)
+        sum(v.float().square().mean() for v in outputs.values()).backward()  # type: ignore[union-attr]
+        grads.append([p.grad.clone() for p in net.parameters() if p.grad is not None])
+    telemetry = replay.telemetry()
+    assert telemetry["native_calls"] + telemetry["replays"] == 3
+    assert telemetry["retirements"] == 0
+    for later in grads[1:]:
+        for a, b in zip(grads[0], later, strict=True):
+            assert torch.equal(a, b)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device-machine session: every `gpu` test, then the training gates. Logs go to $OUT.
+# Usage (on the GPU machine, from the repository root): bash tools/gpu_session.sh [gates...]
+set -u
+export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
+export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
+python3 -c 'import torch, lightning; print("torch", torch.__version__, "lightning", lightning.__version__)' | tee -a "$OUT/device.txt"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -m gpu -q -rf \
+        --junitxml="$OUT/gpu_tests.xml" ${TEST_ARGS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+fi
+for gate in "$@"; do
+    # gate = task:images:epochs[:overfit]
+    IFS=: read -r task images epochs mode <<<"$gate"
+    echo "== gate $gate"
+    flag=""; [ "$mode" = overfit ] && flag="--overfit"
+    timeout "${GATE_TIMEOUT:-200}" python3 tools/train_gate.py --task "$task" --images "$images" \
+        --epochs "$epochs" $flag --out "$OUT/gate_${task}_${images}.json" 2>&1 \
+        | grep -E '^\{|SUMMARY|Error|error' | tail -12
+done
