@@ -11,18 +11,23 @@ hands gradients to ``AccumulateGrad`` exactly as eager autograd would (REPLAY_NO
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from lucid_yolo.replay._autograd import (
+    depends_on,
+    gradient_patterns,
+    route,
+    swapped,
+    unsupported_module,
+)
 from lucid_yolo.replay._capture import autocast_cache_emulation
-from lucid_yolo.replay._graphs import BackwardBody, Pattern, RegionGraphs
+from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._state import StateSnapshot
 from lucid_yolo.replay.exceptions import ReplayConfigError
@@ -31,9 +36,6 @@ from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import Binding, Signature, UnsupportedInputError
 from lucid_yolo.replay.telemetry import Telemetry
-
-_ANCESTRY_LIMIT = 256
-"""Autograd nodes walked to prove that a forward depends on an open one (then it is nested)."""
 
 
 @dataclass
@@ -211,7 +213,7 @@ class RegionRecorder:
         if not open_forwards:
             return True
         newest = open_forwards[-1]
-        return recording.index > newest.index and _depends_on(inputs, newest.node_id)
+        return recording.index > newest.index and depends_on(inputs, newest.node_id)
 
     # ------------------------------------------------------------------ recording
 
@@ -224,7 +226,7 @@ class RegionRecorder:
                 f"{self.max_signatures!r}); pad inputs to fewer shapes or raise the limit",
             )
             return None
-        unsupported = _unsupported_module(self.binding.submodules)
+        unsupported = unsupported_module(self.binding.submodules)
         if unsupported is not None:
             self.retire(RetireReason.UNSUPPORTED_MODULE, unsupported)
             return None
@@ -276,7 +278,7 @@ class RegionRecorder:
         device_type = self.pool.device.type
 
         def forward() -> tuple[Tensor, ...]:
-            with _swapped(self.binding.submodules, aliases), autocast_cache_emulation(device_type):
+            with swapped(self.binding.submodules, aliases), autocast_cache_emulation(device_type):
                 layout, flat = OutputLayout.flatten(self.region(*call_args))
             layout_slot[:] = [layout]
             return flat
@@ -285,7 +287,7 @@ class RegionRecorder:
             outputs = forward()
             groups = layout_slot[0].group_indices(self.groups)
             differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
-            patterns = _patterns(groups, differentiable) if targets else {}
+            patterns = gradient_patterns(groups, differentiable) if targets else {}
             with torch.no_grad():
                 static_grad_outputs = {i: torch.zeros_like(outputs[i]) for i in differentiable}
             # Warm-up visits every kernel and shape of the forward and of each backward pattern.
@@ -395,7 +397,7 @@ class RegionRecorder:
         private = bool(self.pool.open_forwards())
         live = (*call.inputs, *recording.params)
         routed = tuple(
-            _route(t, g, private)
+            route(t, g, private)
             for t, g in zip(live, recording.graphs.static_grads[graded], strict=True)
         )
         if recording.replays == 1:
@@ -430,87 +432,6 @@ class RegionRecorder:
                     held.clear()
 
             recording.sharing_probe.append(node.register_prehook(probe))
-
-
-@contextlib.contextmanager
-def _swapped(modules: Sequence[nn.Module], aliases: dict[int, nn.Parameter]) -> Iterator[None]:
-    """Register ``aliases[id(p)]`` in place of each parameter ``p`` for the duration."""
-    swapped: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] = []
-    for module in modules:
-        registry: dict[str, nn.Parameter | None] = vars(module)["_parameters"]
-        for name, param in registry.items():
-            if param is not None and id(param) in aliases:
-                swapped.append((registry, name, param))
-                registry[name] = aliases[id(param)]
-    try:
-        yield
-    finally:
-        for registry, name, param in swapped:
-            registry[name] = param
-
-
-def _patterns(
-    groups: dict[str, tuple[int, ...]], differentiable: Sequence[int]
-) -> dict[Pattern, tuple[int, ...]]:
-    """Differentiable output indices of every non-empty subset of groups that has any."""
-    names = sorted(groups)
-    patterns: dict[Pattern, tuple[int, ...]] = {}
-    for r in range(1, len(names) + 1):
-        for subset in itertools.combinations(names, r):
-            indices = tuple(i for i in differentiable if any(i in groups[n] for n in subset))
-            graded = frozenset(n for n in subset if any(i in groups[n] for i in differentiable))
-            if indices and graded == frozenset(subset):
-                patterns[graded] = indices
-    return patterns
-
-
-def _route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
-    """The gradient to hand autograd for one target, as AccumulateGrad expects it.
-
-    First micro-batch (``.grad`` undefined): a private tensor with the parameter's strides,
-    which AccumulateGrad adopts — never the static buffer, which the next replay overwrites
-    (the g0+g1 → 2·g1 bug, invariant 2), and never zeros + g (invariant 3). Later micro-batches:
-    the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
-    Non-leaf inputs pass their gradient on to an upstream node: always private.
-    """
-    if static is None:
-        return None
-    if private or not live.is_leaf or live.grad is None:
-        fresh = torch.empty_strided(
-            live.shape, live.stride(), dtype=static.dtype, device=static.device
-        )
-        return fresh.copy_(static)
-    return static
-
-
-def _depends_on(inputs: Sequence[Tensor], node_id: int) -> bool:
-    """Whether an input's autograd history reaches the node ``node_id`` (bounded walk)."""
-    frontier = [t.grad_fn for t in inputs if t.grad_fn is not None]
-    seen: set[int] = set()
-    while frontier and len(seen) < _ANCESTRY_LIMIT:
-        node = frontier.pop()
-        if id(node) == node_id:
-            return True
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        frontier.extend(n for n, _ in node.next_functions if n is not None)
-    return False
-
-
-def _unsupported_module(modules: Sequence[nn.Module]) -> str | None:
-    for module in modules:
-        if (
-            isinstance(module, nn.modules.batchnorm._BatchNorm)
-            and module.training
-            and module.track_running_stats
-            and module.momentum is None
-        ):
-            return (
-                f"{type(module).__name__}(momentum=None) reads num_batches_tracked on the host "
-                "every step; give it a float momentum"
-            )
-    return None
 
 
 __all__ = ["RegionRecorder"]

@@ -1,0 +1,103 @@
+"""Autograd-side helpers of the recorder: gradient routing, patterns, aliases, nesting.
+
+Kept apart from :mod:`lucid_yolo.replay.recorder` so that the rules autograd equality rests on
+(REPLAY_NOTES.md "Gradients", invariants 2-5) read in one place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+from collections.abc import Iterator, Sequence
+
+import torch
+from torch import Tensor, nn
+
+from lucid_yolo.replay._graphs import Pattern
+
+_ANCESTRY_LIMIT = 256
+"""Autograd nodes walked to prove that a forward depends on an open one (then it is nested)."""
+
+
+@contextlib.contextmanager
+def swapped(modules: Sequence[nn.Module], aliases: dict[int, nn.Parameter]) -> Iterator[None]:
+    """Register ``aliases[id(p)]`` in place of each parameter ``p`` for the duration."""
+    swapped: list[tuple[dict[str, nn.Parameter | None], str, nn.Parameter]] = []
+    for module in modules:
+        registry: dict[str, nn.Parameter | None] = vars(module)["_parameters"]
+        for name, param in registry.items():
+            if param is not None and id(param) in aliases:
+                swapped.append((registry, name, param))
+                registry[name] = aliases[id(param)]
+    try:
+        yield
+    finally:
+        for registry, name, param in swapped:
+            registry[name] = param
+
+
+def gradient_patterns(
+    groups: dict[str, tuple[int, ...]], differentiable: Sequence[int]
+) -> dict[Pattern, tuple[int, ...]]:
+    """Differentiable output indices of every non-empty subset of groups that has any."""
+    names = sorted(groups)
+    patterns: dict[Pattern, tuple[int, ...]] = {}
+    for r in range(1, len(names) + 1):
+        for subset in itertools.combinations(names, r):
+            indices = tuple(i for i in differentiable if any(i in groups[n] for n in subset))
+            graded = frozenset(n for n in subset if any(i in groups[n] for i in differentiable))
+            if indices and graded == frozenset(subset):
+                patterns[graded] = indices
+    return patterns
+
+
+def route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
+    """The gradient to hand autograd for one target, as AccumulateGrad expects it.
+
+    First micro-batch (``.grad`` undefined): a private tensor with the parameter's strides,
+    which AccumulateGrad adopts — never the static buffer, which the next replay overwrites
+    (the g0+g1 → 2·g1 bug, invariant 2), and never zeros + g (invariant 3). Later micro-batches:
+    the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
+    Non-leaf inputs pass their gradient on to an upstream node: always private.
+    """
+    if static is None:
+        return None
+    if private or not live.is_leaf or live.grad is None:
+        fresh = torch.empty_strided(
+            live.shape, live.stride(), dtype=static.dtype, device=static.device
+        )
+        return fresh.copy_(static)
+    return static
+
+
+def depends_on(inputs: Sequence[Tensor], node_id: int) -> bool:
+    """Whether an input's autograd history reaches the node ``node_id`` (bounded walk)."""
+    frontier = [t.grad_fn for t in inputs if t.grad_fn is not None]
+    seen: set[int] = set()
+    while frontier and len(seen) < _ANCESTRY_LIMIT:
+        node = frontier.pop()
+        if id(node) == node_id:
+            return True
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        frontier.extend(n for n, _ in node.next_functions if n is not None)
+    return False
+
+
+def unsupported_module(modules: Sequence[nn.Module]) -> str | None:
+    for module in modules:
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and module.training
+            and module.track_running_stats
+            and module.momentum is None
+        ):
+            return (
+                f"{type(module).__name__}(momentum=None) reads num_batches_tracked on the host "
+                "every step; give it a float momentum"
+            )
+    return None
+
+
+__all__ = ["depends_on", "gradient_patterns", "route", "swapped", "unsupported_module"]
