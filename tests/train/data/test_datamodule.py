@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import cv2
 import lightning as L
 import pytest
 import torch
@@ -143,3 +144,15 @@ def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> Non
     assert [epoch for epoch, _ in model.seen] == [0, 1, 2]
     assert len({digest for _, digest in model.seen}) == 3
     assert dm.datasets["train"].close_mosaic_epoch == 2
+
+
+def test_datamodule_worker_loaders_shrink_opencv_pool_before_fork(pose_yaml: Path) -> None:
+    before = cv2.getNumThreads()
+    try:
+        cv2.setNumThreads(2)
+        dm = _module(pose_yaml, workers=1)
+        dm.setup("validate")
+        dm.val_dataloader()
+        assert cv2.getNumThreads() == 1
+    finally:
+        cv2.setNumThreads(before)
