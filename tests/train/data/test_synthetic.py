@@ -139,3 +139,14 @@ def test_generate_synthetic_rejects_unknown_task(tmp_path: Path) -> None:
 def test_generate_synthetic_rejects_tiny_images(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"need imgsz >= 64.*got 32"):
         generate_synthetic(tmp_path, imgsz=32)
+
+
+def test_generate_synthetic_smaller_rerun_removes_stale_files(tmp_path: Path) -> None:
+    generate_synthetic(tmp_path, num_train=3, num_val=1, imgsz=64)
+    (tmp_path / "images" / "train" / "notes.md").write_text("mine")
+    generate_synthetic(tmp_path, num_train=1, num_val=1, imgsz=64, image_suffix=".png")
+    assert sorted(p.name for p in (tmp_path / "images" / "train").iterdir()) == [
+        "000000.png",
+        "notes.md",
+    ]
+    assert [p.name for p in (tmp_path / "labels" / "train").iterdir()] == ["000000.txt"]

@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import cv2
@@ -42,6 +43,7 @@ UInt8Image = npt.NDArray[np.uint8]
 _SPLIT_IDS = {"train": 0, "val": 1}
 _SUBPIXEL_BITS = 4  # fillPoly fixed-point precision: 1/16 px
 _PLACEMENT_ATTEMPTS = 60
+_GENERATED = re.compile(r"\d{6}\.(jpg|png|txt)")  # names this module writes in split folders
 
 
 def _background(rng: np.random.Generator, height: int, width: int) -> npt.NDArray[np.float32]:
@@ -185,7 +187,9 @@ def generate_synthetic(
     """Write a synthetic shapes dataset in the Ultralytics layout.
 
     Args:
-        root: output folder (created; existing files of the same names are overwritten).
+        root: output folder (created). Files of an earlier synthetic set there (``NNNNNN.jpg``,
+            ``.png``, ``.txt`` in the split folders) that this set does not write are removed, so
+            a smaller regeneration leaves no stale images; no other file is touched.
         task: ``detect``, ``segment``, ``pose`` or ``obb``: which rows the label files hold.
         num_train: images in ``train``.
         num_val: images in ``val``.
@@ -228,7 +232,15 @@ def generate_synthetic(
             if not cv2.imwrite(str(image_path), image, params):
                 raise OSError(f"{image_path}: OpenCV could not write the image; check the folder")
             write_label_file(out / "labels" / split / f"{index:06d}.txt", labels, task)
+        _remove_stale(out / "images" / split, count, image_suffix)
+        _remove_stale(out / "labels" / split, count, ".txt")
     return _write_yaml(out, task)
+
+
+def _remove_stale(folder: Path, count: int, suffix: str) -> None:
+    for path in folder.iterdir():
+        if _GENERATED.fullmatch(path.name) and (int(path.stem) >= count or path.suffix != suffix):
+            path.unlink()
 
 
 __all__ = ["generate_synthetic", "render_sample"]
