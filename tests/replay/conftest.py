@@ -1,17 +1,11 @@
-"""Shared settings of the replay tests: helper import path, deterministic kernels."""
+"""Shared settings of the replay tests: deterministic kernels."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import torch
-
-# The test modules share nets through replay_nets.py; --import-mode=importlib does not put test
-# directories on sys.path, so this conftest does it for its own directory.
-sys.path.insert(0, str(Path(__file__).parent))
 
 
 @pytest.fixture

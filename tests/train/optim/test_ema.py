@@ -219,3 +219,14 @@ def test_model_ema_update_replays_in_cuda_graph_bitwise() -> None:
     assert int(graphed.updates) == int(native.updates) == 5
     expected, actual = native.state_dict()["module"], graphed.state_dict()["module"]
     assert all(torch.equal(expected[k], actual[k]) for k in expected)
+
+
+def test_ema_rebind_follows_a_module_move() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 1), torch.nn.BatchNorm2d(2))
+    ema = ModelEMA(model, decay=0.5, tau=1.0)
+    ema.module.to(torch.float64)  # like a device move: buffers are replaced, parameters kept
+    model.to(torch.float64)
+    ema.rebind()
+    model[1].running_mean.fill_(3.0)
+    ema.update(model)
+    assert ema.module[1].running_mean.tolist() == [3.0, 3.0]

@@ -180,7 +180,7 @@ class YoloModule(pl.LightningModule):
 
     @override
     def on_fit_start(self) -> None:
-        self.ema.updates = self.ema.updates.to(self.device)
+        self.ema.rebind()
 
     @override
     def on_validation_epoch_start(self) -> None:

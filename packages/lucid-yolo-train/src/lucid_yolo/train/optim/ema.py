@@ -62,12 +62,22 @@ class ModelEMA:
         self.decay = decay
         self.tau = tau
         self.module = copy.deepcopy(model).eval().requires_grad_(False)
+        self.updates = torch.zeros((), dtype=torch.int64)
+        self.rebind()
+
+    def rebind(self) -> None:
+        """Re-read the averaged module's tensors and follow it to its device.
+
+        ``Module.to`` keeps parameter objects but replaces every buffer, so after the averaged
+        module has moved (Lightning moves it with the trainer's module) the cached buffer list
+        would point at the old tensors. Call this once after such a move, before updating.
+        """
         params: list[Tensor] = list(self.module.parameters())
         self._float_params = [p for p in params if p.is_floating_point()]
         self._other_params = [p for p in params if not p.is_floating_point()]
         self._buffers: list[Tensor] = list(self.module.buffers())
         device = next(iter(self.module.parameters()), torch.empty(0)).device
-        self.updates = torch.zeros((), dtype=torch.int64, device=device)
+        self.updates = self.updates.to(device)
 
     def current_decay(self) -> Tensor:
         """``d(updates)`` as a 0-dim float32 device tensor (the decay of the last update)."""
