@@ -59,7 +59,7 @@ def restore(model: YOLO26, state: dict[str, Tensor]) -> None:
 
 
 def bits(tensor: Tensor) -> Tensor:
-    return tensor.detach().contiguous().view(torch.uint8)
+    return tensor.detach().reshape(-1).contiguous().view(torch.uint8)
 
 
 @pytest.mark.usefixtures("deterministic")
