@@ -19,7 +19,11 @@ from lightning.pytorch.callbacks import Callback
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import YoloDataModule, YoloModule
 
-pytestmark = pytest.mark.gpu
+pytestmark = [
+    pytest.mark.gpu,
+    # Lightning's advice on loader workers and logging intervals for a deliberately tiny fit.
+    pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"),
+]
 
 
 @dataclass
