@@ -2,8 +2,9 @@
 .DEFAULT_GOAL := help
 UV ?= uv
 PYTEST_ARGS ?=
+BENCH_ARGS ?= --batch 4 --pairs 3
 
-.PHONY: help setup test test-gpu lint typecheck contracts docs gate
+.PHONY: help setup test test-gpu bench lint typecheck contracts docs gate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -17,6 +18,9 @@ test: ## CPU test suite (the README's test command)
 test-gpu: ## CUDA tests, from source, on a GPU machine that has torch, lightning and pytest installed
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) CUBLAS_WORKSPACE_CONFIG=:4096:8 \
 		python3 -m pytest -p no:cacheprovider -m gpu $(PYTEST_ARGS)
+
+bench: ## native vs replay fit benchmark, from source, on a GPU machine (BENCH_ARGS to change it)
+	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) python3 tools/bench_fit.py $(BENCH_ARGS)
 
 lint: ## ruff lint + format check
 	$(UV) run ruff check .

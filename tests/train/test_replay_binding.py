@@ -60,9 +60,9 @@ def test_segment_heads_option_needs_a_segment_model() -> None:
         NetworkReplay(net, "detect", ReplayOptions(capture_segment_heads=True))
 
 
-def test_replay_options_reject_negative_verify_every() -> None:
-    with pytest.raises(ValueError, match="verify_every must be >= 0"):
-        ReplayOptions(verify_every=-1)
+def test_replay_options_reject_zero_signatures() -> None:
+    with pytest.raises(ValueError, match="max_signatures must be >= 1"):
+        ReplayOptions(max_signatures=0)
 
 
 def test_network_replay_off_is_the_plain_forward() -> None:

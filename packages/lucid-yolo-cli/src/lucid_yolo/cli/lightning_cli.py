@@ -50,7 +50,6 @@ def trainer_defaults() -> dict[str, Any]:
             ModelCheckpoint(monitor=FITNESS, mode="max", save_last=True, filename="best"),
             PhaseTimer(),
             EpochSummary(),
-            RichProgressBar(),
         ],
     }
 
@@ -74,6 +73,8 @@ class YoloCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if str(config.data.data) == SYNTHETIC:
             config.data.data = str(embedded_dataset(task_of(config.model.model)))
+        if config.trainer.enable_progress_bar is not False:
+            self.trainer_defaults["callbacks"].append(RichProgressBar())
         replay = config.model.capture_network or config.model.capture_segment_heads
         accelerator = str(config.trainer.accelerator)
         if replay and (accelerator == "cpu" or not torch.cuda.is_available()):

@@ -37,7 +37,9 @@ class YoloModule(pl.LightningModule):
         lrf: final learning rate as a fraction of ``lr0`` (linear decay).
         momentum: MuSGD momentum.
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
-        warmup_epochs: linear warm-up length in epochs (at least 100 optimizer steps).
+        warmup_epochs: linear warm-up length in epochs.
+        warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;
+            a run shorter than that never leaves warm-up).
         warmup_momentum: momentum at the start of warm-up.
         warmup_bias_lr: learning rate of the bias group at the start of warm-up.
         ema_decay: asymptotic EMA decay; validation and checkpoints use the EMA weights.
@@ -47,8 +49,6 @@ class YoloModule(pl.LightningModule):
         capture_network: replay the network's forward+backward from CUDA graphs.
         capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
             their own, chained after the network.
-        verify_every: with replay on, run a shadow native step every N steps and retire replay
-            on any bit of difference (0: off).
         max_signatures: distinct input signatures recorded per region before it retires.
 
     Raises:
@@ -68,6 +68,7 @@ class YoloModule(pl.LightningModule):
         momentum: float = 0.937,
         weight_decay: float = 5e-4,
         warmup_epochs: float = 3.0,
+        warmup_min_steps: int = 100,
         warmup_momentum: float = 0.8,
         warmup_bias_lr: float = 0.1,
         ema_decay: float = 0.9999,
@@ -76,7 +77,6 @@ class YoloModule(pl.LightningModule):
         max_det: int = 300,
         capture_network: bool = False,
         capture_segment_heads: bool = False,
-        verify_every: int = 0,
         max_signatures: int = 4,
     ) -> None:
         super().__init__()
@@ -106,7 +106,6 @@ class YoloModule(pl.LightningModule):
             ReplayOptions(
                 capture_network=capture_network,
                 capture_segment_heads=capture_segment_heads,
-                verify_every=verify_every,
                 max_signatures=max_signatures,
             ),
         )
@@ -170,6 +169,7 @@ class YoloModule(pl.LightningModule):
             steps_per_epoch=steps,
             lrf=hp["lrf"],
             warmup_epochs=hp["warmup_epochs"],
+            min_warmup_steps=hp["warmup_min_steps"],
             warmup_bias_lr=hp["warmup_bias_lr"],
             warmup_momentum=hp["warmup_momentum"],
         )

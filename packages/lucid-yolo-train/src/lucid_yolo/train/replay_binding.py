@@ -44,18 +44,14 @@ class ReplayOptions:
         capture_network: record the network region.
         capture_segment_heads: segment only: record the prototype/semantic heads as their own
             region.
-        verify_every: shadow native step every N replays, compared bitwise (0: off).
         max_signatures: recordings per region before further signatures run native.
     """
 
     capture_network: bool = False
     capture_segment_heads: bool = False
-    verify_every: int = 0
     max_signatures: int = 4
 
     def __post_init__(self) -> None:
-        if self.verify_every < 0:
-            raise ValueError(f"verify_every must be >= 0, got {self.verify_every!r}")
         if self.max_signatures < 1:
             raise ValueError(f"max_signatures must be >= 1, got {self.max_signatures!r}")
 
