@@ -31,7 +31,9 @@ class ImageLabels:
         keypoints: pose only: (n, K, 3) float32, normalised ``xy`` and visibility 0/1/2
             (0 = not labelled, then ``xy`` is 0).
         corners: obb only: (n, 4, 2) float32 normalised corner points in label order.
-        difficult: obb (DOTA) only: (n,) bool, instances that metrics ignore.
+        difficult: (n,) bool, instances that metrics ignore: DOTA's difficult flag, COCO crowds
+            read with ``crowd="ignore"``; all ``False`` for Ultralytics OBB rows; ``None`` when the
+            format has no such notion.
         source: where the labels came from (file path, optionally ``path:line``), for messages.
     """
 
