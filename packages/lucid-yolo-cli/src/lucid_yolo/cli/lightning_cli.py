@@ -121,7 +121,7 @@ def run_lightning(args: list[str]) -> None:
             trainer_defaults=trainer_defaults(),
             seed_everything_default=0,
             save_config_kwargs={"overwrite": True},
-            parser_kwargs={"default_env": True},
+            parser_kwargs={"default_env": True, "prog": "lucid-yolo"},
             args=args,
         )
     finally:

@@ -18,7 +18,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from lucid_yolo.cli import info
+from lucid_yolo.cli import data, export, info, predict
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.models import ModelError
@@ -28,7 +28,12 @@ LIGHTNING_COMMANDS = ("fit", "validate", "test")
 USER_ERRORS: tuple[type[Exception], ...] = (CliError, DataError, ModelError, FileNotFoundError)
 
 _Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
-PLAIN_COMMANDS: dict[str, _Registrar] = {"info": info.add_parser}
+PLAIN_COMMANDS: dict[str, _Registrar] = {
+    "info": info.add_parser,
+    "data": data.add_parser,
+    "predict": predict.add_parser,
+    "export": export.add_parser,
+}
 
 
 def _plain_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,146 @@
+"""Shared fixtures of the CLI tests: a tiny dataset and one trained checkpoint per session.
+
+The checkpoint comes from a real ``lucid-yolo fit`` subprocess. xdist workers each hold their own
+session, so the fit runs once under a file lock in the folder all workers share and the others
+reuse its result.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+CliRunner = Callable[..., subprocess.CompletedProcess[str]]
+
+TINY_FIT = (
+    "--data.imgsz",
+    "64",
+    "--data.batch_size",
+    "2",
+    "--data.workers",
+    "0",
+    "--trainer.max_epochs",
+    "1",
+    "--trainer.limit_train_batches",
+    "2",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.enable_model_summary",
+    "false",
+)
+"""Settings that make a fit take seconds: 64 px, 2 steps, 1 validation batch."""
+
+
+def cli_env(cache: Path) -> dict[str, str]:
+    """The environment of a CLI subprocess: its own cache folder, one thread per xdist worker."""
+    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        env["OMP_NUM_THREADS"] = "1"
+    return env
+
+
+def run_cli(*args: str, cwd: Path, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+    """``python -m lucid_yolo.cli ARGS`` in ``cwd`` with ``cwd/cache`` as the user cache."""
+    return subprocess.run(
+        [sys.executable, "-m", "lucid_yolo.cli", *args],
+        cwd=cwd,
+        env=cli_env(cwd / "cache"),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> CliRunner:
+    """``cli(*args)`` runs the command in this test's ``tmp_path``."""
+
+    def call(*args: str, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
+        return run_cli(*args, cwd=tmp_path, timeout=timeout)
+
+    return call
+
+
+def make_tiny(root: Path, task: str = "detect") -> Path:
+    """4 train / 2 val synthetic images at 64 px, with ``test`` = ``val``; the data.yaml."""
+    path = generate_synthetic(root, task=task, num_train=4, num_val=2, imgsz=64, seed=0)  # type: ignore[arg-type]
+    data = yaml.safe_load(path.read_text())
+    data["test"] = data["val"]
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def tiny_data(tmp_path: Path) -> Path:
+    """A fresh tiny detect dataset in this test's folder (tests may break it)."""
+    return make_tiny(tmp_path / "tiny")
+
+
+@dataclass(frozen=True)
+class Trained:
+    """The shared tiny fit: its folder, dataset, checkpoint and output."""
+
+    workdir: Path
+    data: Path
+    checkpoint: Path
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """One ``lucid-yolo fit`` of the tiny dataset, shared by every worker of the session."""
+    shared = tmp_path_factory.getbasetemp().parent / "cli-trained"
+    shared.mkdir(exist_ok=True)
+    result_file = shared / "result.json"
+    with (shared / "lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not result_file.is_file():
+            data = make_tiny(shared / "tiny")
+            done = run_cli("fit", "--data.data", str(data), *TINY_FIT, cwd=shared)
+            checkpoint = shared / "runs/lightning_logs/version_0/checkpoints/best.ckpt"
+            result_file.write_text(
+                json.dumps(
+                    {
+                        "data": str(data),
+                        "checkpoint": str(checkpoint),
+                        "returncode": done.returncode,
+                        "stdout": done.stdout,
+                        "stderr": done.stderr,
+                    }
+                )
+            )
+    saved = json.loads(result_file.read_text())
+    return Trained(
+        workdir=shared,
+        data=Path(saved["data"]),
+        checkpoint=Path(saved["checkpoint"]),
+        returncode=saved["returncode"],
+        stdout=saved["stdout"],
+        stderr=saved["stderr"],
+    )
+
+
+@pytest.fixture(scope="session")
+def tiny_fit() -> tuple[str, ...]:
+    """The fast-fit flags (:data:`TINY_FIT`)."""
+    return TINY_FIT
+
+
+@pytest.fixture(scope="session")
+def make_dataset() -> Callable[[Path, str], Path]:
+    """``make_dataset(root, task)``: a tiny synthetic set (:func:`make_tiny`)."""
+    return make_tiny

@@ -1,0 +1,60 @@
+"""``lucid-yolo fit | validate | test`` through LightningCLI, as subprocesses."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from conftest import CliRunner, Trained
+
+FINAL = re.compile(r"^final: box mAP50-95 [0-9.]+ mAP50 [0-9.]+ \| checkpoint: \S+\.ckpt$", re.M)
+
+
+def test_fit_tiny_run_prints_final_line_and_saves_checkpoint(trained: Trained) -> None:
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    assert FINAL.search(trained.stdout), trained.stdout[-2000:]
+    assert trained.checkpoint.is_file()
+
+
+def test_fit_print_config_shows_resolved_options(cli: CliRunner, tiny_data: Path) -> None:
+    done = cli("fit", "--config", "detect-s", "--data.data", str(tiny_data), "--print_config")
+    assert done.returncode == 0, done.stderr
+    assert "model: yolo26s" in done.stdout
+    assert "capture_network: false" in done.stdout
+    assert f"data: {tiny_data}" in done.stdout
+
+
+def test_validate_checkpoint_logs_box_map(
+    cli: CliRunner, trained: Trained, tiny_fit: tuple[str, ...]
+) -> None:
+    done = cli(
+        "validate",
+        "--data.data",
+        str(trained.data),
+        "--data.imgsz",
+        "64",
+        "--data.workers",
+        "0",
+        "--ckpt_path",
+        str(trained.checkpoint),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "val/box/mAP50-95" in done.stdout
+
+
+def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:
+    done = cli(
+        "test",
+        "--data.data",
+        str(trained.data),
+        "--data.imgsz",
+        "64",
+        "--data.workers",
+        "0",
+        "--ckpt_path",
+        str(trained.checkpoint),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "test/box/mAP50-95" in done.stdout
