@@ -17,12 +17,13 @@ def test_keypoint_sigmas_coco_for_17_points() -> None:
     assert sigmas[11] == pytest.approx(0.107)
 
 
-def test_keypoint_sigmas_uniform_for_other_counts() -> None:
-    assert keypoint_sigmas(4) == (0.25, 0.25, 0.25, 0.25)
+def test_keypoint_sigmas_mean_coco_sigma_for_other_counts() -> None:
+    mean = sum(COCO_KEYPOINT_SIGMAS) / len(COCO_KEYPOINT_SIGMAS)
+    assert keypoint_sigmas(4) == (mean,) * 4
 
 
 def test_keypoint_sigmas_rejects_empty_skeleton() -> None:
-    with pytest.raises(ValueError, match="num_keypoints=0"):
+    with pytest.raises(ValueError, match="num_keypoints must be positive, got 0"):
         keypoint_sigmas(0)
 
 

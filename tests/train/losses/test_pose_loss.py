@@ -8,6 +8,7 @@ import pytest
 import torch
 from loss_cases import POINTS, STRIDE, A, detect_outputs, make_batch
 
+from lucid_yolo.train.geometry import COCO_KEYPOINT_SIGMAS
 from lucid_yolo.train.losses import PoseLoss, laplace_nll
 
 GT = [0.0, 0.0, 16.0, 16.0]
@@ -69,9 +70,10 @@ def test_pose_loss_perfect_keypoints_by_hand() -> None:
 
 
 def test_pose_loss_oks_by_hand() -> None:
-    # 2 px off in x; box area 256; uniform sigma 1/3, so k = 2/3.
+    # 2 px off in x; box area 256; K != 17, so every sigma is the mean COCO sigma, k = 2 sigma.
     terms = _terms(*_pose_case(offset=2.0))
-    expected = 1 - math.exp(-4 / (2 * 256 * (2 / 3) ** 2))
+    k = 2 * sum(COCO_KEYPOINT_SIGMAS) / len(COCO_KEYPOINT_SIGMAS)
+    expected = 1 - math.exp(-4 / (2 * 256 * k**2))
     assert terms["o2m/kpt_oks"].item() == pytest.approx(expected, rel=1e-5)
     # The NLL grows by |2 px| / 8 px-per-stride for each labelled x.
     assert terms["o2m/kpt_nll"].item() == pytest.approx(2 * math.log(2) + 0.25, rel=1e-5)

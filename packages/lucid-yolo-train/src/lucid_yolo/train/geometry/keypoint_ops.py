@@ -35,8 +35,9 @@ def keypoint_sigmas(num_keypoints: int) -> tuple[float, ...]:
     """Per-keypoint OKS sigmas for a skeleton of ``num_keypoints`` points.
 
     The 17-point COCO person skeleton gets the published COCO sigmas. Any other skeleton has no
-    measured falloffs, so every keypoint gets ``1 / K``: uniform (no point is assumed harder to
-    place than another) and, at ``K = 17``, close to the COCO mean (0.059 vs 0.067).
+    published calibration, so every keypoint gets the *mean* COCO sigma (about 0.0669): each
+    keypoint is judged as strictly as an average COCO keypoint. The pose loss and the keypoint
+    metric both use this rule, so training optimises what validation measures.
 
     Args:
         num_keypoints: ``K``, at least 1.
@@ -48,10 +49,11 @@ def keypoint_sigmas(num_keypoints: int) -> tuple[float, ...]:
         ValueError: when ``num_keypoints`` is below 1.
     """
     if num_keypoints < 1:
-        raise ValueError(f"num_keypoints={num_keypoints!r}: a skeleton needs at least 1 keypoint")
+        raise ValueError(f"num_keypoints must be positive, got {num_keypoints!r}")
     if num_keypoints == len(COCO_KEYPOINT_SIGMAS):
         return COCO_KEYPOINT_SIGMAS
-    return (1.0 / num_keypoints,) * num_keypoints
+    mean = sum(COCO_KEYPOINT_SIGMAS) / len(COCO_KEYPOINT_SIGMAS)
+    return (mean,) * num_keypoints
 
 
 def keypoint_oks(

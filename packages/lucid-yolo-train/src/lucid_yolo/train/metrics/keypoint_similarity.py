@@ -24,31 +24,15 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-COCO_KEYPOINT_SIGMAS: tuple[float, ...] = (
-    0.026,  # nose
-    0.025,  # left eye
-    0.025,  # right eye
-    0.035,  # left ear
-    0.035,  # right ear
-    0.079,  # left shoulder
-    0.079,  # right shoulder
-    0.072,  # left elbow
-    0.072,  # right elbow
-    0.062,  # left wrist
-    0.062,  # right wrist
-    0.107,  # left hip
-    0.107,  # right hip
-    0.087,  # left knee
-    0.087,  # right knee
-    0.089,  # left ankle
-    0.089,  # right ankle
-)
+from lucid_yolo.train.geometry.keypoint_ops import COCO_KEYPOINT_SIGMAS
+from lucid_yolo.train.geometry.keypoint_ops import keypoint_sigmas as geometry_sigmas
 
 _EPS = float(torch.finfo(torch.float64).eps)
 
 
 def keypoint_sigmas(num_keypoints: int) -> Tensor:
-    """Per-keypoint OKS sigmas for a skeleton of ``num_keypoints`` points.
+    """Per-keypoint OKS sigmas as a float64 tensor (the rule of
+    :func:`lucid_yolo.train.geometry.keypoint_ops.keypoint_sigmas`).
 
     Args:
         num_keypoints: K, the keypoint count of the dataset.
@@ -59,12 +43,7 @@ def keypoint_sigmas(num_keypoints: int) -> Tensor:
     Raises:
         ValueError: ``num_keypoints`` is not positive.
     """
-    if num_keypoints <= 0:
-        raise ValueError(f"num_keypoints must be positive, got {num_keypoints!r}")
-    coco = torch.tensor(COCO_KEYPOINT_SIGMAS, dtype=torch.float64)
-    if num_keypoints == len(COCO_KEYPOINT_SIGMAS):
-        return coco
-    return coco.mean().expand(num_keypoints).clone()
+    return torch.tensor(geometry_sigmas(num_keypoints), dtype=torch.float64)
 
 
 def keypoint_similarity(
