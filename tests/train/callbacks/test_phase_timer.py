@@ -1,0 +1,54 @@
+"""PhaseTimer splits the CPU training step into its phases and logs them with images per second."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+
+from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.callbacks import PHASES, PhaseTimer
+
+
+def test_phase_timer_rejects_zero_interval() -> None:
+    with pytest.raises(ValueError, match="log_every_n_steps must be >= 1"):
+        PhaseTimer(log_every_n_steps=0)
+
+
+def test_phase_timer_marks_are_ignored_outside_a_step() -> None:
+    timer = PhaseTimer()
+    timer.mark("network")
+    assert timer.summary() == {}
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_phase_timer_times_every_phase_of_a_fit(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = YoloDataModule(
+        tiny_dataset("detect"), task="detect", imgsz=64, batch_size=2, workers=0, max_instances=48
+    )
+    module = YoloModule("yolo26n", num_classes=data.num_classes)
+    timer = PhaseTimer(log_every_n_steps=1)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[timer],
+    )
+    trainer.fit(module, data)
+    summary = timer.summary()
+    assert sorted(summary) == sorted(PHASES)
+    assert all(value >= 0.0 for value in summary.values())
+    assert summary["network"] > 0.0
+    assert summary["backward"] > 0.0
+    assert float(trainer.callback_metrics["img_s"]) > 0.0
+    assert "time/loss_ms" in trainer.callback_metrics
+    assert module.phase_marker is None  # detached again at teardown
