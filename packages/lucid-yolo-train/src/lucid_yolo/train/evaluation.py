@@ -40,7 +40,9 @@ class Evaluator:
         strides: the network's strides.
         conf: score threshold of kept predictions.
         max_det: top-k detections per image.
-        kpt_shape: pose only: ``(K, 3)``, for the OKS sigmas.
+
+    OKS sigmas follow the keypoint count of the targets (COCO's for 17 points, see
+    :func:`lucid_yolo.train.geometry.keypoint_ops.keypoint_sigmas`).
     """
 
     def __init__(
@@ -50,7 +52,6 @@ class Evaluator:
         strides: Sequence[int],
         conf: float,
         max_det: int,
-        kpt_shape: tuple[int, int] = (17, 3),
     ) -> None:
         if task not in TASK_KINDS:
             raise ValueError(f"unknown task {task!r}: expected one of {sorted(TASK_KINDS)!r}")

@@ -98,7 +98,7 @@ class YoloModule(pl.LightningModule):
             loss_options["num_keypoints"] = kpt_shape[0]
         self.criterion = build_loss(self.task, num_classes, **loss_options)
         self.evaluator = Evaluator(
-            self.task, strides=self.net.strides, conf=val_conf, max_det=max_det, kpt_shape=kpt_shape
+            self.task, strides=self.net.strides, conf=val_conf, max_det=max_det
         )
         self.replay = NetworkReplay(
             self.net,
