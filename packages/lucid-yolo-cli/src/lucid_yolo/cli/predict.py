@@ -158,7 +158,6 @@ def _predict(
         strides=net.strides,
         conf=args.conf,
         max_det=args.max_det,
-        kpt_shape=deployed.module.hparams["kpt_shape"],
     )
     total = 0
     for start, paths in _batches(images, args.batch_size):

@@ -1,0 +1,47 @@
+"""``lucid-yolo export``: ONNX of a checkpoint's end-to-end network."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import onnx
+import pytest
+
+from lucid_yolo.cli.main import main
+
+if TYPE_CHECKING:
+    from conftest import Trained
+
+
+def test_export_onnx_of_trained_checkpoint_loads(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model.onnx"
+    assert main(["export", "--checkpoint", str(trained.checkpoint), "--out", str(out)]) == 0
+    model = onnx.load(str(out))
+    onnx.checker.check_model(model)
+    assert [o.name for o in model.graph.output] == ["boxes", "scores", "classes"]
+    dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 3, 64, 64]
+    assert f"to {out}" in capsys.readouterr().out
+
+
+def test_export_unsupported_format_names_supported(
+    trained: Trained, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["export", "--checkpoint", str(trained.checkpoint), "--format", "tflite"]
+    assert main(argv) == 2
+    assert "--format 'tflite' is not supported; supported: onnx" in capsys.readouterr().err
+
+
+def test_export_missing_checkpoint_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["export", "--checkpoint", str(tmp_path / "none.ckpt")]) == 2
+    assert "no such file" in capsys.readouterr().err
+
+
+def test_export_imgsz_must_be_multiple_of_32(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export", "--checkpoint", "x", "--imgsz", "100"]) == 2
+    assert "--imgsz 100 must be a positive multiple of 32" in capsys.readouterr().err

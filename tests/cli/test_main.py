@@ -1,0 +1,126 @@
+"""The ``lucid-yolo`` entry point: help of every command and one-line errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, main
+
+if TYPE_CHECKING:
+    from conftest import CliRunner
+
+HELP_COMMANDS = [
+    ["info"],
+    ["data"],
+    ["data", "check"],
+    ["data", "synth"],
+    ["data", "convert"],
+    ["predict"],
+    ["export"],
+]
+
+
+def test_main_help_lists_every_command(cli: CliRunner) -> None:
+    done = cli("--help")
+    assert done.returncode == 0, done.stderr
+    for name in (*PLAIN_COMMANDS, *LIGHTNING_COMMANDS):
+        assert name in done.stdout
+
+
+def test_main_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert "commands:" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", HELP_COMMANDS, ids=" ".join)
+def test_plain_command_help_exits_zero(
+    command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    assert f"usage: lucid-yolo {' '.join(command)}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", LIGHTNING_COMMANDS)
+def test_lightning_command_help_shows_model_and_data_options(
+    command: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main([command, "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert f"usage: lucid-yolo [options] {command}" in out
+    assert "--model.capture_network" in out
+    assert "--data.batch_size" in out
+
+
+def test_main_unknown_config_suggests_close_name(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fit", "--config", "detct-n"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lucid-yolo: error: --config 'detct-n'")
+    assert "did you mean 'detect-n'" in err
+    assert err.count("\n") == 1
+
+
+def test_main_missing_data_path_is_one_line_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    missing = tmp_path / "nowhere" / "data.yaml"
+    assert main(["fit", "--data.data", str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lucid-yolo: error: {missing}")
+    assert "Traceback" not in err
+
+
+def test_main_bad_dataset_yaml_is_an_error_naming_the_file(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "data.yaml"
+    bad.write_text("path: .\ntrain: [unclosed\n")
+    assert main(["fit", "--data.data", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lucid-yolo: error: {bad}: is not valid YAML")
+    assert "Traceback" not in err
+
+
+def test_main_bad_config_yaml_prints_usage_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = tmp_path / "cfg.yaml"
+    bad.write_text("model: [unclosed\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", str(bad)])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "error: Problems parsing config" in err
+    assert "Traceback" not in err
+
+
+def test_main_bad_option_value_prints_usage_and_exits_2(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data.batch_size", "abc"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: lucid-yolo [options] fit")
+    assert 'error: Parser key "data.batch_size"' in err
+
+
+def test_main_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--model.model", "yolo99x"])
+    assert exit_info.value.code == 2
+    assert "did you mean 'yolo26x'" in capsys.readouterr().err
+
+
+def test_main_replay_on_cpu_is_refused_in_a_subprocess(cli: CliRunner, tiny_data: Path) -> None:
+    done = cli("fit", "--data.data", str(tiny_data), "--model.capture_network", "true")
+    assert done.returncode == 2
+    assert "lucid-yolo: error: --model.capture_network" in done.stderr
+    assert "need a CUDA device" in done.stderr
+    assert "Traceback" not in done.stderr
