@@ -6,6 +6,10 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pytest
+
+from lucid_yolo.cli.main import main
+
 if TYPE_CHECKING:
     from conftest import CliRunner, Trained
 
@@ -18,12 +22,16 @@ def test_fit_tiny_run_prints_final_line_and_saves_checkpoint(trained: Trained) -
     assert trained.checkpoint.is_file()
 
 
-def test_fit_print_config_shows_resolved_options(cli: CliRunner, tiny_data: Path) -> None:
-    done = cli("fit", "--config", "detect-s", "--data.data", str(tiny_data), "--print_config")
-    assert done.returncode == 0, done.stderr
-    assert "model: yolo26s" in done.stdout
-    assert "capture_network: false" in done.stdout
-    assert f"data: {tiny_data}" in done.stdout
+def test_fit_print_config_shows_resolved_options(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--config", "detect-s", "--data.data", str(tiny_data), "--print_config"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "model: yolo26s" in out
+    assert "capture_network: false" in out
+    assert f"data: {tiny_data}" in out
 
 
 def test_validate_checkpoint_logs_box_map(
@@ -58,3 +66,11 @@ def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test/box/mAP50-95" in done.stdout
+
+
+@pytest.mark.slow
+def test_fit_without_arguments_trains_quickstart(cli: CliRunner, tmp_path: Path) -> None:
+    done = cli("fit", timeout=900.0)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert FINAL.search(done.stdout), done.stdout[-2000:]
+    assert (tmp_path / "cache" / "lucid-yolo" / "synthetic-detect-v1" / ".complete").is_file()
