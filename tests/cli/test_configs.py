@@ -49,3 +49,7 @@ def test_expand_config_names_rewrites_both_spellings() -> None:
     assert args[1] == str(packaged_configs()["pose-s"])
     assert args[2] == f"--config={packaged_configs()['obb-n']}"
     assert args[3:] == ["--data.batch_size", "2"]
+
+
+def test_expand_config_names_rewrites_short_flag() -> None:
+    assert expand_config_names(["-c", "detect-m"]) == ["-c", str(packaged_configs()["detect-m"])]

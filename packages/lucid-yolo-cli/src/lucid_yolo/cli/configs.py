@@ -47,12 +47,12 @@ def resolve_config(value: str) -> str:
 
 
 def expand_config_names(args: list[str]) -> list[str]:
-    """Replace packaged config names after ``--config`` (or ``--config=``) by their paths."""
+    """Replace packaged config names after ``--config``/``-c`` (or ``--config=``) by their paths."""
     expanded: list[str] = []
     index = 0
     while index < len(args):
         arg = args[index]
-        if arg == "--config" and index + 1 < len(args):
+        if arg in ("--config", "-c") and index + 1 < len(args):
             expanded += [arg, resolve_config(args[index + 1])]
             index += 2
             continue

@@ -36,7 +36,8 @@ PLAIN_COMMANDS: dict[str, _Registrar] = {
 }
 
 
-def _plain_parser() -> argparse.ArgumentParser:
+def plain_parser() -> argparse.ArgumentParser:
+    """The argparse parser of the plain commands (the Lightning ones only appear in its help)."""
     parser = argparse.ArgumentParser(
         prog="lucid-yolo",
         description="YOLO26 training replayed from CUDA graphs, bitwise equal to native. "
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
             rest = args[1:] or (["--config", QUICKSTART] if args[0] == "fit" else [])
             run_lightning([args[0], *expand_config_names(rest)])
             return 0
-        parser = _plain_parser()
+        parser = plain_parser()
         namespace = parser.parse_args(args)
         handler = getattr(namespace, "handler", None)
         if handler is None:
@@ -74,4 +75,4 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-__all__ = ["main"]
+__all__ = ["LIGHTNING_COMMANDS", "PLAIN_COMMANDS", "USER_ERRORS", "main", "plain_parser"]
