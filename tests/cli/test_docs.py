@@ -1,0 +1,89 @@
+"""The CLI reference and the training guide stay in step with the parsers and the classes."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+from pathlib import Path
+
+import pytest
+
+from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, plain_parser
+from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.data.augment.config import AugmentConfig
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found
+
+
+def _plain_commands() -> dict[str, argparse.ArgumentParser]:
+    """Every plain command and sub-command by its full name (``data check``), leaves only."""
+    commands: dict[str, argparse.ArgumentParser] = {}
+    pending = [(name, p) for name, p in _subparsers(plain_parser()).items()]
+    while pending:
+        name, parser = pending.pop()
+        if name in LIGHTNING_COMMANDS:
+            continue
+        children = _subparsers(parser)
+        if not children:
+            commands[name] = parser
+        pending += [(f"{name} {child}", p) for child, p in children.items()]
+    return commands
+
+
+def _section(page: str, command: str) -> str:
+    """The text of the ``## `lucid-yolo COMMAND...` `` section of ``page``."""
+    start = page.index(f"## `lucid-yolo {command}")
+    end = page.find("\n## ", start + 1)
+    return page[start : end if end >= 0 else len(page)]
+
+
+def test_plain_commands_cover_registered_ones() -> None:
+    names = {name.split()[0] for name in _plain_commands()}
+    assert names == set(PLAIN_COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(_plain_commands()))
+def test_cli_reference_lists_every_option_of(command: str) -> None:
+    section = _section((DOCS / "cli-reference.md").read_text(), command)
+    for action in _plain_commands()[command]._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        name = action.option_strings[0] if action.option_strings else action.dest.upper()
+        assert f"| `{name}" in section, f"{name} of `lucid-yolo {command}` is not documented"
+
+
+def test_cli_reference_lists_lightning_commands() -> None:
+    page = (DOCS / "cli-reference.md").read_text()
+    assert f"## `lucid-yolo {' | '.join(LIGHTNING_COMMANDS)}`" in page
+    for group in ("--model.*", "--data.*", "--trainer.*", "--config", "--print_config"):
+        assert f"`{group}" in page
+
+
+@pytest.mark.parametrize("cls", [YoloModule, YoloDataModule])
+def test_training_guide_lists_every_init_parameter_of(cls: type) -> None:
+    guide = (DOCS / "training-guide.md").read_text()
+    for name in list(inspect.signature(cls.__init__).parameters)[1:]:
+        assert f"| `{name}` |" in guide, f"{cls.__name__}({name}=...) is not in the guide"
+
+
+def test_training_guide_lists_every_augment_field() -> None:
+    guide = (DOCS / "training-guide.md").read_text()
+    for field in dataclasses.fields(AugmentConfig):
+        assert f"`{field.name}`" in guide, f"AugmentConfig.{field.name} is not in the guide"
+
+
+def test_training_guide_lists_module_defaults() -> None:
+    guide = (DOCS / "training-guide.md").read_text()
+    for name, parameter in inspect.signature(YoloModule.__init__).parameters.items():
+        default = parameter.default
+        if isinstance(default, int | float) and not isinstance(default, bool):
+            assert f"| `{name}` | {default} |" in guide, f"default of {name} differs"
