@@ -125,3 +125,21 @@ def test_main_replay_on_cpu_is_refused(
     err = capsys.readouterr().err
     assert err.startswith("lucid-yolo: error: --model.capture_network/")
     assert "need a CUDA device" in err
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--data.batch_size", "0"], "batch_size=0"),
+        (["--model.lr0", "-1"], "lr0 must be > 0, got -1.0"),
+        (["--data.augment.scale", "1.5"], "AugmentConfig.scale=1.5"),
+    ],
+)
+def test_main_out_of_range_option_is_one_line_error(
+    option: list[str], message: str, tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["fit", "--data.data", str(tiny_data), *option]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lucid-yolo: error: invalid option value: ")
+    assert message in err
+    assert err.count("\n") == 1

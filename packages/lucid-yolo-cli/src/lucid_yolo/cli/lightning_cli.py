@@ -83,6 +83,22 @@ class YoloCLI(LightningCLI):
                 "need a CUDA device; this run is on the CPU: leave them off"
             )
 
+    @override
+    def instantiate_classes(self) -> None:
+        """Instantiate as Lightning does; an out-of-range option becomes a one-line error.
+
+        The model, data and augmentation constructors check their arguments and raise
+        ``ValueError`` with the bad value and the fix; jsonargparse may wrap that error in its
+        own, so the message shown is the innermost cause.
+        """
+        try:
+            super().instantiate_classes()
+        except ValueError as error:
+            root: BaseException = error
+            while root.__cause__ is not None:
+                root = root.__cause__
+            raise CliError(f"invalid option value: {root}") from error
+
     def after_fit(self) -> None:
         """Print the final metrics line and where the checkpoint is."""
         print(final_line(self.trainer), flush=True)
