@@ -1,5 +1,6 @@
 """lucid_yolo.cli: the ``lucid-yolo`` command (fit, validate, test, predict, info, data, export)."""
 
+from lucid_yolo.cli.checkpoint import Deployed, load_checkpoint
 from lucid_yolo.cli.configs import packaged_configs, resolve_config
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.main import main
@@ -10,6 +11,9 @@ __all__ = [
     # configs
     "packaged_configs",
     "resolve_config",
+    # checkpoints (predict, export)
+    "Deployed",
+    "load_checkpoint",
     # errors
     "CliError",
 ]
