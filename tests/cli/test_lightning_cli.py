@@ -74,3 +74,15 @@ def test_fit_without_arguments_trains_quickstart(cli: CliRunner, tmp_path: Path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert FINAL.search(done.stdout), done.stdout[-2000:]
     assert (tmp_path / "cache" / "lucid-yolo" / "synthetic-detect-v1" / ".complete").is_file()
+
+
+def test_fit_logs_and_checkpoints_follow_default_root_dir(
+    cli: CliRunner, tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path
+) -> None:
+    root = tmp_path / "elsewhere"
+    done = cli(
+        "fit", "--data.data", str(tiny_data), *tiny_fit, "--trainer.default_root_dir", str(root)
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (root / "lightning_logs/version_0/metrics.csv").is_file()
+    assert (root / "lightning_logs/version_0/checkpoints/best.ckpt").is_file()

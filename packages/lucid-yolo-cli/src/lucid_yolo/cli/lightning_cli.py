@@ -23,6 +23,8 @@ from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import EpochSummary, PhaseTimer
 
 FITNESS = "val/fitness"
+RUNS = "runs"
+"""Default folder of logs and checkpoints (``--trainer.default_root_dir``)."""
 
 
 def task_of(model: str) -> str:
@@ -41,10 +43,10 @@ def trainer_defaults() -> dict[str, Any]:
     cuda = torch.cuda.is_available()
     return {
         "precision": "bf16-mixed" if cuda else "32-true",
-        "default_root_dir": "runs",
+        "default_root_dir": RUNS,
         "logger": {
             "class_path": "lightning.pytorch.loggers.CSVLogger",
-            "init_args": {"save_dir": "runs"},
+            "init_args": {"save_dir": RUNS},
         },
         "callbacks": [
             ModelCheckpoint(monitor=FITNESS, mode="max", save_last=True, filename="best"),
@@ -73,6 +75,11 @@ class YoloCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if str(config.data.data) == SYNTHETIC:
             config.data.data = str(embedded_dataset(task_of(config.model.model)))
+        logger_args = getattr(config.trainer.logger, "init_args", None)
+        if logger_args is not None and getattr(logger_args, "save_dir", None) == RUNS:
+            # The default CSV logger follows --trainer.default_root_dir, so logs and checkpoints
+            # stay together wherever the user points the run.
+            logger_args.save_dir = config.trainer.default_root_dir
         if config.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(RichProgressBar())
         replay = config.model.capture_network or config.model.capture_segment_heads
