@@ -1,12 +1,35 @@
-"""Suite-wide test settings."""
+"""Suite-wide test settings and fixtures."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import pytest
 import torch
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One intra-op thread per xdist worker: the workers already fill the cores, and torch's
     # default (one thread per core in every worker) oversubscribes them several times over.
     torch.set_num_threads(1)
+
+
+@pytest.fixture
+def deterministic() -> Iterator[None]:
+    """cuDNN deterministic, no benchmark, deterministic algorithms; restored afterwards.
+
+    Parity tests compare bits, so native and replayed runs must pick the same kernels
+    (REPLAY_NOTES.md, "Determinism"); cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8``,
+    which ``make test-gpu`` sets.
+    """
+    saved = (
+        torch.backends.cudnn.benchmark,
+        torch.backends.cudnn.deterministic,
+        torch.are_deterministic_algorithms_enabled(),
+    )
+    torch.backends.cudnn.benchmark = False
+    torch.backends.cudnn.deterministic = True
+    torch.use_deterministic_algorithms(True)
+    yield
+    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
+    torch.use_deterministic_algorithms(saved[2])

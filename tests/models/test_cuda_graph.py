@@ -7,8 +7,6 @@ Run on a CUDA machine with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (``make test-gpu`
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -21,22 +19,6 @@ pytestmark = [
 ]
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
-
-
-@pytest.fixture
-def deterministic() -> Iterator[None]:
-    """cuDNN deterministic, no benchmark, deterministic algorithms; restored afterwards."""
-    saved = (
-        torch.backends.cudnn.benchmark,
-        torch.backends.cudnn.deterministic,
-        torch.are_deterministic_algorithms_enabled(),
-    )
-    torch.backends.cudnn.benchmark = False
-    torch.backends.cudnn.deterministic = True
-    torch.use_deterministic_algorithms(True)
-    yield
-    torch.backends.cudnn.benchmark, torch.backends.cudnn.deterministic = saved[:2]
-    torch.use_deterministic_algorithms(saved[2])
 
 
 def step(model: YOLO26, images: Tensor) -> dict[str, Tensor]:
