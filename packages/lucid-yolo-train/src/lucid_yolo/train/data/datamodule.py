@@ -25,6 +25,7 @@ from typing_extensions import override
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.cache import ImageCache
+from lucid_yolo.train.data.coco_yaml import is_coco_yaml, load_coco_yaml
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset import YoloDataset
@@ -40,7 +41,8 @@ class YoloDataModule(L.LightningDataModule):
     """Datasets and loaders of one YOLO dataset for fit, validate, test and predict.
 
     Args:
-        data: an Ultralytics dataset YAML, a :class:`DatasetSpec` already resolved, or a
+        data: an Ultralytics dataset YAML, a COCO description YAML (``format: coco``, see
+            :mod:`.coco_yaml`), a :class:`DatasetSpec` already resolved, or a
             :class:`PreparedDataset` of labels read by another loader (COCO, DOTA).
         task: the task to read labels for; ``None`` takes the YAML's (or infers it).
         imgsz: square network input size, pixels.
@@ -86,11 +88,13 @@ class YoloDataModule(L.LightningDataModule):
             )
         if workers < 0 or close_mosaic < 0:
             raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
-        self.spec = (
-            data
-            if isinstance(data, DatasetSpec | PreparedDataset)
-            else load_dataset_yaml(data, task=task)
-        )
+        self.spec: DatasetSpec | PreparedDataset
+        if isinstance(data, DatasetSpec | PreparedDataset):
+            self.spec = data
+        elif is_coco_yaml(data):
+            self.spec = load_coco_yaml(data, task=task or "detect", policy=policy)
+        else:
+            self.spec = load_dataset_yaml(data, task=task)
         if task is not None and task != self.spec.task:
             raise DatasetConfigError(
                 f"{self._where}: the labels are for task {self.spec.task!r}, not {task!r}; "
