@@ -40,11 +40,17 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def is_coco_yaml(path: str | Path) -> bool:
-    """Whether ``path`` is a YAML file whose ``format`` is ``coco``."""
+    """Whether ``path`` is a YAML file whose ``format`` is ``coco``.
+
+    An unreadable file is not a COCO description; the Ultralytics loader then reports it.
+    """
     file = Path(path)
     if file.suffix not in (".yaml", ".yml") or not file.is_file():
         return False
-    return _read_yaml(file).get("format") == COCO_FORMAT
+    try:
+        return _read_yaml(file).get("format") == COCO_FORMAT
+    except DatasetConfigError:
+        return False
 
 
 def load_coco_yaml(
