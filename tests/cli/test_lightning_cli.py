@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
+import torch
 
 from lucid_yolo.cli.main import main
 
@@ -81,8 +82,18 @@ def test_fit_logs_and_checkpoints_follow_default_root_dir(
 ) -> None:
     root = tmp_path / "elsewhere"
     done = cli(
-        "fit", "--data.data", str(tiny_data), *tiny_fit, "--trainer.default_root_dir", str(root)
+        "fit",
+        "--data.data",
+        str(tiny_data),
+        *tiny_fit,
+        "--trainer.max_epochs",
+        "2",
+        "--trainer.default_root_dir",
+        str(root),
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert (root / "lightning_logs/version_0/metrics.csv").is_file()
-    assert (root / "lightning_logs/version_0/checkpoints/best.ckpt").is_file()
+    run = root / "lightning_logs/version_0"
+    assert (run / "metrics.csv").is_file()
+    assert (run / "checkpoints/best.ckpt").is_file()
+    last = torch.load(run / "checkpoints/last.ckpt", weights_only=True, map_location="cpu")
+    assert last["epoch"] == 1  # rewritten every epoch, not only on a new best

@@ -49,7 +49,10 @@ def trainer_defaults() -> dict[str, Any]:
             "init_args": {"save_dir": RUNS},
         },
         "callbacks": [
-            ModelCheckpoint(monitor=FITNESS, mode="max", save_last=True, filename="best"),
+            # best.ckpt follows the fitness; last.ckpt is rewritten every epoch so that a run can
+            # resume from where it stopped (Lightning's save_last only copies on a new best).
+            ModelCheckpoint(monitor=FITNESS, mode="max", filename="best"),
+            ModelCheckpoint(filename="last", enable_version_counter=False),
             PhaseTimer(),
             EpochSummary(),
         ],
