@@ -5,10 +5,12 @@ augmentation off) to a task metric threshold. Curve run: a larger synthetic set 
 augmentation, validated on held-out images each epoch. Prints one line per epoch and a final
 JSON line; writes the per-epoch metrics to ``--out``.
 
-Example (GPU machine, from source)::
+Examples (GPU machine, from source)::
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/train_gate.py \\
-        --task detect --images 16 --overfit --epochs 80 --out /tmp/gate.json
+        --task detect --images 16 --overfit --epochs 250 --out $OUT/gate.json
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/train_gate.py \\
+        --task detect --images 512 --epochs 30 --val-every 1 --svg $OUT/curve_detect.svg
 """
 
 from __future__ import annotations
@@ -52,6 +54,37 @@ class _Curve(Callback):
         print(json.dumps(row), flush=True)
 
 
+def curve_svg(rows: list[dict[str, float]], title: str) -> str:
+    """mAP50 and mAP50-95 against epoch as a small standalone SVG (no plotting dependency)."""
+    width, height, pad = 480, 300, 40
+    last_epoch = max((r["epoch"] for r in rows), default=1) or 1
+
+    def point(epoch: float, value: float) -> str:
+        x = pad + (width - 2 * pad) * epoch / last_epoch
+        y = height - pad - (height - 2 * pad) * value
+        return f"{x:.1f},{y:.1f}"
+
+    lines = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'font-family="sans-serif" font-size="11">',
+        f'<text x="{pad}" y="20">{title}</text>',
+        f'<rect x="{pad}" y="{pad}" width="{width - 2 * pad}" height="{height - 2 * pad}" '
+        'fill="none" stroke="#999"/>',
+        f'<text x="{pad - 25}" y="{pad + 4}">1.0</text>',
+        f'<text x="{pad - 25}" y="{height - pad + 4}">0.0</text>',
+        f'<text x="{width - pad - 40}" y="{height - pad + 15}">epoch {last_epoch:g}</text>',
+    ]
+    for key, colour in (("mAP50", "#1f77b4"), ("mAP50-95", "#d62728")):
+        points = " ".join(point(r["epoch"], r[key]) for r in rows)
+        lines.append(
+            f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}"/>'
+        )
+    lines.append(f'<text x="{width - pad - 120}" y="{pad + 15}" fill="#1f77b4">mAP50</text>')
+    lines.append(f'<text x="{width - pad - 70}" y="{pad + 15}" fill="#d62728">mAP50-95</text>')
+    lines.append("</svg>")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="detect", choices=sorted(SUFFIX))
@@ -67,6 +100,7 @@ def main() -> None:
     parser.add_argument("--val-every", type=int, default=10, help="validate every N epochs")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-gate"))
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--svg", type=Path, default=None, help="write the mAP curve as SVG")
     args = parser.parse_args()
 
     root = args.root / f"{args.task}-{args.images}"
@@ -128,6 +162,9 @@ def main() -> None:
     }
     if args.out is not None:
         args.out.write_text(json.dumps({"summary": summary, "curve": curve.rows}, indent=1))
+    if args.svg is not None:
+        title = f"yolo26n {args.task}, {args.images} synthetic images, {args.imgsz} px"
+        args.svg.write_text(curve_svg(curve.rows, title))
     print("SUMMARY " + json.dumps(summary), flush=True)
 
 
