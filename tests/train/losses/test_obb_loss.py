@@ -8,13 +8,8 @@ import pytest
 import torch
 from loss_cases import POINTS, STRIDE, STRIDES, A, make_batch
 
-from lucid_yolo.train.losses import (
-    OBBLoss,
-    angle_loss,
-    decode_angle,
-    distances_to_xywhr,
-    xywhr_to_distances,
-)
+from lucid_yolo.models.decode import xywhr_to_distances
+from lucid_yolo.train.losses import OBBLoss, angle_loss
 
 RBOX = [16.0, 16.0, 20.0, 8.0, 0.3]  # long-edge convention
 
@@ -32,27 +27,6 @@ def _obb_case(rbox: list[float], angle_shift: float = 0.0) -> tuple[dict, dict]:
     batch = dict(make_batch([[6.0, 12.0, 26.0, 20.0]], [0]))  # hull; unused by OBB
     batch["rboxes"] = gt[None, None]
     return outputs, batch
-
-
-def test_decode_angle_range() -> None:
-    angles = decode_angle(torch.tensor([-100.0, 0.0, 100.0]))
-    assert torch.allclose(
-        angles, torch.tensor([-math.pi / 4, math.pi / 4, 3 * math.pi / 4]), atol=1e-6
-    )
-
-
-def test_xywhr_distances_round_trip() -> None:
-    rboxes = torch.tensor([[10.0, 12.0, 9.0, 3.0, 0.7], [20.0, 5.0, 6.0, 6.0, -0.5]])
-    points = torch.tensor([[11.0, 11.0], [19.0, 6.0]])
-    distances = xywhr_to_distances(rboxes, points)
-    assert torch.allclose(distances_to_xywhr(distances, rboxes[:, 4], points), rboxes, atol=1e-6)
-
-
-def test_xywhr_to_distances_axis_aligned_by_hand() -> None:
-    distances = xywhr_to_distances(
-        torch.tensor([10.0, 10.0, 8.0, 4.0, 0.0]), torch.tensor([9.0, 11.0])
-    )
-    assert distances.tolist() == [3.0, 3.0, 5.0, 1.0]
 
 
 def test_angle_loss_by_hand() -> None:

@@ -4,7 +4,14 @@ Two paths: :func:`decode_end2end` (one-to-one branch, top-k, no IoU step; the de
 and :func:`decode_nms` (one-to-many branch, class-wise NMS; rotated NMS for OBB).
 """
 
-from lucid_yolo.models.decode.dense import anchor_grid, decode_angle, decode_dense, decode_rboxes
+from lucid_yolo.models.decode.dense import (
+    anchor_grid,
+    decode_angle,
+    decode_dense,
+    decode_rboxes,
+    distances_to_xywhr,
+    xywhr_to_distances,
+)
 from lucid_yolo.models.decode.masks import assemble_masks, box_region, mask_probabilities
 from lucid_yolo.models.decode.nms import box_iou, decode_nms, greedy_keep, nms, rotated_nms
 from lucid_yolo.models.decode.results import DensePredictions, Detections
@@ -36,6 +43,8 @@ __all__ = [
     "decode_angle",
     "decode_dense",
     "decode_rboxes",
+    "distances_to_xywhr",
+    "xywhr_to_distances",
     # rotated boxes
     "probiou",
     "rbox_corners",

@@ -47,8 +47,51 @@ def decode_angle(logits: Tensor) -> Tensor:
     return (logits.sigmoid() - 0.25) * math.pi
 
 
+def distances_to_xywhr(distances: Tensor, angles: Tensor, points: Tensor) -> Tensor:
+    """Rotated boxes from rotated-frame edge distances, angle kept as predicted.
+
+    The loss needs this raw form (its gradient flows through the predicted angle); the decoder
+    regularizes it into the long-edge convention (:func:`decode_rboxes`).
+
+    Args:
+        distances: (..., A, 4) ``(l, t, r, b)`` pixels, measured along the box's own axes.
+        angles: (..., A) radians.
+        points: (A, 2) anchor points, pixels.
+
+    Returns:
+        (..., A, 5) ``xywhr`` pixels.
+    """
+    left, top, right, bottom = distances.unbind(-1)
+    # centre offset in the box frame, rotated into image axes
+    off_u, off_v = (right - left) / 2, (bottom - top) / 2
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    cx = points[..., 0] + off_u * cos - off_v * sin
+    cy = points[..., 1] + off_u * sin + off_v * cos
+    return torch.stack((cx, cy, left + right, top + bottom, angles), dim=-1)
+
+
+def xywhr_to_distances(rboxes: Tensor, points: Tensor) -> Tensor:
+    """Inverse of :func:`distances_to_xywhr` for the boxes' own angle.
+
+    Args:
+        rboxes: (..., A, 5) ``xywhr`` pixels.
+        points: (A, 2) anchor points ``xy`` pixels.
+
+    Returns:
+        (..., A, 4) ``(l, t, r, b)`` pixels along the box axes.
+    """
+    delta = rboxes[..., :2] - points
+    cos, sin = torch.cos(rboxes[..., 4]), torch.sin(rboxes[..., 4])
+    along_w = delta[..., 0] * cos + delta[..., 1] * sin
+    along_h = -delta[..., 0] * sin + delta[..., 1] * cos
+    half_w, half_h = rboxes[..., 2] / 2, rboxes[..., 3] / 2
+    return torch.stack(
+        (half_w - along_w, half_h - along_h, half_w + along_w, half_h + along_h), dim=-1
+    )
+
+
 def decode_rboxes(distances: Tensor, angles: Tensor, points: Tensor) -> Tensor:
-    """Rotated-frame edge distances and angles → rotated boxes.
+    """Rotated-frame edge distances and angles → rotated boxes in the long-edge convention.
 
     Args:
         distances: (B, A, 4) ``(l, t, r, b)`` pixels, measured along the box's own axes.
@@ -58,14 +101,7 @@ def decode_rboxes(distances: Tensor, angles: Tensor, points: Tensor) -> Tensor:
     Returns:
         (B, A, 5) ``xywhr``, long-edge convention.
     """
-    left, top, right, bottom = distances.unbind(-1)
-    # centre offset in the box frame, rotated into image axes
-    off_u, off_v = (right - left) / 2, (bottom - top) / 2
-    cos, sin = torch.cos(angles), torch.sin(angles)
-    cx = points[:, 0] + off_u * cos - off_v * sin
-    cy = points[:, 1] + off_u * sin + off_v * cos
-    rboxes = torch.stack((cx, cy, left + right, top + bottom, angles), dim=-1)
-    return regularize_rboxes(rboxes)
+    return regularize_rboxes(distances_to_xywhr(distances, angles, points))
 
 
 def decode_dense(

@@ -3,13 +3,7 @@
 from lucid_yolo.train.losses.factory import LOSSES, build_loss
 from lucid_yolo.train.losses.gains import LossGains
 from lucid_yolo.train.losses.loss_base import BranchContext, DetectionLoss, YoloLoss
-from lucid_yolo.train.losses.obb_loss import (
-    OBBLoss,
-    angle_loss,
-    decode_angle,
-    distances_to_xywhr,
-    xywhr_to_distances,
-)
+from lucid_yolo.train.losses.obb_loss import OBBLoss, angle_loss
 from lucid_yolo.train.losses.pose_loss import PoseLoss, laplace_nll
 from lucid_yolo.train.losses.progloss import (
     O2M_WEIGHT_END,
@@ -51,8 +45,4 @@ __all__ = [
     "laplace_nll",
     "semantic_loss",
     "semantic_target",
-    # OBB decoding
-    "decode_angle",
-    "distances_to_xywhr",
-    "xywhr_to_distances",
 ]

@@ -14,61 +14,17 @@ ambiguous by ``pi/2``.
 
 from __future__ import annotations
 
-import math
 from typing import ClassVar
 
 import torch
 from torch import Tensor
 
+from lucid_yolo.models.decode import decode_angle, distances_to_xywhr, xywhr_to_distances
 from lucid_yolo.models.outputs import ANGLE, branch_key
 from lucid_yolo.train.assign import RotatedTaskAlignedAssigner, TaskAlignedAssigner
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.geometry.rbox_ops import probiou
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
-
-
-def decode_angle(logits: Tensor) -> Tensor:
-    """OBB angle from its logit: ``(sigmoid - 0.25) * pi``; (...) -> (...) radians."""
-    return (logits.sigmoid() - 0.25) * math.pi
-
-
-def distances_to_xywhr(distances: Tensor, angle: Tensor, points: Tensor) -> Tensor:
-    """Rotated boxes from rotated-frame edge distances.
-
-    Args:
-        distances: (..., A, 4) ``(l, t, r, b)`` pixels along the box axes.
-        angle: (..., A) rotation in radians.
-        points: (A, 2) anchor points ``xy`` pixels.
-
-    Returns:
-        (..., A, 5) ``xywhr`` pixels.
-    """
-    left, top, right, bottom = distances.unbind(-1)
-    along_w, along_h = (right - left) / 2, (bottom - top) / 2
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    cx = points[..., 0] + along_w * cos - along_h * sin
-    cy = points[..., 1] + along_w * sin + along_h * cos
-    return torch.stack((cx, cy, left + right, top + bottom, angle), dim=-1)
-
-
-def xywhr_to_distances(rboxes: Tensor, points: Tensor) -> Tensor:
-    """Inverse of :func:`distances_to_xywhr` for the boxes' own angle.
-
-    Args:
-        rboxes: (..., A, 5) ``xywhr`` pixels.
-        points: (A, 2) anchor points ``xy`` pixels.
-
-    Returns:
-        (..., A, 4) ``(l, t, r, b)`` pixels along the box axes.
-    """
-    delta = rboxes[..., :2] - points
-    cos, sin = torch.cos(rboxes[..., 4]), torch.sin(rboxes[..., 4])
-    along_w = delta[..., 0] * cos + delta[..., 1] * sin
-    along_h = -delta[..., 0] * sin + delta[..., 1] * cos
-    half_w, half_h = rboxes[..., 2] / 2, rboxes[..., 3] / 2
-    return torch.stack(
-        (half_w - along_w, half_h - along_h, half_w + along_w, half_h + along_h), dim=-1
-    )
 
 
 def angle_loss(pred_angle: Tensor, target: Tensor) -> Tensor:
@@ -131,10 +87,4 @@ class OBBLoss(YoloLoss):
         return {"angle": (angle * ctx.fg_weight).sum() / ctx.score_sum}
 
 
-__all__ = [
-    "OBBLoss",
-    "angle_loss",
-    "decode_angle",
-    "distances_to_xywhr",
-    "xywhr_to_distances",
-]
+__all__ = ["OBBLoss", "angle_loss"]
