@@ -17,7 +17,9 @@ from lucid_yolo.models.decode.nms import box_iou, decode_nms, greedy_keep, nms, 
 from lucid_yolo.models.decode.results import DensePredictions, Detections
 from lucid_yolo.models.decode.rotated import (
     probiou,
+    probiou_aligned,
     rbox_corners,
+    rbox_covariance,
     rbox_hull,
     regularize_rboxes,
 )
@@ -47,6 +49,8 @@ __all__ = [
     "xywhr_to_distances",
     # rotated boxes
     "probiou",
+    "probiou_aligned",
+    "rbox_covariance",
     "rbox_corners",
     "rbox_hull",
     "regularize_rboxes",

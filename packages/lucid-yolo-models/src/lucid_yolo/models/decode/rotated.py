@@ -69,38 +69,76 @@ def rbox_hull(rboxes: Tensor) -> Tensor:
     return torch.cat((corners.amin(dim=-2), corners.amax(dim=-2)), dim=-1)
 
 
-def _covariance(rboxes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    a = rboxes[..., 2].square() / 12
-    b = rboxes[..., 3].square() / 12
+def rbox_covariance(rboxes: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Covariance of the uniform distribution over a rotated box (its Gaussian surrogate).
+
+    A uniform box of side ``s`` has variance ``s^2 / 12``; rotating gives
+    ``Sigma = R diag(w^2/12, h^2/12) R^T``.
+
+    Args:
+        rboxes: (..., 5) ``xywhr``.
+
+    Returns:
+        ``(a, b, c)`` each (...), with ``Sigma = [[a, c], [c, b]]`` in squared pixels.
+    """
+    var_w = rboxes[..., 2].pow(2) / 12
+    var_h = rboxes[..., 3].pow(2) / 12
     cos, sin = torch.cos(rboxes[..., 4]), torch.sin(rboxes[..., 4])
-    return a * cos**2 + b * sin**2, a * sin**2 + b * cos**2, (a - b) * cos * sin
+    cos2, sin2 = cos.pow(2), sin.pow(2)
+    return var_w * cos2 + var_h * sin2, var_w * sin2 + var_h * cos2, (var_w - var_h) * cos * sin
+
+
+def probiou_aligned(rboxes1: Tensor, rboxes2: Tensor, eps: float = _EPS) -> Tensor:
+    """ProbIoU of rotated boxes paired by broadcasting (the loss and the assigner use this form).
+
+    The Bhattacharyya distance
+    ``B = 1/8 dmu^T Sigma^-1 dmu + 1/2 ln(det Sigma / sqrt(det Sigma1 det Sigma2))`` with
+    ``Sigma = (Sigma1 + Sigma2) / 2`` gives the Hellinger distance ``H = sqrt(1 - exp(-B))`` and
+    ``ProbIoU = 1 - H``. ``B`` is clamped to ``[eps, 100]`` so the square root stays
+    differentiable for identical boxes and far-apart pairs cannot overflow.
+
+    Args:
+        rboxes1: (..., 5) ``xywhr``.
+        rboxes2: (..., 5) ``xywhr``, broadcastable against ``rboxes1``.
+        eps: guards the determinants and the square root.
+
+    Returns:
+        (...) ProbIoU in [0, 1); ``1 - ProbIoU`` is the Hellinger distance.
+    """
+    a1, b1, c1 = rbox_covariance(rboxes1)
+    a2, b2, c2 = rbox_covariance(rboxes2)
+    a, b, c = (a1 + a2) / 2, (b1 + b2) / 2, (c1 + c2) / 2
+    det = (a * b - c.pow(2)).clamp(min=eps)
+    dx = rboxes1[..., 0] - rboxes2[..., 0]
+    dy = rboxes1[..., 1] - rboxes2[..., 1]
+    # dmu^T Sigma^-1 dmu with Sigma^-1 = [[b, -c], [-c, a]] / det
+    mahalanobis = (b * dx.pow(2) + a * dy.pow(2) - 2 * c * dx * dy) / det
+    det1 = (a1 * b1 - c1.pow(2)).clamp(min=0)
+    det2 = (a2 * b2 - c2.pow(2)).clamp(min=0)
+    log_term = torch.log(det / (torch.sqrt(det1 * det2) + eps))
+    distance = (mahalanobis / 8 + log_term / 2).clamp(eps, 100.0)
+    hellinger = torch.sqrt(1 - torch.exp(-distance) + eps)
+    return 1 - hellinger
 
 
 def probiou(rboxes1: Tensor, rboxes2: Tensor) -> Tensor:
-    """Pairwise ProbIoU.
+    """Pairwise ProbIoU (the NMS form).
 
     Args:
         rboxes1: (N, 5) ``xywhr``.
         rboxes2: (M, 5) ``xywhr``.
 
     Returns:
-        (N, M) similarity in ``[0, 1]``, 1 for identical boxes.
+        (N, M) similarity in ``[0, 1]``, about 1 for identical boxes.
     """
-    x1, y1 = rboxes1[:, None, 0], rboxes1[:, None, 1]
-    x2, y2 = rboxes2[None, :, 0], rboxes2[None, :, 1]
-    a1, b1, c1 = (t[:, None] for t in _covariance(rboxes1))
-    a2, b2, c2 = (t[None, :] for t in _covariance(rboxes2))
-    a, b, c = (a1 + a2) / 2, (b1 + b2) / 2, (c1 + c2) / 2
-    det = (a * b - c.square()).clamp(min=_EPS)
-    dx, dy = x1 - x2, y1 - y2
-    # 1/8 dμᵀ Σ⁻¹ dμ with Σ = (Σ1 + Σ2) / 2, Σ⁻¹ = [[b, −c], [−c, a]] / det
-    mahalanobis = (b * dx.square() + a * dy.square() - 2 * c * dx * dy) / (8 * det)
-    det1 = (a1 * b1 - c1.square()).clamp(min=0)
-    det2 = (a2 * b2 - c2.square()).clamp(min=0)
-    log_term = 0.5 * torch.log(det / (torch.sqrt(det1 * det2) + _EPS) + _EPS)
-    bhattacharyya = (mahalanobis + log_term).clamp(min=_EPS, max=100.0)
-    hellinger = torch.sqrt(1.0 - torch.exp(-bhattacharyya) + _EPS)
-    return 1.0 - hellinger
+    return probiou_aligned(rboxes1[:, None], rboxes2[None])
 
 
-__all__ = ["probiou", "rbox_corners", "rbox_hull", "regularize_rboxes"]
+__all__ = [
+    "probiou",
+    "probiou_aligned",
+    "rbox_corners",
+    "rbox_covariance",
+    "rbox_hull",
+    "regularize_rboxes",
+]
