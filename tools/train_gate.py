@@ -34,8 +34,11 @@ SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
 
 class _Curve(Callback):
-    def __init__(self, kind: str) -> None:
+    """One row per validation; rewrites ``out`` each time so a killed run keeps its curve."""
+
+    def __init__(self, kind: str, out: Path | None) -> None:
         self.kind = kind
+        self.out = out
         self.rows: list[dict[str, float]] = []
         self.start = time.perf_counter()
 
@@ -52,6 +55,8 @@ class _Curve(Callback):
         }
         self.rows.append(row)
         print(json.dumps(row), flush=True)
+        if self.out is not None:
+            self.out.write_text(json.dumps({"curve": self.rows}, indent=1))
 
 
 def curve_svg(rows: list[dict[str, float]], title: str) -> str:
@@ -135,7 +140,7 @@ def main() -> None:
         lr0=args.lr0,
         warmup_epochs=1.0,
     )
-    curve = _Curve(FITNESS_KIND[args.task])
+    curve = _Curve(FITNESS_KIND[args.task], args.out)
     trainer = pl.Trainer(
         accelerator="auto",
         devices=1,
