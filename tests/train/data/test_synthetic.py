@@ -119,6 +119,19 @@ def test_render_sample_obb_corners_contain_the_shape() -> None:
         assert max(side, 1 / side) >= 1.4
 
 
+def test_render_sample_obb_corners_stay_inside_the_image() -> None:
+    rng = np.random.default_rng(0)
+    size = 128
+    corners = [
+        render_sample(rng, task="obb", imgsz=size, max_objects=8, image_path=Path("x"))[1].corners
+        for _ in range(300)
+    ]
+    every = np.concatenate([c for c in corners if c is not None])
+    assert len(every) > 300
+    assert every.min() >= 0.0
+    assert every.max() <= 1.0
+
+
 def test_render_sample_pose_keypoints_sit_on_the_shape() -> None:
     rng = np.random.default_rng(5)
     size = 256

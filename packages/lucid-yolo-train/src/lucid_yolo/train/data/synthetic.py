@@ -76,6 +76,19 @@ def _sensor_noise(rng: np.random.Generator, shape: tuple[int, ...]) -> npt.NDArr
     return noise
 
 
+def _reach(task: Task, radius: float, aspect: float) -> float:
+    """How far a shape's labels reach from its centre, pixels: kept clear of borders and shapes.
+
+    Unit outlines lie within radius 1, so a shape reaches ``radius · max(aspect, 1)``. Its
+    oriented box reaches further: the bounding rectangle of a unit outline lies in [-1, 1]², so
+    the stretched corners are up to ``radius · hypot(aspect, 1)`` away, and a corner outside the
+    image would be an invalid OBB label row.
+    """
+    if task == "obb":
+        return radius * float(np.hypot(aspect, 1.0))
+    return radius * max(aspect, 1.0)
+
+
 def _place(
     rng: np.random.Generator, task: Task, imgsz: int, max_objects: int
 ) -> list[ShapeInstance]:
@@ -84,7 +97,7 @@ def _place(
         for _ in range(_PLACEMENT_ATTEMPTS):
             aspect = float(rng.uniform(1.5, 2.5) if task == "obb" else rng.uniform(0.75, 1.33))
             radius = float(rng.uniform(0.04, 0.16) * imgsz)
-            extent = radius * max(aspect, 1.0)
+            extent = _reach(task, radius, aspect)
             if 2 * extent + 4 >= imgsz:
                 continue
             centre = (
@@ -99,7 +112,8 @@ def _place(
                 aspect=aspect,
             )
             if all(
-                np.hypot(centre[0] - o.centre[0], centre[1] - o.centre[1]) > extent + o.extent + 3
+                np.hypot(centre[0] - o.centre[0], centre[1] - o.centre[1])
+                > extent + _reach(task, o.radius, o.aspect) + 3
                 for o in placed
             ):
                 placed.append(candidate)
