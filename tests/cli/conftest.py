@@ -128,7 +128,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not result_file.is_file():
             data = make_tiny(shared / "tiny")
-            done = run_cli("fit", "--data.data", str(data), *TINY_FIT, cwd=shared)
+            done = run_cli("fit", "--data.yaml", str(data), *TINY_FIT, cwd=shared)
             checkpoint = shared / "runs/lightning_logs/version_0/checkpoints/best.ckpt"
             result_file.write_text(
                 json.dumps(

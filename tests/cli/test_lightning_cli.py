@@ -27,12 +27,12 @@ def test_fit_print_config_shows_resolved_options(
     tiny_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        main(["fit", "--config", "detect-s", "--data.data", str(tiny_data), "--print_config"])
+        main(["fit", "--config", "detect-s", "--data.yaml", str(tiny_data), "--print_config"])
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "model: yolo26s" in out
     assert "capture_network: false" in out
-    assert f"data: {tiny_data}" in out
+    assert f"yaml: {tiny_data}" in out
 
 
 def test_validate_checkpoint_logs_box_map(
@@ -40,7 +40,7 @@ def test_validate_checkpoint_logs_box_map(
 ) -> None:
     done = cli(
         "validate",
-        "--data.data",
+        "--data.yaml",
         str(trained.data),
         "--data.imgsz",
         "64",
@@ -56,7 +56,7 @@ def test_validate_checkpoint_logs_box_map(
 def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:
     done = cli(
         "test",
-        "--data.data",
+        "--data.yaml",
         str(trained.data),
         "--data.imgsz",
         "64",
@@ -83,7 +83,7 @@ def test_fit_logs_and_checkpoints_follow_default_root_dir(
     root = tmp_path / "elsewhere"
     done = cli(
         "fit",
-        "--data.data",
+        "--data.yaml",
         str(tiny_data),
         *tiny_fit,
         "--trainer.max_epochs",

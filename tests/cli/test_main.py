@@ -14,7 +14,6 @@ HELP_COMMANDS = [
     ["data", "check"],
     ["data", "synth"],
     ["data", "convert"],
-    ["predict"],
     ["export"],
 ]
 
@@ -68,7 +67,7 @@ def test_main_missing_data_path_is_one_line_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     missing = tmp_path / "nowhere" / "data.yaml"
-    assert main(["fit", "--data.data", str(missing)]) == 2
+    assert main(["fit", "--data.yaml", str(missing)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"lucid-yolo: error: {missing}")
     assert "Traceback" not in err
@@ -79,7 +78,7 @@ def test_main_bad_dataset_yaml_is_an_error_naming_the_file(
 ) -> None:
     bad = tmp_path / "data.yaml"
     bad.write_text("path: .\ntrain: [unclosed\n")
-    assert main(["fit", "--data.data", str(bad)]) == 2
+    assert main(["fit", "--data.yaml", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.startswith(f"lucid-yolo: error: {bad}: is not valid YAML")
     assert "Traceback" not in err
@@ -120,7 +119,7 @@ def test_main_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]
 def test_main_replay_on_cpu_is_refused(
     option: str, tiny_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["fit", "--data.data", str(tiny_data), option, "true", "--trainer.accelerator", "cpu"]
+    argv = ["fit", "--data.yaml", str(tiny_data), option, "true", "--trainer.accelerator", "cpu"]
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("lucid-yolo: error: --model.capture_network/")
@@ -138,7 +137,7 @@ def test_main_replay_on_cpu_is_refused(
 def test_main_out_of_range_option_is_one_line_error(
     option: list[str], message: str, tiny_data: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["fit", "--data.data", str(tiny_data), *option]) == 2
+    assert main(["fit", "--data.yaml", str(tiny_data), *option]) == 2
     err = capsys.readouterr().err
     assert err.startswith("lucid-yolo: error: invalid option value: ")
     assert message in err

@@ -133,3 +133,30 @@ def test_module_checkpoint_holds_ema_optimizer_and_metadata(
 def test_module_rejects_bad_hyperparameters() -> None:
     with pytest.raises(ValueError, match="lr0 must be > 0"):
         YoloModule("yolo26n", lr0=0.0)
+
+
+def test_module_rejects_confidence_outside_unit_interval() -> None:
+    with pytest.raises(ValueError, match=r"val_conf must be in \[0, 1\], got 1.5"):
+        YoloModule("yolo26n", val_conf=1.5)
+
+
+def test_module_predict_step_runs_the_ema_network(
+    tiny_dataset: Callable[[str], Path],
+) -> None:
+    yaml = tiny_dataset("detect")
+    data = YoloDataModule(yaml, source=yaml.parent / "images" / "val", imgsz=64, workers=0)
+    module = YoloModule("yolo26n", num_classes=data.num_classes, val_conf=0.0, max_det=5).eval()
+    with torch.no_grad():
+        for parameter in module.net.parameters():
+            parameter.mul_(0.5)  # the training network drifts away from the EMA copy
+    batch = next(iter(data.predict_dataloader()))
+    with torch.no_grad():
+        found = module.predict_step(batch, 0)
+        images = batch["images"].float() / 255.0
+        from_ema = module.evaluator.predictions(module.ema_net(images), batch)
+        from_net = module.evaluator.predictions(module.net(images), batch)
+    assert len(found) == 4
+    for got, ema, net in zip(found, from_ema, from_net, strict=True):
+        assert torch.equal(got["scores"], ema["scores"])
+        assert torch.equal(got["boxes"], ema["boxes"])
+        assert not torch.equal(got["scores"], net["scores"])

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import cv2
 import lightning as L
+import numpy as np
 import pytest
 import torch
 from torch import Tensor
@@ -156,3 +157,50 @@ def test_datamodule_worker_loaders_shrink_opencv_pool_before_fork(pose_yaml: Pat
         assert cv2.getNumThreads() == 1
     finally:
         cv2.setNumThreads(before)
+
+
+def test_datamodule_source_predicts_letterboxed_images(pose_yaml: Path, tmp_path: Path) -> None:
+    wide = tmp_path / "wide.png"
+    cv2.imwrite(str(wide), np.full((32, 96, 3), 200, dtype=np.uint8))
+    dm = _module(pose_yaml, source=tmp_path)
+    dm.setup("predict")
+    batch = next(iter(dm.predict_dataloader()))
+    assert batch["images"].shape == (1, 3, IMGSZ, IMGSZ)
+    assert batch["orig_sizes"].tolist() == [[32, 96]]
+    assert batch["keypoints"].shape[2] == dm.spec.kpt_shape[0]  # type: ignore[index]
+    assert dm.predict_image(int(batch["image_ids"][0])) == wide
+
+
+def test_datamodule_without_source_predicts_the_val_split(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml)
+    batch = next(iter(dm.predict_dataloader()))
+    assert batch["images"].shape[0] == 3
+    assert dm.predict_image(0) == dm.datasets["val"].labels[0].image_path
+
+
+def test_datamodule_checkpoint_gives_metadata_and_image_size(
+    pose_yaml: Path, tmp_path: Path
+) -> None:
+    trained = YoloDataModule(pose_yaml, imgsz=96)
+    path = tmp_path / "m.ckpt"
+    torch.save({"YoloDataModule": trained.state_dict()}, path)
+    dm = YoloDataModule(path, source=pose_yaml.parent / "images" / "val")
+    assert (dm.names, dm.task, dm.imgsz) == (trained.names, "pose", 96)
+    assert dm.spec.kpt_shape == trained.spec.kpt_shape
+    dm.load_state_dict(trained.state_dict())
+    assert YoloDataModule(path, imgsz=64).imgsz == 64
+
+
+def test_datamodule_checkpoint_has_no_training_split(pose_yaml: Path, tmp_path: Path) -> None:
+    path = tmp_path / "m.ckpt"
+    torch.save({"YoloDataModule": YoloDataModule(pose_yaml).state_dict()}, path)
+    dm = YoloDataModule(path)
+    with pytest.raises(DatasetConfigError, match="metadata only, no `train` split"):
+        dm.setup("fit")
+
+
+def test_datamodule_source_without_images_fails_at_construction(
+    pose_yaml: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(DatasetConfigError, match="holds no image"):
+        YoloDataModule(pose_yaml, source=tmp_path)

@@ -4,6 +4,7 @@ from lucid_yolo.cli.checkpoint import Deployed, load_checkpoint
 from lucid_yolo.cli.configs import packaged_configs, resolve_config
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.main import main
+from lucid_yolo.cli.prediction_writer import PredictionWriter
 
 __all__ = [
     # entry point
@@ -11,7 +12,9 @@ __all__ = [
     # configs
     "packaged_configs",
     "resolve_config",
-    # checkpoints (predict, export)
+    # predict (LightningCLI callback, --output.*)
+    "PredictionWriter",
+    # checkpoints (export)
     "Deployed",
     "load_checkpoint",
     # errors

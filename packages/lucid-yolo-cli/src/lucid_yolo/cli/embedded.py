@@ -1,6 +1,6 @@
 """The embedded synthetic datasets: generated once per task into the user cache folder.
 
-``--data.data synthetic`` (the quickstart default) names them. Generation is deterministic, so a
+``--data.yaml synthetic`` (the quickstart default) names them. Generation is deterministic, so a
 dataset found complete in the cache is reused; an interrupted generation is redone because the
 marker file is written last.
 """
@@ -14,7 +14,7 @@ from lucid_yolo.models import TASKS, Task
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 SYNTHETIC = "synthetic"
-"""The ``--data.data`` value that selects the embedded dataset of the model's task."""
+"""The ``--data.yaml`` value that selects the embedded dataset of the model's task."""
 
 VERSION = 1
 NUM_TRAIN = 64

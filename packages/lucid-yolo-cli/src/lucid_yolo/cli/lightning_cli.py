@@ -1,14 +1,25 @@
-"""``lucid-yolo fit | validate | test``: LightningCLI over :class:`YoloModule` and
+"""``lucid-yolo fit | validate | test | predict``: LightningCLI over :class:`YoloModule` and
 :class:`YoloDataModule`.
 
 The model name is the single source of the task: the data module reads labels for the model's
 task, and the model takes its class count and keypoint layout from the dataset. Defaults follow
 the machine: bf16 autocast on a CUDA device, fp32 on the CPU.
+
+``predict`` needs ``--ckpt_path``: LightningCLI replaces the model options by the checkpoint's
+hyperparameters, and without ``--data.yaml`` the data module takes the class names, task,
+keypoint layout and image size from the checkpoint too, so only ``--data.source`` is needed.
+The :class:`PredictionWriter` (``--output.*``) writes the results.
+
+Example::
+
+    uv run lucid-yolo predict --ckpt_path runs/lightning_logs/version_0/checkpoints/best.ckpt \
+        --data.source path/to/images --output.draw true
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -18,13 +29,19 @@ from typing_extensions import override
 
 from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
 from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.prediction_writer import PredictionWriter
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import EpochSummary, PhaseTimer
+from lucid_yolo.train.data import DataError, load_checkpoint_data
 
 FITNESS = "val/fitness"
 RUNS = "runs"
 """Default folder of logs and checkpoints (``--trainer.default_root_dir``)."""
+PREDICT_CONF = 0.25
+"""``predict``'s default ``--model.val_conf``: validation's 0.001 serves mAP, not a reader."""
+INFERENCE_OPTIONS = ("val_conf", "max_det")
+"""Model options that ``predict`` takes from the command line, not from the checkpoint."""
 
 
 def task_of(model: str) -> str:
@@ -71,13 +88,37 @@ class YoloCLI(LightningCLI):
         parser.link_arguments(
             "data", "model.kpt_shape", compute_fn=kpt_shape_of, apply_on="instantiate"
         )
-        parser.set_defaults({"data.data": SYNTHETIC})
+        parser.set_defaults({"data.yaml": SYNTHETIC})
+        parser.add_lightning_class_args(PredictionWriter, "output")
+
+    @override
+    def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
+        """Parse as Lightning does; ``predict`` checks its checkpoint before anything loads it.
+
+        After this hook LightningCLI overwrites every model option with the checkpoint's
+        hyperparameters (``hyper_parameters`` of ``--ckpt_path``), command line included; the
+        inference options (:data:`INFERENCE_OPTIONS`) are kept here and put back in
+        :meth:`before_instantiate_classes`.
+        """
+        parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
+        super().parse_arguments(parser, args)
+        self.inference_options: dict[str, Any] = {}
+        if self.config.get("subcommand") == "predict":
+            config = self.config.predict
+            check_checkpoint(config.ckpt_path)
+            self.inference_options = {key: config.model[key] for key in INFERENCE_OPTIONS}
 
     @override
     def before_instantiate_classes(self) -> None:
         config = self.config[self.subcommand] if self.subcommand else self.config
-        if str(config.data.data) == SYNTHETIC:
-            config.data.data = str(embedded_dataset(task_of(config.model.model)))
+        if self.subcommand == "predict":
+            _prepare_predict(config, self.inference_options)
+        if self.subcommand != "fit" and config.get("ckpt_path"):
+            # The checkpoint's options may come from a replayed GPU fit; replay only acts in
+            # training steps, so evaluating or predicting runs the network natively anywhere.
+            config.model.capture_network = config.model.capture_segment_heads = False
+        if str(config.data.yaml) == SYNTHETIC:
+            config.data.yaml = str(embedded_dataset(task_of(config.model.model)))
         logger_args = getattr(config.trainer.logger, "init_args", None)
         if logger_args is not None and getattr(logger_args, "save_dir", None) == RUNS:
             # The default CSV logger follows --trainer.default_root_dir, so logs and checkpoints
@@ -135,6 +176,42 @@ def _num_classes(data: YoloDataModule) -> int:
     return data.num_classes
 
 
+def check_checkpoint(path: str | None) -> None:
+    """Refuse a ``predict`` without a readable lucid-yolo checkpoint, before Lightning reads it.
+
+    Raises:
+        CliError: no ``--ckpt_path``, no such file, or not a checkpoint of ``lucid-yolo fit``.
+    """
+    if path is None:
+        raise CliError(
+            "predict needs --ckpt_path: a .ckpt written by `lucid-yolo fit` "
+            "(e.g. runs/lightning_logs/version_0/checkpoints/best.ckpt)"
+        )
+    if not Path(path).is_file():
+        raise CliError(f"--ckpt_path {path!r}: no such file; check the path")
+    try:
+        load_checkpoint_data(path, YoloDataModule.__qualname__)
+    except DataError as error:
+        raise CliError(f"--ckpt_path {error}") from error
+
+
+def _prepare_predict(config: Any, inference_options: dict[str, Any]) -> None:
+    """Put the command line's inference options back; default the data to the checkpoint."""
+    for key, value in inference_options.items():
+        config.model[key] = value
+    if str(config.data.yaml) == SYNTHETIC:
+        if config.data.source is None:
+            raise CliError(
+                "predict needs --data.source: an image or a folder of images (or --data.yaml "
+                "to predict a dataset's test or val split)"
+            )
+        # no dataset: the class names, task, keypoint layout and image size of the checkpoint
+        config.data.yaml = str(config.ckpt_path)
+    if config.return_predictions is None:
+        # the writer saves each batch as it comes; keeping every mask in memory serves nobody
+        config.return_predictions = False
+
+
 def run_lightning(args: list[str]) -> None:
     """Run a LightningCLI subcommand with ``args`` (packaged config names already resolved)."""
     # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
@@ -154,4 +231,14 @@ def run_lightning(args: list[str]) -> None:
         sys.argv = argv
 
 
-__all__ = ["FITNESS", "YoloCLI", "final_line", "kpt_shape_of", "run_lightning", "task_of"]
+__all__ = [
+    "FITNESS",
+    "INFERENCE_OPTIONS",
+    "PREDICT_CONF",
+    "YoloCLI",
+    "check_checkpoint",
+    "final_line",
+    "kpt_shape_of",
+    "run_lightning",
+    "task_of",
+]

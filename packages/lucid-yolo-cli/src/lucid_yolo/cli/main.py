@@ -1,14 +1,16 @@
 """Entry point of the ``lucid-yolo`` console script.
 
-``fit``, ``validate`` and ``test`` go to LightningCLI (``--config``, dotted flags,
-``--print_config``); ``info``, ``data``, ``export`` and ``predict`` are plain commands.
+``fit``, ``validate``, ``test`` and ``predict`` go to LightningCLI (``--config``, dotted flags,
+``--print_config``); ``info``, ``data`` and ``export`` are plain commands.
 ``lucid-yolo fit`` with no further argument runs the packaged ``quickstart`` config: the nano
 detector on the embedded synthetic dataset.
 
 Example::
 
     uv run lucid-yolo fit
-    uv run lucid-yolo fit --config detect-s --data.data path/to/data.yaml
+    uv run lucid-yolo fit --config detect-s --data.yaml path/to/data.yaml
+    uv run lucid-yolo predict --ckpt_path runs/lightning_logs/version_0/checkpoints/best.ckpt \
+        --data.source path/to/images
     uv run lucid-yolo info yolo26n-seg
 """
 
@@ -18,20 +20,19 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from lucid_yolo.cli import data, export, info, predict
+from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.models import ModelError
 from lucid_yolo.train.data.errors import DataError
 
-LIGHTNING_COMMANDS = ("fit", "validate", "test")
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
 USER_ERRORS: tuple[type[Exception], ...] = (CliError, DataError, ModelError, FileNotFoundError)
 
 _Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 PLAIN_COMMANDS: dict[str, _Registrar] = {
     "info": info.add_parser,
     "data": data.add_parser,
-    "predict": predict.add_parser,
     "export": export.add_parser,
 }
 

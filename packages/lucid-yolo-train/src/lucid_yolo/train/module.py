@@ -42,9 +42,10 @@ class YoloModule(pl.LightningModule):
             a run shorter than that never leaves warm-up).
         warmup_momentum: momentum at the start of warm-up.
         warmup_bias_lr: learning rate of the bias group at the start of warm-up.
-        ema_decay: asymptotic EMA decay; validation and checkpoints use the EMA weights.
+        ema_decay: asymptotic EMA decay; validation, prediction and checkpoints use the EMA weights.
         ema_tau: EMA ramp length in optimizer steps.
-        val_conf: score threshold of validation predictions (low, as mAP needs the tail).
+        val_conf: score threshold of validation and prediction outputs, in [0, 1] (low for
+            validation, as mAP needs the tail; the CLI's ``predict`` defaults to 0.25).
         max_det: predictions kept per image (end-to-end top-k).
         capture_network: replay the network's forward+backward from CUDA graphs.
         capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
@@ -84,6 +85,8 @@ class YoloModule(pl.LightningModule):
             raise ValueError(f"lr0 must be > 0, got {lr0!r}")
         if max_det < 1:
             raise ValueError(f"max_det must be >= 1, got {max_det!r}")
+        if not 0.0 <= val_conf <= 1.0:
+            raise ValueError(f"val_conf must be in [0, 1], got {val_conf!r}")
         self.save_hyperparameters()
         spec = model_spec(model)
         self.task = spec.task

@@ -8,6 +8,7 @@ wires it all into Lightning.
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.cache import ImageCache
 from lucid_yolo.train.data.check import DatasetReport, check_dataset
+from lucid_yolo.train.data.checkpoint_spec import CheckpointData, load_checkpoint_data
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.datamodule import YoloDataModule
@@ -20,6 +21,7 @@ from lucid_yolo.train.data.errors import (
     ImageReadError,
     LabelFormatError,
 )
+from lucid_yolo.train.data.image_source import list_images
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.sampler import EpochSampler
@@ -35,7 +37,11 @@ __all__ = [
     "DatasetReport",
     "check_dataset",
     "PreparedDataset",
+    "CheckpointData",
+    "load_checkpoint_data",
     "generate_synthetic",
+    # images to predict
+    "list_images",
     # loading
     "YoloDataModule",
     "YoloDataset",

@@ -3,6 +3,8 @@
 Example:
     >>> dm = YoloDataModule("data.yaml", task="detect", imgsz=640, batch_size=16)  # doctest: +SKIP
     >>> trainer.fit(model, datamodule=dm)  # doctest: +SKIP
+    >>> dm = YoloDataModule("best.ckpt", source="images/")  # doctest: +SKIP
+    >>> trainer.predict(model, datamodule=dm, ckpt_path="best.ckpt")  # doctest: +SKIP
 
 Every loader yields :class:`~lucid_yolo.train.data.batch.Batch` dicts (torch types a DataLoader
 by its dataset's items, here per-image ``Targets``, which :func:`.collate` stacks).
@@ -25,6 +27,7 @@ from typing_extensions import override
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.cache import ImageCache
+from lucid_yolo.train.data.checkpoint_spec import is_checkpoint, load_checkpoint_data
 from lucid_yolo.train.data.coco_yaml import is_coco_yaml, load_coco_yaml
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.counters import DataCounters
@@ -32,20 +35,30 @@ from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
 from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.sampler import EpochSampler
+
+DEFAULT_IMGSZ = 640
+PREDICT = "predict"
+"""Name of the split built from ``source`` (unlabelled images)."""
 
 
 class YoloDataModule(L.LightningDataModule):
     """Datasets and loaders of one YOLO dataset for fit, validate, test and predict.
 
     Args:
-        data: an Ultralytics dataset YAML, a COCO description YAML (``format: coco``, see
-            :mod:`.coco_yaml`), a :class:`DatasetSpec` already resolved, or a
-            :class:`PreparedDataset` of labels read by another loader (COCO, DOTA).
+        yaml: an Ultralytics dataset YAML, a COCO description YAML (``format: coco``, see
+            :mod:`.coco_yaml`), a :class:`DatasetSpec` already resolved, a
+            :class:`PreparedDataset` of labels read by another loader (COCO, DOTA), or a
+            ``.ckpt`` of a fit: its dataset metadata only (class names, task, keypoint layout,
+            image size; :mod:`.checkpoint_spec`), no splits, for prediction from ``source``.
+        source: an image file or a folder of images to predict (the ``predict`` loader); ``None``
+            predicts the dataset's ``test`` split, else ``val``.
         task: the task to read labels for; ``None`` takes the YAML's (or infers it).
-        imgsz: square network input size, pixels.
+        imgsz: square network input size, pixels; ``None``: the checkpoint's training size when
+            ``yaml`` is a checkpoint, else 640.
         batch_size: training images per batch.
         val_batch_size: evaluation batch size (``None``: ``batch_size``).
         workers: DataLoader worker processes per loader (0: load in the main process).
@@ -62,14 +75,17 @@ class YoloDataModule(L.LightningDataModule):
 
     Raises:
         ValueError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range.
+        DatasetConfigError: an unreadable dataset description or checkpoint, a task mismatch,
+            or a ``source`` without images (missing, empty folder, clashing file stems).
     """
 
     def __init__(
         self,
-        data: str | Path | DatasetSpec | PreparedDataset,
+        yaml: str | Path | DatasetSpec | PreparedDataset,
         *,
+        source: str | Path | None = None,
         task: Task | None = None,
-        imgsz: int = 640,
+        imgsz: int | None = None,
         batch_size: int = 16,
         val_batch_size: int | None = None,
         workers: int = 4,
@@ -89,18 +105,23 @@ class YoloDataModule(L.LightningDataModule):
         if workers < 0 or close_mosaic < 0:
             raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
         self.spec: DatasetSpec | PreparedDataset
-        if isinstance(data, DatasetSpec | PreparedDataset):
-            self.spec = data
-        elif is_coco_yaml(data):
-            self.spec = load_coco_yaml(data, task=task or "detect", policy=policy)
+        trained_imgsz = DEFAULT_IMGSZ
+        if isinstance(yaml, DatasetSpec | PreparedDataset):
+            self.spec = yaml
+        elif is_checkpoint(yaml):
+            saved = load_checkpoint_data(yaml, type(self).__qualname__)
+            self.spec, trained_imgsz = saved.spec, saved.imgsz
+        elif is_coco_yaml(yaml):
+            self.spec = load_coco_yaml(yaml, task=task or "detect", policy=policy)
         else:
-            self.spec = load_dataset_yaml(data, task=task)
+            self.spec = load_dataset_yaml(yaml, task=task)
         if task is not None and task != self.spec.task:
             raise DatasetConfigError(
                 f"{self._where}: the labels are for task {self.spec.task!r}, not {task!r}; "
                 "load them with the task you train"
             )
-        self.imgsz = imgsz
+        self.source_images = None if source is None else list_images(source)
+        self.imgsz = imgsz or trained_imgsz
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.workers = workers
@@ -131,13 +152,12 @@ class YoloDataModule(L.LightningDataModule):
 
     @override
     def setup(self, stage: str) -> None:
-        """Read the splits the stage needs (``fit``: train + val, else the evaluated split)."""
+        """Read the splits the stage needs (``fit``: train + val; ``predict``: ``source``)."""
         splits = {"fit": ("train", "val"), "validate": ("val",), "test": ("test",)}.get(
             stage, (self._predict_split(),)
         )
         for split in splits:
-            if split not in self.datasets:
-                self.datasets[split] = self._build(split, train=split == "train")
+            self._dataset(split)
 
     @override
     def train_dataloader(self) -> DataLoader[Targets]:
@@ -156,6 +176,10 @@ class YoloDataModule(L.LightningDataModule):
     @override
     def predict_dataloader(self) -> DataLoader[Targets]:
         return self._loader(self._dataset(self._predict_split()), self.val_batch_size, train=False)
+
+    def predict_image(self, image_id: int) -> Path:
+        """The file of a predicted image, by its ``Batch["image_ids"]`` entry."""
+        return self._dataset(self._predict_split()).labels[image_id].image_path
 
     def set_epoch(self, epoch: int) -> None:
         """Select the training epoch outside a Trainer (a Trainer sets it through the sampler)."""
@@ -197,23 +221,33 @@ class YoloDataModule(L.LightningDataModule):
         return spec.source if isinstance(spec, PreparedDataset) else str(spec.yaml_path)
 
     def _predict_split(self) -> str:
+        if self.source_images is not None:
+            return PREDICT
         return "test" if "test" in self.spec.splits else "val"
 
     def _dataset(self, split: str) -> YoloDataset:
         if split not in self.datasets:
-            if split not in self.spec.splits:
-                raise DatasetConfigError(
-                    f"{self._where}: no `{split}` split; add `{split}: images/{split}`"
-                )
+            if split != PREDICT and split not in self.spec.splits:
+                raise DatasetConfigError(self._missing_split(split))
             self.datasets[split] = self._build(split, train=split == "train")
         return self.datasets[split]
 
+    def _missing_split(self, split: str) -> str:
+        if not self.spec.splits:
+            return (
+                f"{self._where}: a checkpoint holds the dataset metadata only, no `{split}` "
+                "split; pass a dataset YAML to evaluate or train, or `source` images to predict"
+            )
+        return f"{self._where}: no `{split}` split; add `{split}: images/{split}`"
+
     def _build(self, split: str, *, train: bool) -> YoloDataset:
-        labels: Sequence[ImageLabels] = (
-            self.spec.splits[split]
-            if isinstance(self.spec, PreparedDataset)
-            else load_split(self.spec, split, policy=self.policy)
-        )
+        labels: Sequence[ImageLabels]
+        if split == PREDICT and self.source_images is not None:
+            labels = unlabelled(self.source_images)
+        elif isinstance(self.spec, PreparedDataset):
+            labels = self.spec.splits[split]
+        else:
+            labels = load_split(self.spec, split, policy=self.policy)
         cache = None
         if self.cache:
             cache = ImageCache(self.imgsz, self.cache_max_bytes)

@@ -45,7 +45,8 @@ class DatasetSpec:
         yaml_path: the YAML file this came from, for messages (``None`` when built in code).
         root: the dataset root (``path``), absolute.
         splits: split name → sources (absolute image folders or image-list ``.txt`` files);
-            ``train`` and ``val`` are always present, ``test`` only when the YAML names it.
+            ``train`` and ``val`` are always present in a YAML's spec, ``test`` only when the
+            YAML names it; a checkpoint's spec (:mod:`.checkpoint_spec`) has no split.
         names: class names, index = class id.
         task: which labels the rows carry.
         kpt_shape: pose only: ``(K, D)`` with ``D`` 2 (x, y) or 3 (x, y, visibility).

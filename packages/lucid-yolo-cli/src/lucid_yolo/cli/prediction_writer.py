@@ -1,0 +1,122 @@
+"""The callback that writes ``lucid-yolo predict``'s outputs: a JSON record (and a PNG) per image.
+
+LightningCLI adds it under ``--output.*`` to every subcommand; it only acts in ``predict``, where
+:meth:`YoloModule.predict_step` hands it each batch's per-image predictions in source pixels
+(format in :mod:`lucid_yolo.cli.prediction_output`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import cv2
+import lightning.pytorch as pl
+import numpy as np
+from lightning.pytorch.callbacks import BasePredictionWriter
+from lightning.pytorch.utilities import rank_zero_only
+from torch import Tensor
+from typing_extensions import override
+
+from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.prediction_output import detections, draw, record
+from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.data.batch import Batch
+
+PREDICT_DIR = "predict"
+"""Output folder under ``--trainer.default_root_dir`` when ``--output.dir`` is not given."""
+
+
+class PredictionWriter(BasePredictionWriter):
+    """Write ``DIR/<image stem>.json`` per predicted image, and ``DIR/<image stem>.png`` overlays.
+
+    Args:
+        dir: output folder; ``None``: ``<trainer.default_root_dir>/predict`` (``runs/predict``).
+        draw: also write the image with its predictions drawn (PNG, source resolution).
+
+    Raises:
+        CliError: at ``setup`` of a prediction, when the trainer has no :class:`YoloDataModule`
+            and :class:`YoloModule` (the file names come from the data module's images).
+
+    Notes:
+        ``write_on_batch_end`` fires after each ``predict_step``; ``on_predict_end`` prints
+        ``predicted N image(s), M detection(s): DIR`` once the loop is over.
+    """
+
+    def __init__(self, dir: str | Path | None = None, draw: bool = False) -> None:
+        super().__init__(write_interval="batch")
+        self.dir = None if dir is None else Path(dir)
+        self.draw = draw
+        self.out = Path(PREDICT_DIR)
+        self.images = 0
+        self.detections = 0
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage != "predict":
+            return
+        data = _datamodule(trainer)
+        if not isinstance(data, YoloDataModule) or not isinstance(pl_module, YoloModule):
+            raise CliError(
+                "the prediction writer needs a YoloModule and a YoloDataModule (it names the "
+                f"outputs after the data module's images), got {type(pl_module).__name__} and "
+                f"{type(data).__name__}"
+            )
+        self.out = self.dir or Path(trainer.default_root_dir) / PREDICT_DIR
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.images = self.detections = 0
+
+    @override
+    def write_on_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        prediction: Any,
+        batch_indices: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int,
+    ) -> None:
+        data = _datamodule(trainer)
+        assert isinstance(pl_module, YoloModule)
+        assert isinstance(data, YoloDataModule)
+        self._write(data, pl_module.names, prediction, batch)
+
+    @override
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._report()
+
+    def _write(
+        self,
+        data: YoloDataModule,
+        names: tuple[str, ...],
+        per_image: list[dict[str, Tensor]],
+        batch: Batch,
+    ) -> None:
+        for predictions, size in zip(per_image, batch["orig_sizes"], strict=True):
+            path = data.predict_image(int(predictions["image_id"]))
+            height, width = (int(v) for v in size)
+            found = detections(predictions, names)
+            document = record(path, (height, width), found)
+            (self.out / f"{path.stem}.json").write_text(json.dumps(document) + "\n", "utf-8")
+            if self.draw:
+                source = np.asarray(cv2.imread(str(path), cv2.IMREAD_COLOR), dtype=np.uint8)
+                cv2.imwrite(str(self.out / f"{path.stem}.png"), draw(source, predictions, names))
+            self.images += 1
+            self.detections += len(found)
+
+    @rank_zero_only
+    def _report(self) -> None:
+        print(
+            f"predicted {self.images} image(s), {self.detections} detection(s): {self.out}",
+            flush=True,
+        )
+
+
+def _datamodule(trainer: pl.Trainer) -> object:
+    # set by the trainer's data connector at run time, absent from the class annotations
+    return getattr(trainer, "datamodule", None)
+
+
+__all__ = ["PREDICT_DIR", "PredictionWriter"]
