@@ -154,6 +154,12 @@ class YoloCLI(LightningCLI):
         """Print the final metrics line and where the checkpoint is."""
         print(final_line(self.trainer), flush=True)
 
+    def after_predict(self) -> None:
+        """Print how many images and detections were written, and where."""
+        writer = self.config_init["predict"]["output"]
+        if isinstance(writer, PredictionWriter):
+            print(writer.summary(), flush=True)
+
 
 def final_line(trainer: Any) -> str:
     """``final: <kind> mAP50-95 x mAP50 y | checkpoint: path`` from the last validation."""

@@ -15,7 +15,6 @@ import cv2
 import lightning.pytorch as pl
 import numpy as np
 from lightning.pytorch.callbacks import BasePredictionWriter
-from lightning.pytorch.utilities import rank_zero_only
 from torch import Tensor
 from typing_extensions import override
 
@@ -40,8 +39,9 @@ class PredictionWriter(BasePredictionWriter):
             and :class:`YoloModule` (the file names come from the data module's images).
 
     Notes:
-        ``write_on_batch_end`` fires after each ``predict_step``; ``on_predict_end`` prints
-        ``predicted N image(s), M detection(s): DIR`` once the loop is over.
+        ``write_on_batch_end`` fires after each ``predict_step``; :meth:`summary` then reads
+        ``predicted N image(s), M detection(s): DIR``, which ``lucid-yolo predict`` prints once
+        the progress bar is gone.
     """
 
     def __init__(self, dir: str | Path | None = None, draw: bool = False) -> None:
@@ -83,9 +83,9 @@ class PredictionWriter(BasePredictionWriter):
         assert isinstance(data, YoloDataModule)
         self._write(data, pl_module.names, prediction, batch)
 
-    @override
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._report()
+    def summary(self) -> str:
+        """``predicted N image(s), M detection(s): DIR`` for the last prediction run."""
+        return f"predicted {self.images} image(s), {self.detections} detection(s): {self.out}"
 
     def _write(
         self,
@@ -105,13 +105,6 @@ class PredictionWriter(BasePredictionWriter):
                 cv2.imwrite(str(self.out / f"{path.stem}.png"), draw(source, predictions, names))
             self.images += 1
             self.detections += len(found)
-
-    @rank_zero_only
-    def _report(self) -> None:
-        print(
-            f"predicted {self.images} image(s), {self.detections} detection(s): {self.out}",
-            flush=True,
-        )
 
 
 def _datamodule(trainer: pl.Trainer) -> object:
