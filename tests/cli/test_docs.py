@@ -64,7 +64,8 @@ def test_cli_reference_lists_every_option_of(command: str) -> None:
 def test_cli_reference_lists_lightning_commands() -> None:
     page = (DOCS / "cli-reference.md").read_text()
     assert f"## `lucid-yolo {' | '.join(LIGHTNING_COMMANDS)}`" in page
-    for group in ("--model.*", "--data.*", "--trainer.*", "--config", "--print_config"):
+    groups = ("--model.*", "--data.*", "--trainer.*", "--output.*", "--config", "--print_config")
+    for group in (*groups, "--ckpt_path", "--data.source"):
         assert f"`{group}" in page
 
 

@@ -121,7 +121,7 @@ class YoloDataModule(L.LightningDataModule):
                 "load them with the task you train"
             )
         self.source_images = None if source is None else list_images(source)
-        self.imgsz = imgsz or trained_imgsz
+        self.imgsz = trained_imgsz if imgsz is None else imgsz
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
         self.workers = workers
