@@ -17,7 +17,7 @@ from lucid_yolo.train import YoloModule
 from lucid_yolo.train.data.formats import rle_decode
 
 if TYPE_CHECKING:
-    from conftest import CliRunner, Trained
+    from conftest import Trained
 
 # Lightning's advice for an in-process predict on a small CPU machine, and its own pytree call
 IN_PROCESS_WARNINGS = (
@@ -27,25 +27,21 @@ IN_PROCESS_WARNINGS = (
 SHAPES = ("circle", "square", "triangle", "star", "hexagon")
 
 
+@pytest.mark.filterwarnings(IN_PROCESS_WARNINGS[0])
+@pytest.mark.filterwarnings(IN_PROCESS_WARNINGS[1])
 def test_predict_folder_writes_one_record_per_image(
-    cli: CliRunner, trained: Trained, tmp_path: Path
+    trained: Trained,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    monkeypatch.chdir(tmp_path)
     images = trained.data.parent / "images" / "val"
-    done = cli(
-        "predict",
-        "--ckpt_path",
-        str(trained.checkpoint),
-        "--data.source",
-        str(images),
-        "--data.workers",
-        "0",
-        "--model.val_conf",
-        "0",
-        "--model.max_det",
-        "5",
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "predicted 2 image(s), 10 detection(s): runs/predict" in done.stdout
+    argv = ["predict", "--ckpt_path", str(trained.checkpoint), "--data.source", str(images)]
+    argv += ["--data.workers", "0", "--trainer.enable_progress_bar", "false"]
+    assert main([*argv, "--model.val_conf", "0", "--model.max_det", "5"]) == 0
+    out = capsys.readouterr().out
+    assert out.endswith("predicted 2 image(s), 10 detection(s): runs/predict\n")
     for image in sorted(images.iterdir()):
         record = json.loads((tmp_path / "runs/predict" / f"{image.stem}.json").read_text())
         assert set(record) == {"image", "height", "width", "detections"}
