@@ -30,6 +30,21 @@ def test_mosaic4_keeps_all_instances_inside_canvas() -> None:
         assert (out.image[y1:y2, x1:x2, 0] == cls).all()
 
 
+def test_mosaic4_ignore_flags_stay_with_their_instances() -> None:
+    tiles = [_tile(v, 2) for v in (1, 2, 3, 4)]
+    tiles[2].ignore = np.array([True, True])
+    out = mosaic4(tiles, 64, KeepRule(), np.random.default_rng(0))
+    assert len(out) > 0
+    np.testing.assert_array_equal(out.ignore_flags(), out.classes == 3)
+
+
+def test_mixup_ignore_flags_of_one_side_default_false_on_the_other() -> None:
+    hard = _tile(200, 3)
+    hard.ignore = np.array([False, True, False])
+    out = mixup(_tile(0, 2), hard, np.random.default_rng(0))
+    assert out.ignore_flags().tolist() == [False, False, False, True, False]
+
+
 def test_mosaic4_rejects_three_tiles() -> None:
     with pytest.raises(ValueError, match="mosaic4 takes 4 tiles, got 3"):
         mosaic4([_tile(1, 1)] * 3, 64, KeepRule(), np.random.default_rng(0))

@@ -40,6 +40,21 @@ def test_to_targets_overflow_keeps_largest_and_counts() -> None:
     assert targets.classes.tolist() == [2, 3, 4]
 
 
+def test_to_targets_ignore_flags_follow_their_instances() -> None:
+    sample = _sample(5)
+    sample.ignore = np.array([False, True, False, True, False])
+    targets = to_targets(sample, "obb", max_instances=6)
+    assert targets.ignore.tolist() == [False, True, False, True, False, False]
+    kept = to_targets(sample, "obb", max_instances=3)
+    assert kept.classes.tolist() == [2, 3, 4]
+    assert kept.ignore.tolist() == [False, True, False]
+
+
+def test_to_targets_without_ignore_flags_ignores_nothing() -> None:
+    targets = to_targets(_sample(2), "detect", max_instances=3)
+    assert targets.ignore.tolist() == [False, False, False]
+
+
 def test_largest_first_keeps_original_order_on_ties() -> None:
     boxes = np.array([[0, 0, 1, 1], [0, 0, 2, 2], [0, 0, 1, 1]], dtype=np.float32)
     assert largest_first(boxes, 2).tolist() == [0, 1]

@@ -38,6 +38,8 @@ def test_collate_shapes_and_dtypes(task: Task) -> None:
     assert batch["valid"].sum(1).tolist() == [0, 2]
     assert batch["boxes"].shape == (2, N, 4)
     assert batch["boxes"].dtype == torch.float32
+    assert batch["ignore"].shape == (2, N)
+    assert batch["ignore"].dtype == torch.bool
     assert batch["image_ids"].dtype == torch.int64
     assert batch["orig_sizes"].tolist() == [[64, 64], [64, 64]]
     assert batch["scale_pad"].dtype == torch.float32

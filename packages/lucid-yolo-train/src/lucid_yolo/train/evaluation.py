@@ -70,7 +70,7 @@ class Evaluator:
         """Add one batch: raw eval-mode outputs and the batch they came from."""
         detections = self._decode(outputs, batch)
         predictions = [self._predictions(d, batch, i) for i, d in enumerate(detections)]
-        targets = [self._targets(batch, i) for i in range(len(detections))]
+        targets = [self.targets(batch, i) for i in range(len(detections))]
         self.metric.update(predictions, targets)
 
     def compute(self) -> dict[str, float]:
@@ -127,7 +127,13 @@ class Evaluator:
             else _source_rboxes(detections.rboxes, scale_pad),
         )
 
-    def _targets(self, batch: Batch, i: int) -> ImageTargets:
+    def targets(self, batch: Batch, i: int) -> ImageTargets:
+        """Image ``i``'s ground truth in source pixels, as the metric scores it.
+
+        Instances the batch flags ``ignore`` (DOTA difficult, COCO crowds kept as "ignore")
+        become ``difficult``: matched predictions count neither way, and they are left out of
+        recall.
+        """
         valid = batch["valid"][i]
         scale_pad = batch["scale_pad"][i].to(batch["boxes"])
         height, width = (int(v) for v in batch["orig_sizes"][i])
@@ -148,6 +154,7 @@ class Evaluator:
             masks=masks,
             keypoints=keypoints,
             rboxes=rboxes,
+            difficult=batch["ignore"][i][valid] if "ignore" in batch else None,
         )
 
 

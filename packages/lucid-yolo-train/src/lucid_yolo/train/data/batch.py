@@ -11,6 +11,9 @@ key                shape              dtype             meaning
 ``images``         (B, 3, H, W)       uint8             RGB, not normalised (the module scales)
 ``classes``        (B, N)             int64             class id, ``-1`` where not valid
 ``valid``          (B, N)             bool              real instance mask
+``ignore``         (B, N)             bool              real instances that metrics ignore (DOTA
+                                                        difficult, COCO crowds kept as "ignore");
+                                                        the loss trains on them as on any other
 ``boxes``          (B, N, 4)          float32           ``xyxy`` pixels (for OBB: the rotated box's
                                                         axis-aligned hull)
 ``masks``          (B, N, H/4, W/4)   uint8             segment only: instance masks at prototype
@@ -42,6 +45,7 @@ class Batch(TypedDict):
     image_ids: Tensor
     orig_sizes: Tensor
     scale_pad: Tensor
+    ignore: NotRequired[Tensor]
     masks: NotRequired[Tensor]
     keypoints: NotRequired[Tensor]
     rboxes: NotRequired[Tensor]

@@ -38,6 +38,7 @@ def collate(items: Sequence[Targets]) -> Batch:
         image_ids=torch.tensor([t.image_id for t in items], dtype=torch.int64),
         orig_sizes=torch.tensor([t.orig_size for t in items], dtype=torch.int64),
         scale_pad=torch.tensor([t.scale_pad for t in items], dtype=torch.float32),
+        ignore=torch.from_numpy(np.stack([t.ignore for t in items])),
     )
     first = items[0]
     if first.masks is not None:

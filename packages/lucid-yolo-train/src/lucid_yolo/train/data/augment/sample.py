@@ -14,6 +14,8 @@ field           shape                meaning
 ``polygons``    n x (p_i, 2) float32 segment only: ``xy`` pixels (may reach past the image)
 ``keypoints``   (n, K, 3) float32    pose only: ``xy`` pixels + visibility 0/1/2 (0 => xy = 0)
 ``corners``     (n, 4, 2) float32    obb only: rotated-box corners, pixels (may reach past)
+``ignore``      (n,) bool            instances metrics ignore (DOTA difficult, COCO crowds kept
+                                     with ``crowd="ignore"``); ``None`` = none
 ==============  ===================  =========================================================
 """
 
@@ -72,6 +74,7 @@ class Sample:
     polygons: list[FloatArray] | None = None
     keypoints: FloatArray | None = None
     corners: FloatArray | None = None
+    ignore: BoolArray | None = None
     image_id: int = 0
     orig_size: tuple[int, int] = (0, 0)
     scale_pad: tuple[float, float, float] = (1.0, 0.0, 0.0)
@@ -90,6 +93,12 @@ class Sample:
         """Image width in pixels."""
         return int(self.image.shape[1])
 
+    def ignore_flags(self) -> BoolArray:
+        """(n,) bool: the ``ignore`` flags, all ``False`` when the sample has none."""
+        if self.ignore is None:
+            return np.zeros(len(self), dtype=np.bool_)
+        return self.ignore
+
     def select(self, keep: BoolArray | IntArray) -> Sample:
         """Keep the instances chosen by a boolean mask or an index array, in that order."""
         index = np.flatnonzero(keep) if keep.dtype == np.bool_ else keep
@@ -100,6 +109,7 @@ class Sample:
             polygons=None if self.polygons is None else [self.polygons[i] for i in index],
             keypoints=None if self.keypoints is None else self.keypoints[index],
             corners=None if self.corners is None else self.corners[index],
+            ignore=None if self.ignore is None else self.ignore[index],
         )
 
     def with_instances_of(self, other: Sample) -> Sample:
@@ -111,6 +121,9 @@ class Sample:
             polygons=_cat_list(self.polygons, other.polygons),
             keypoints=_cat_optional(self.keypoints, other.keypoints),
             corners=_cat_optional(self.corners, other.corners),
+            ignore=None
+            if self.ignore is None and other.ignore is None
+            else np.concatenate([self.ignore_flags(), other.ignore_flags()]),
         )
 
 
@@ -144,6 +157,7 @@ def sample_from_labels(
         else [(p * wh).astype(np.float32) for p in labels.polygons],
         keypoints=keypoints,
         corners=None if labels.corners is None else (labels.corners * wh).astype(np.float32),
+        ignore=None if labels.difficult is None else labels.difficult.astype(np.bool_, copy=True),
         image_id=image_id,
         orig_size=orig_size,
         scale_pad=(h / orig_size[0], 0.0, 0.0),

@@ -35,6 +35,7 @@ class Targets:
         image: (3, S, S) uint8 RGB, channels first.
         classes: (N,) int64, -1 in padding.
         valid: (N,) bool.
+        ignore: (N,) bool, valid instances that metrics ignore (``False`` in padding).
         boxes: (N, 4) float32 ``xyxy`` pixels (OBB: hull of the rotated box).
         masks: segment: (N, S/4, S/4) uint8 0/1, else ``None``.
         keypoints: pose: (N, K, 3) float32 pixels + visibility, else ``None``.
@@ -49,6 +50,7 @@ class Targets:
     image: UInt8Array
     classes: IntArray
     valid: BoolArray
+    ignore: BoolArray
     boxes: FloatArray
     masks: UInt8Array | None
     keypoints: FloatArray | None
@@ -96,6 +98,8 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
     classes[:n] = sample.classes
     valid = np.zeros(max_instances, dtype=bool)
     valid[:n] = True
+    ignore = np.zeros(max_instances, dtype=bool)
+    ignore[:n] = sample.ignore_flags()
     boxes = np.zeros((max_instances, 4), dtype=np.float32)
     boxes[:n] = sample.boxes
     masks = keypoints = rboxes = None
@@ -114,6 +118,7 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
         image=np.ascontiguousarray(sample.image.transpose(2, 0, 1)),
         classes=classes,
         valid=valid,
+        ignore=ignore,
         boxes=boxes,
         masks=masks,
         keypoints=keypoints,
