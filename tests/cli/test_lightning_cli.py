@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 
+from lucid_yolo.cli.embedded import VERSION
 from lucid_yolo.cli.main import main
 
 if TYPE_CHECKING:
@@ -74,7 +75,9 @@ def test_fit_without_arguments_trains_quickstart(cli: CliRunner, tmp_path: Path)
     done = cli("fit", timeout=900.0)
     assert done.returncode == 0, done.stderr[-2000:]
     assert FINAL.search(done.stdout), done.stdout[-2000:]
-    assert (tmp_path / "cache" / "lucid-yolo" / "synthetic-detect-v1" / ".complete").is_file()
+    assert (
+        tmp_path / "cache" / "lucid-yolo" / f"synthetic-detect-v{VERSION}" / ".complete"
+    ).is_file()
 
 
 def test_fit_logs_and_checkpoints_follow_default_root_dir(

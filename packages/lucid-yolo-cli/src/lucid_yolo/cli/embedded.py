@@ -16,7 +16,9 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 SYNTHETIC = "synthetic"
 """The ``--data.yaml`` value that selects the embedded dataset of the model's task."""
 
-VERSION = 1
+VERSION = 2
+"""Bumped when the generator's output changes (2: OBB box corners kept inside the image), so that
+a stale cached dataset is not reused."""
 NUM_TRAIN = 64
 NUM_VAL = 16
 IMAGE_SIZE = 320
