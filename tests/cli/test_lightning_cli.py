@@ -49,9 +49,15 @@ def test_validate_checkpoint_logs_box_map(
         "0",
         "--ckpt_path",
         str(trained.checkpoint),
+        "--model.lr0",
+        "0.5",
+        "--output.draw",
+        "true",
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "val/box/mAP50-95" in done.stdout
+    assert "warning: --model.lr0 is ignored: with --ckpt_path" in done.stderr
+    assert "warning: --output.draw is ignored: only `predict`" in done.stderr
 
 
 def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:

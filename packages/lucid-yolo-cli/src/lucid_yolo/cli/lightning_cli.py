@@ -29,6 +29,7 @@ from typing_extensions import override
 
 from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
 from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.ignored_options import ignored_option_warnings
 from lucid_yolo.cli.prediction_writer import PredictionWriter
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import YoloDataModule, YoloModule
@@ -103,10 +104,19 @@ class YoloCLI(LightningCLI):
         parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
         super().parse_arguments(parser, args)
         self.inference_options: dict[str, Any] = {}
-        if self.config.get("subcommand") == "predict":
+        subcommand = str(self.config.get("subcommand"))
+        if subcommand == "predict":
             config = self.config.predict
             check_checkpoint(config.ckpt_path)
             self.inference_options = {key: config.model[key] for key in INFERENCE_OPTIONS}
+        if isinstance(args, list):
+            for line in ignored_option_warnings(
+                subcommand,
+                [str(a) for a in args],
+                ckpt_path=self.config[subcommand].get("ckpt_path"),
+                kept_model_options=INFERENCE_OPTIONS if subcommand == "predict" else (),
+            ):
+                print(f"lucid-yolo: warning: {line}", file=sys.stderr, flush=True)
 
     @override
     def before_instantiate_classes(self) -> None:

@@ -1,0 +1,43 @@
+"""Ignored-option warnings: which explicit flags a subcommand drops, and why."""
+
+from __future__ import annotations
+
+from lucid_yolo.cli.ignored_options import explicit_flags, ignored_option_warnings
+
+
+def test_explicit_flags_reads_both_spellings_and_skips_values() -> None:
+    args = ["fit", "--model.lr0", "0.1", "--data.imgsz=320", "--config", "detect-n"]
+    assert explicit_flags(args) == ["model.lr0", "data.imgsz"]
+
+
+def test_ignored_options_fit_without_checkpoint_keeps_model_flags() -> None:
+    args = ["--model.lr0", "0.1", "--model.capture_network", "true"]
+    assert ignored_option_warnings("fit", args, ckpt_path=None, kept_model_options=()) == []
+
+
+def test_ignored_options_checkpoint_overrides_model_flags_except_kept_ones() -> None:
+    args = ["--model.lr0", "0.1", "--model.val_conf", "0.5"]
+    lines = ignored_option_warnings(
+        "predict", args, ckpt_path="best.ckpt", kept_model_options=("val_conf", "max_det")
+    )
+    assert lines == [
+        "--model.lr0 is ignored: with --ckpt_path the model options are the checkpoint's "
+        "hyperparameters"
+    ]
+
+
+def test_ignored_options_replay_outside_fit_runs_natively() -> None:
+    lines = ignored_option_warnings(
+        "validate", ["--model.capture_network", "true"], ckpt_path="x.ckpt", kept_model_options=()
+    )
+    assert lines == [
+        "--model.capture_network is ignored: replay records training steps; validate runs the "
+        "network natively"
+    ]
+
+
+def test_ignored_options_predict_only_flags_outside_predict() -> None:
+    args = ["--data.source", "images/", "--output.dir", "out"]
+    lines = ignored_option_warnings("fit", args, ckpt_path=None, kept_model_options=())
+    assert [line.split(" is ignored")[0] for line in lines] == ["--data.source", "--output.dir"]
+    assert ignored_option_warnings("predict", args, ckpt_path="b.ckpt", kept_model_options=()) == []
