@@ -1,10 +1,10 @@
 """Native vs replay training speed and memory, as alternating pairs of whole fits.
 
-Each pair runs one native fit and one fit with the network region replayed from CUDA graphs,
-same seed and data, in alternating order; reported per mode: median and range of the
-whole-fit wall time, of the steady-state step time (last half of the steps, host time between
-batch ends after a device sync at both ends of the window), and peak reserved CUDA memory.
-Validation is off: this measures the training step.
+Each pair runs one native fit and one fit with the network region (and, with ``--update``, the
+MuSGD update and EMA blend) replayed from CUDA graphs, same seed and data, in alternating order.
+Reported per mode: median and range of the whole-fit wall time, of the steady-state step time
+(last half of the steps, host time between batch ends after a device sync at both ends of the
+window), and peak reserved CUDA memory. Validation is off: this measures the training step.
 
 Example (GPU machine, from source)::
 
@@ -55,7 +55,12 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
     data = YoloDataModule(
         data_yaml, task="detect", imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
     )
-    module = YoloModule("yolo26n", num_classes=data.num_classes, capture_network=replay)
+    module = YoloModule(
+        "yolo26n",
+        num_classes=data.num_classes,
+        capture_network=replay,
+        capture_update=replay and args.update,
+    )
     clock = _StepClock(args.steps // 2)
     trainer = pl.Trainer(
         accelerator="gpu",
@@ -77,7 +82,7 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
         "step_ms": step_ms,
         "img_s": args.batch * 1000.0 / step_ms,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
-        "replays": float(module.replay.telemetry().get("replays", 0)),
+        "replays": float(module.replay_telemetry().get("replays", 0)),
     }
 
 
@@ -101,6 +106,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-bench"))
+    parser.add_argument("--update", action="store_true", help="replay the update and EMA too")
     args = parser.parse_args()
     data_yaml = generate_synthetic(
         args.root, task="detect", num_train=args.images, num_val=0, imgsz=args.imgsz, seed=0

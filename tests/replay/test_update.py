@@ -49,6 +49,38 @@ def test_graphed_optimizer_matches_native_sgd() -> None:
     assert graphed.telemetry.as_dict()["replays"] == 3
 
 
+def test_graphed_optimizer_custom_update_records_extra_state() -> None:
+    native, replayed = _pair()
+    native_opt, replayed_opt = _sgd(native), _sgd(replayed)
+    native_avg = [p.detach().clone() for p in native.parameters()]
+    replayed_avg = [p.detach().clone() for p in replayed.parameters()]
+
+    def blend(net: nn.Module, average: list[torch.Tensor]) -> None:
+        torch._foreach_lerp_(average, [p.detach() for p in net.parameters()], 0.5)
+
+    graphed = GraphedOptimizer(
+        replayed_opt,
+        update=lambda: (replayed_opt.step(), blend(replayed, replayed_avg)),
+        extra_state=lambda: replayed_avg,
+    )
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        batch = torch.randn(6, 4, generator=gen)
+        for net, step in ((native, None), (replayed, graphed)):
+            net(batch).square().mean().backward()
+            if step is None:
+                native_opt.step()
+                blend(native, native_avg)
+                native_opt.zero_grad()
+            else:
+                step.step()
+                step.zero_grad()
+    assert first_difference(state_digest(native_avg), state_digest(replayed_avg)) is None
+    assert first_difference(state_digest(native), state_digest(replayed)) is None
+    assert graphed.telemetry.replays == 3
+    assert any(t is replayed_avg[0] for t in graphed._state_tensors())
+
+
 def test_graphed_optimizer_reads_gradients_copied_in_each_step() -> None:
     _, net = _pair()
     graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)

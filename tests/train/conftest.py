@@ -1,12 +1,18 @@
-"""Shared fixtures of the train tests: tiny synthetic datasets, generated once per session."""
+"""Shared fixtures of the train tests: tiny synthetic datasets and digested fits."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import lightning.pytorch as pl
 import pytest
+from lightning.pytorch.callbacks import Callback
 
+from lucid_yolo.replay import state_digest
+from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 
@@ -29,3 +35,77 @@ def tiny_dataset(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pa
         return made[task]
 
     return make
+
+
+@dataclass
+class DigestedFit:
+    """What a parity comparison reads from one fit."""
+
+    digests: dict[str, str]
+    losses: list[str]
+    telemetry: dict[str, int]
+    ema_updates: int
+
+
+class _LossBits(Callback):
+    def __init__(self) -> None:
+        self.losses: list[str] = []
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *_: Any) -> None:
+        self.losses.append(outputs["loss"].detach().float().cpu().numpy().tobytes().hex())
+
+
+def digested_fit(
+    yaml: Path,
+    task: str,
+    precision: str,
+    accumulate: int,
+    *,
+    accelerator: str = "gpu",
+    imgsz: int = 128,
+    max_steps: int = 6,
+    **replay: bool,
+) -> DigestedFit:
+    """A short seeded fit; digests of model, EMA, optimizer (and scaler), per-step loss bits."""
+    pl.seed_everything(0)
+    data = YoloDataModule(
+        yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
+    )
+    suffix = {"detect": "", "segment": "-seg"}[task]
+    module = YoloModule(
+        f"yolo26n{suffix}", num_classes=data.num_classes, warmup_epochs=0.0, **replay
+    )
+    losses = _LossBits()
+    trainer = pl.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        precision=precision,  # type: ignore[arg-type]
+        max_steps=max_steps,
+        accumulate_grad_batches=accumulate,
+        limit_val_batches=0,
+        deterministic=True,
+        benchmark=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[losses],
+    )
+    trainer.fit(module, data)
+    state: dict[str, Any] = {
+        "model": module.net.state_dict(),
+        "ema": module.ema_net.state_dict(),
+        "optimizer": trainer.optimizers[0].state_dict(),
+    }
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    return DigestedFit(
+        state_digest(state), losses.losses, module.replay_telemetry(), int(module.ema.updates)
+    )
+
+
+@pytest.fixture
+def fit_digests() -> Callable[..., DigestedFit]:
+    """:func:`digested_fit`, for tests that compare a native and a replayed fit."""
+    return digested_fit

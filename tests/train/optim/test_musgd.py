@@ -126,6 +126,27 @@ def test_musgd_lr_written_into_tensor_takes_effect(net: nn.Module, backward: Bac
     assert [group["lr"] for group in opt.param_groups] == lr_tensors
 
 
+def test_musgd_update_runner_replaces_the_update_after_the_closure(
+    net: nn.Module, backward: Backward
+) -> None:
+    opt = MuSGD(param_groups(net, weight_decay=0.01), **_HYPERS)
+    calls: list[str] = []
+
+    def closure() -> float:
+        calls.append("closure")
+        backward(net, 0)
+        return 1.5
+
+    opt.update_runner = lambda: calls.append("runner")
+    before = copy.deepcopy(net)
+    assert opt.step(closure) == 1.5
+    assert calls == ["closure", "runner"]
+    assert _bit_equal(net, before)
+    opt.update_runner = None
+    opt.step()
+    assert not _bit_equal(net, before)
+
+
 def test_musgd_lr_change_matches_reference_with_new_lr(net: nn.Module, backward: Backward) -> None:
     ref_net = copy.deepcopy(net)
     opt = MuSGD(param_groups(net, weight_decay=0.01), **_HYPERS)

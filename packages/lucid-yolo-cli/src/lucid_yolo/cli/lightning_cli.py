@@ -127,6 +127,7 @@ class YoloCLI(LightningCLI):
             # The checkpoint's options may come from a replayed GPU fit; replay only acts in
             # training steps, so evaluating or predicting runs the network natively anywhere.
             config.model.capture_network = config.model.capture_segment_heads = False
+            config.model.capture_update = False
         if str(config.data.yaml) == SYNTHETIC:
             config.data.yaml = str(embedded_dataset(task_of(config.model.model)))
         logger_args = getattr(config.trainer.logger, "init_args", None)
@@ -136,11 +137,16 @@ class YoloCLI(LightningCLI):
             logger_args.save_dir = config.trainer.default_root_dir
         if config.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(RichProgressBar())
-        replay = config.model.capture_network or config.model.capture_segment_heads
+        replay = (
+            config.model.capture_network
+            or config.model.capture_segment_heads
+            or config.model.capture_update
+        )
         accelerator = str(config.trainer.accelerator)
         if replay and (accelerator == "cpu" or not torch.cuda.is_available()):
             raise CliError(
-                "--model.capture_network/--model.capture_segment_heads replay CUDA graphs and "
+                "--model.capture_network/--model.capture_segment_heads/--model.capture_update "
+                "replay CUDA graphs and "
                 "need a CUDA device; this run is on the CPU: leave them off"
             )
 

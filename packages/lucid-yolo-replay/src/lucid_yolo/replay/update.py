@@ -165,6 +165,10 @@ class GraphedOptimizer:
     Args:
         optimizer: a :class:`torch.optim.Optimizer` or any
             :class:`~lucid_yolo.replay.protocols.UpdateOptimizer`.
+        update: what one step runs; ``None`` calls ``optimizer.step()``. A caller can record
+            more than the optimizer in the same graph, e.g. the update followed by an EMA blend.
+        extra_state: the tensors ``update`` writes beyond the parameters and the optimizer
+            state (EMA weights, counters), snapshotted around the capture like them.
         warmup_steps: native steps before recording (they create the optimizer state).
         max_signatures: recordings kept (one per set of parameters with gradients and per set
             of Python-scalar hyperparameters).
@@ -181,12 +185,16 @@ class GraphedOptimizer:
         self,
         optimizer: UpdateOptimizer,
         *,
+        update: Callable[[], object] | None = None,
+        extra_state: Callable[[], Sequence[Tensor]] | None = None,
         warmup_steps: int = 1,
         max_signatures: int = 2,
         pool: ReplayPool | None = None,
         enabled: bool = True,
     ) -> None:
         self.optimizer = optimizer
+        self._update = update
+        self._extra_state = extra_state
         self._static_grads: dict[Hashable, list[Tensor]] = {}
         self.recorder = UpdateRecorder(
             self._native_step,
@@ -230,6 +238,9 @@ class GraphedOptimizer:
         return self.optimizer.state_dict()
 
     def _native_step(self) -> None:
+        if self._update is not None:
+            self._update()
+            return
         # Looked up at each call: an LR scheduler wraps optimizer.step after construction.
         self.optimizer.step()
 
@@ -254,7 +265,8 @@ class GraphedOptimizer:
     def _state_tensors(self) -> list[Tensor]:
         state = getattr(self.optimizer, "state", {})
         tensors = [v for s in state.values() for v in s.values() if isinstance(v, Tensor)]
-        return [*self._params(), *tensors]
+        extra = [] if self._extra_state is None else list(self._extra_state())
+        return [*self._params(), *tensors, *extra]
 
     def _capture_body(self, key: Hashable) -> Callable[[], object]:
         static = [TensorSpec.of(g).empty().copy_(g) for _, g in self._with_grads()]
@@ -267,7 +279,7 @@ class GraphedOptimizer:
             for (p, _), buffer in zip(pairs, static, strict=True):
                 p.grad = buffer
             try:
-                self.optimizer.step()
+                self._native_step()
             finally:
                 for p, live in pairs:
                     p.grad = live

@@ -16,11 +16,13 @@ from torch import Tensor
 from typing_extensions import override
 
 from lucid_yolo.models import create_model, model_spec
+from lucid_yolo.replay import merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.optim import ModelEMA, MuSGD, WarmupLinearSchedule, param_groups
 from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
+from lucid_yolo.train.update_step import UpdateStep
 
 PhaseMarker = Callable[[str], None]
 
@@ -50,6 +52,8 @@ class YoloModule(pl.LightningModule):
         capture_network: replay the network's forward+backward from CUDA graphs.
         capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
             their own, chained after the network.
+        capture_update: replay the MuSGD update and the EMA blend from one CUDA graph
+            (:mod:`lucid_yolo.train.update_step`).
         max_signatures: distinct input signatures recorded per region before it retires.
 
     Raises:
@@ -78,6 +82,7 @@ class YoloModule(pl.LightningModule):
         max_det: int = 300,
         capture_network: bool = False,
         capture_segment_heads: bool = False,
+        capture_update: bool = False,
         max_signatures: int = 4,
     ) -> None:
         super().__init__()
@@ -112,6 +117,7 @@ class YoloModule(pl.LightningModule):
                 max_signatures=max_signatures,
             ),
         )
+        self.update_step: UpdateStep | None = None
         self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
         self.phase_marker: PhaseMarker | None = None
 
@@ -145,13 +151,6 @@ class YoloModule(pl.LightningModule):
         return total
 
     @override
-    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
-        # Lightning calls this hook only on accumulation boundaries: one EMA update per
-        # optimizer step, as the EMA's ramp assumes.
-        super().optimizer_step(*args, **kwargs)
-        self.ema.update(self.net)
-
-    @override
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         scheduler.step()
 
@@ -163,6 +162,14 @@ class YoloModule(pl.LightningModule):
             lr=hp["lr0"],
             momentum=hp["momentum"],
             weight_decay=hp["weight_decay"],
+        )
+        # The EMA blends inside the optimizer step, right after each applied update.
+        self.update_step = UpdateStep(
+            optimizer,
+            self.ema,
+            self.net,
+            replay=hp["capture_update"],
+            max_signatures=hp["max_signatures"],
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)
@@ -196,7 +203,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
-        telemetry = self.replay.telemetry()
+        telemetry = self.replay_telemetry()
         if telemetry and not self.trainer.sanity_checking:
             self.log_dict({f"replay/{k}": float(v) for k, v in telemetry.items()})
 
@@ -230,6 +237,14 @@ class YoloModule(pl.LightningModule):
             self.ema.updates.copy_(checkpoint["ema_updates"])
         if "class_names" in checkpoint:
             self.names = tuple(checkpoint["class_names"])
+
+    def replay_telemetry(self) -> dict[str, int]:
+        """Summed counters of every replayed region and of the update (empty when none is)."""
+        parts = [r.telemetry for r in self.replay.recorders()]
+        update = None if self.update_step is None else self.update_step.telemetry()
+        if update is not None:
+            parts.append(update)
+        return merge_telemetry(*parts).as_dict() if parts else {}
 
     def _evaluate(self, batch: Batch) -> None:
         images = batch["images"].float().div_(255.0)

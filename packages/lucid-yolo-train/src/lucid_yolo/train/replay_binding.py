@@ -191,9 +191,13 @@ class NetworkReplay:
                 pool=pool,
             )
 
+    def recorders(self) -> list[RegionRecorder]:
+        """The region recorders in use (none when replay is off)."""
+        return [r for r in (self.network, self.segment_heads) if r is not None]
+
     def telemetry(self) -> dict[str, int]:
         """Summed counters of every recorder (empty when replay is off)."""
-        recorders = [r for r in (self.network, self.segment_heads) if r is not None]
+        recorders = self.recorders()
         if not recorders:
             return {}
         return merge_telemetry(*(r.telemetry for r in recorders)).as_dict()

@@ -13,12 +13,9 @@ averaged a second time; integer buffers (``num_batches_tracked``) can only be co
 
 :meth:`ModelEMA.update` must run once per optimiser step, not per micro-batch: under gradient
 accumulation the weights only change on the last micro-batch, and updating on every micro-batch
-would both over-weight unchanged weights and advance the ramp too fast. In Lightning, call it from
-an overridden ``optimizer_step`` (which fires only on accumulation boundaries)::
-
-    def optimizer_step(self, *args, **kwargs):
-        super().optimizer_step(*args, **kwargs)
-        self.ema.update(self.net)
+would both over-weight unchanged weights and advance the ramp too fast. The trainer runs it right
+after each applied optimiser update, in the same step (:mod:`lucid_yolo.train.update_step`), so a
+step that GradScaler skips blends nothing either.
 
 Graph safety: the update count is a 0-dim int64 device tensor, the decay is computed from it on the
 device, and the blend uses foreach ``mul_``/``add_``/``copy_`` on fixed tensor lists, so the native
@@ -78,6 +75,13 @@ class ModelEMA:
         self._buffers: list[Tensor] = list(self.module.buffers())
         device = next(iter(self.module.parameters()), torch.empty(0)).device
         self.updates = self.updates.to(device)
+
+    def state_tensors(self) -> list[Tensor]:
+        """Every tensor :meth:`update` writes: averaged weights, buffers and the update count.
+
+        A graphed update snapshots them around its capture (the capture must leave no trace).
+        """
+        return [*self._float_params, *self._other_params, *self._buffers, self.updates]
 
     def current_decay(self) -> Tensor:
         """``d(updates)`` as a 0-dim float32 device tensor (the decay of the last update)."""

@@ -140,6 +140,9 @@ class MuSGD(Optimizer):
             raise OptimizerConfigError(f"ns_dtype must be a floating dtype, got {ns_dtype!r}")
         self.ns_steps = ns_steps
         self.ns_dtype = ns_dtype
+        self.update_runner: Callable[[], None] | None = None
+        """Runs in place of :meth:`apply_update` when set: the trainer installs a step that
+        also blends the EMA and can replay both from one CUDA graph (``train.update_step``)."""
         self._shape_scales: dict[_MatrixKey, Tensor] = {}
         defaults: dict[str, Any] = {
             "lr": lr,
@@ -209,11 +212,23 @@ class MuSGD(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.update_runner is None:
+            self.apply_update()
+        else:
+            self.update_runner()
+        return loss
+
+    @torch.no_grad()
+    def apply_update(self) -> None:
+        """The update of every parameter with a gradient, without closure or runner.
+
+        This is the op sequence a graphed update records: device ops on the parameters, the
+        pre-created momentum buffers and the hyperparameter tensors, no host sync.
+        """
         plans = [self._momentum_directions(group) for group in self.param_groups]
         self._orthogonalise_matrices(plans)
         for group, plan in zip(self.param_groups, plans, strict=True):
             self._apply(group, plan)
-        return loss
 
     def _momentum_directions(self, group: dict[str, Any]) -> _GroupPlan:
         """Update the momentum buffers of ``group`` and return the SGD directions ``d``."""

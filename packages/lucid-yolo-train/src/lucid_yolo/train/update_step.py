@@ -1,0 +1,67 @@
+"""The optimizer update and the EMA blend as one step, run natively or replayed from a CUDA graph.
+
+After the network, the rest of a YOLO26 training step is the MuSGD update (momentum, batched
+Newton–Schulz orthogonalisation per matrix shape, the blended step) and the EMA blend: hundreds of
+small kernels whose launch cost dominates at small batch. Both are graph-safe by construction
+(hyperparameters and the EMA update count are device tensors, state is created up front), so they
+are recorded together as one update graph (:class:`lucid_yolo.replay.GraphedOptimizer` with a custom
+update), which reads gradients from static buffers that each replay refreshes.
+
+The step is installed as :attr:`MuSGD.update_runner`, so it runs exactly where Lightning applies an
+optimizer step: after the closure (forward, backward, gradient clipping), only on accumulation
+boundaries, and not at all on a step that fp16's GradScaler skips. The EMA therefore blends once per
+applied update, natively and replayed alike.
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+from lucid_yolo.replay import GraphedOptimizer, Telemetry
+from lucid_yolo.train.optim import ModelEMA, MuSGD
+
+
+class UpdateStep:
+    """MuSGD's update followed by the EMA blend, bound into the optimizer.
+
+    Args:
+        optimizer: the run's MuSGD; its :attr:`~MuSGD.update_runner` is set to this step.
+        ema: the weight average, blended from ``net`` after each update.
+        net: the trained network.
+        replay: record the step as a CUDA graph after one native warm-up step and replay it
+            (on the CPU, the replay library's stand-in runs the same bookkeeping natively).
+        max_signatures: update recordings kept (one per set of parameters with gradients).
+    """
+
+    def __init__(
+        self,
+        optimizer: MuSGD,
+        ema: ModelEMA,
+        net: nn.Module,
+        *,
+        replay: bool,
+        max_signatures: int = 2,
+    ) -> None:
+        self.optimizer = optimizer
+        self.ema = ema
+        self.net = net
+        self.replay = replay
+        self.graphed = GraphedOptimizer(
+            optimizer,
+            update=self._native,
+            extra_state=ema.state_tensors,
+            max_signatures=max_signatures,
+            enabled=replay,
+        )
+        optimizer.update_runner = self.graphed.step
+
+    def telemetry(self) -> Telemetry | None:
+        """The update recorder's counters, or ``None`` when the step is not replayed."""
+        return self.graphed.telemetry if self.replay else None
+
+    def _native(self) -> None:
+        self.optimizer.apply_update()
+        self.ema.update(self.net)
+
+
+__all__ = ["UpdateStep"]

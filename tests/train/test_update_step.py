@@ -1,0 +1,50 @@
+"""Update step: MuSGD's update and the EMA blend, native or replayed (CPU stand-in here).
+
+On the CPU the replay library's stand-in runs the recorded update natively but through the same
+bookkeeping as a CUDA replay (static gradient buffers refreshed before each launch, state
+snapshotted around the capture), so a fit with ``capture_update`` must equal a native fit
+bitwise here too; the CUDA graphs themselves are compared in ``test_replay_parity.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lucid_yolo.replay import first_difference
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
+)
+
+CPU_FIT = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
+
+
+def test_update_step_cpu_replay_equals_native_fit(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset("detect")
+    native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
+    replayed = fit_digests(yaml, "detect", "32-true", 1, capture_update=True, **CPU_FIT)
+    assert native.telemetry == {}
+    assert replayed.telemetry["recordings"] == 1
+    assert replayed.telemetry["replays"] == 3
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+    assert native.ema_updates == replayed.ema_updates == 4
+
+
+def test_update_step_blends_ema_once_per_update_under_accumulation(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset("detect")
+    replayed = fit_digests(
+        yaml, "detect", "32-true", 2, capture_update=True, **{**CPU_FIT, "max_steps": 3}
+    )
+    assert len(replayed.losses) == 6
+    assert replayed.ema_updates == 3
+    assert replayed.telemetry["replays"] == 2
