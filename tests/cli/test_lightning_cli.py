@@ -60,13 +60,13 @@ def test_validate_checkpoint_logs_box_map(
     assert "warning: --output.draw is ignored: only `predict`" in done.stderr
 
 
-def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:
+def test_test_checkpoint_logs_box_map_at_the_trained_size(
+    cli: CliRunner, trained: Trained, tmp_path: Path
+) -> None:
     done = cli(
         "test",
         "--data.yaml",
         str(trained.data),
-        "--data.imgsz",
-        "64",
         "--data.workers",
         "0",
         "--ckpt_path",
@@ -74,6 +74,8 @@ def test_test_checkpoint_logs_box_map(cli: CliRunner, trained: Trained) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test/box/mAP50-95" in done.stdout
+    (saved,) = (tmp_path / "runs").glob("lightning_logs/version_*/config.yaml")
+    assert "imgsz: 64" in saved.read_text()
 
 
 @pytest.mark.slow

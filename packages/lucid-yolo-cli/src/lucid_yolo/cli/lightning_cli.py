@@ -123,6 +123,8 @@ class YoloCLI(LightningCLI):
         config = self.config[self.subcommand] if self.subcommand else self.config
         if self.subcommand == "predict":
             _prepare_predict(config, self.inference_options)
+        if self.subcommand in ("validate", "test") and config.get("ckpt_path"):
+            _evaluate_at_trained_size(config)
         if self.subcommand != "fit" and config.get("ckpt_path"):
             # The checkpoint's options may come from a replayed GPU fit; replay only acts in
             # training steps, so evaluating or predicting runs the network natively anywhere.
@@ -232,6 +234,21 @@ def _prepare_predict(config: Any, inference_options: dict[str, Any]) -> None:
     if config.return_predictions is None:
         # the writer saves each batch as it comes; keeping every mask in memory serves nobody
         config.return_predictions = False
+
+
+def _evaluate_at_trained_size(config: Any) -> None:
+    """Evaluate a checkpoint at the input size it was trained at unless ``--data.imgsz`` says.
+
+    Raises:
+        CliError: the checkpoint is missing or holds no lucid-yolo dataset metadata.
+    """
+    if config.data.imgsz is not None:
+        return
+    try:
+        saved = load_checkpoint_data(config.ckpt_path, YoloDataModule.__qualname__)
+    except DataError as error:
+        raise CliError(f"--ckpt_path: {error}") from error
+    config.data.imgsz = saved.imgsz
 
 
 def run_lightning(args: list[str]) -> None:
