@@ -1,7 +1,8 @@
 """Native vs replay training speed and memory, as alternating pairs of whole fits.
 
-Each pair runs one native fit and one fit with the network region (and, with ``--update``, the
-MuSGD update and EMA blend) replayed from CUDA graphs, same seed and data, in alternating order.
+Each pair runs one native fit and one fit with the network region (with ``--loss`` also the loss,
+with ``--update`` the MuSGD update and EMA blend) replayed from CUDA graphs, same seed and data,
+in alternating order.
 Reported per mode: median and range of the whole-fit wall time, of the steady-state step time
 (last half of the steps, host time between batch ends after a device sync at both ends of the
 window), and peak reserved CUDA memory. Validation is off: this measures the training step.
@@ -60,6 +61,7 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
         num_classes=data.num_classes,
         capture_network=replay,
         capture_update=replay and args.update,
+        capture_loss=replay and args.loss,
     )
     clock = _StepClock(args.steps // 2)
     trainer = pl.Trainer(
@@ -107,6 +109,7 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-bench"))
     parser.add_argument("--update", action="store_true", help="replay the update and EMA too")
+    parser.add_argument("--loss", action="store_true", help="replay the loss too")
     args = parser.parse_args()
     data_yaml = generate_synthetic(
         args.root, task="detect", num_train=args.images, num_val=0, imgsz=args.imgsz, seed=0

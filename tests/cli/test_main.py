@@ -116,7 +116,13 @@ def test_main_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]
 
 
 @pytest.mark.parametrize(
-    "option", ["--model.capture_network", "--model.capture_segment_heads", "--model.capture_update"]
+    "option",
+    [
+        "--model.capture_network",
+        "--model.capture_segment_heads",
+        "--model.capture_loss",
+        "--model.capture_update",
+    ],
 )
 def test_main_replay_on_cpu_is_refused(
     option: str, tiny_data: Path, capsys: pytest.CaptureFixture[str]

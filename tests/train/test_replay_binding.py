@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 import torch
 
 from lucid_yolo.models import create_model
+from lucid_yolo.replay import first_difference
 from lucid_yolo.train.replay_binding import (
     FEATURE_KEYS,
     NetworkRegion,
@@ -92,3 +97,27 @@ def test_network_replay_cpu_bookkeeping_matches_native_gradients() -> None:
     for later in grads[1:]:
         for a, b in zip(grads[0], later, strict=True):
             assert torch.equal(a, b)
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+@pytest.mark.parametrize("task", ["detect"])
+def test_loss_region_cpu_fit_equals_native(
+    task: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset(task)
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
+    native = fit_digests(yaml, task, "32-true", 1, **cpu)
+    replayed = fit_digests(yaml, task, "32-true", 1, capture_network=True, capture_loss=True, **cpu)
+    assert replayed.telemetry["recordings"] == 2
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_loss_region_refused_where_not_verified(task: str) -> None:
+    suffix = {"segment": "-seg", "pose": "-pose", "obb": "-obb"}[task]
+    net = create_model(f"yolo26n{suffix}", num_classes=2)
+    expected = f"verified bitwise for \\('detect',\\) only, not '{task}'"
+    with pytest.raises(ValueError, match=expected):
+        NetworkReplay(net, task, ReplayOptions(capture_loss=True), torch.nn.Identity())

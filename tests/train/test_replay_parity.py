@@ -39,6 +39,12 @@ pytestmark = [
             1,
             {"capture_network": True, "capture_segment_heads": True, "capture_update": True},
         ),
+        (
+            "detect",
+            "bf16-mixed",
+            2,
+            {"capture_network": True, "capture_loss": True, "capture_update": True},
+        ),
     ],
 )
 def test_replayed_fit_is_bitwise_native(

@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-REPLAY_OPTIONS = ("capture_network", "capture_segment_heads", "capture_update")
+REPLAY_OPTIONS = (
+    "capture_network",
+    "capture_segment_heads",
+    "capture_loss",
+    "capture_update",
+)
 """Model options that record CUDA graphs of training steps."""
 
 

@@ -129,7 +129,7 @@ class YoloCLI(LightningCLI):
             # The checkpoint's options may come from a replayed GPU fit; replay only acts in
             # training steps, so evaluating or predicting runs the network natively anywhere.
             config.model.capture_network = config.model.capture_segment_heads = False
-            config.model.capture_update = False
+            config.model.capture_update = config.model.capture_loss = False
         if str(config.data.yaml) == SYNTHETIC:
             config.data.yaml = str(embedded_dataset(task_of(config.model.model)))
         logger_args = getattr(config.trainer.logger, "init_args", None)
@@ -142,12 +142,14 @@ class YoloCLI(LightningCLI):
         replay = (
             config.model.capture_network
             or config.model.capture_segment_heads
+            or config.model.capture_loss
             or config.model.capture_update
         )
         accelerator = str(config.trainer.accelerator)
         if replay and (accelerator == "cpu" or not torch.cuda.is_available()):
             raise CliError(
-                "--model.capture_network/--model.capture_segment_heads/--model.capture_update "
+                "--model.capture_network/--model.capture_segment_heads/--model.capture_loss/"
+                "--model.capture_update "
                 "replay CUDA graphs and "
                 "need a CUDA device; this run is on the CPU: leave them off"
             )

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from torch import Tensor
 from typing_extensions import override
 
@@ -52,6 +53,9 @@ class YoloModule(pl.LightningModule):
         capture_network: replay the network's forward+backward from CUDA graphs.
         capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
             their own, chained after the network.
+        capture_loss: replay the loss (assignment and every term, forward and backward) as a
+            region chained after the network; detect models only for now
+            (:data:`lucid_yolo.train.replay_binding.LOSS_REPLAY_TASKS`).
         capture_update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.update_step`).
         max_signatures: distinct input signatures recorded per region before it retires.
@@ -82,6 +86,7 @@ class YoloModule(pl.LightningModule):
         max_det: int = 300,
         capture_network: bool = False,
         capture_segment_heads: bool = False,
+        capture_loss: bool = False,
         capture_update: bool = False,
         max_signatures: int = 4,
     ) -> None:
@@ -114,9 +119,15 @@ class YoloModule(pl.LightningModule):
             ReplayOptions(
                 capture_network=capture_network,
                 capture_segment_heads=capture_segment_heads,
+                capture_loss=capture_loss,
                 max_signatures=max_signatures,
             ),
+            self.criterion,
         )
+        # ProgLoss progress as a device tensor, natively too: a recorded loss reads it from the
+        # device, and native and replayed steps must compute the branch weight the same way.
+        self.loss_progress: Tensor
+        self.register_buffer("loss_progress", torch.zeros(()), persistent=False)
         self.update_step: UpdateStep | None = None
         self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
         self.phase_marker: PhaseMarker | None = None
@@ -141,7 +152,8 @@ class YoloModule(pl.LightningModule):
             self.phase_marker("network")
         total: Tensor
         terms: dict[str, Tensor]
-        total, terms = self.criterion(outputs, batch, self._epoch_fraction())
+        self.loss_progress.fill_(self._epoch_fraction())
+        total, terms = self.replay.loss(outputs, batch, self.loss_progress)
         batch_size = images.shape[0]
         self.log("train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size)
         self.log_dict(

@@ -8,15 +8,19 @@ Replay knows nothing about YOLO; this module describes the network to it through
   independent) and ``shared`` (prototypes, semantic logits);
 * the **segment heads** (prototypes and the training-only semantic branch), chained after the
   network: they read the neck's features, which then become network outputs that require grad,
-  and both regions share one memory pool.
+  and both regions share one memory pool;
+* the **loss** (assigners and every loss term), chained after them: it reads the raw outputs and
+  the batch tensors, returns the total and the detached terms, and its backward graph hands the
+  outputs' gradients to the regions before it.
 
-With neither region enabled the network runs exactly as ``net(images)``.
+With no region enabled the network runs exactly as ``net(images)`` and the loss natively.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -24,6 +28,7 @@ from torch import Tensor, nn
 from lucid_yolo.models import YOLO26
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.replay import RegionRecorder, ReplayPool, merge_telemetry
+from lucid_yolo.train.data.batch import Batch
 
 FEATURE_KEYS = ("features.p3", "features.p4", "features.p5")
 """Output keys of the neck's features when the segment heads are a region of their own."""
@@ -44,11 +49,13 @@ class ReplayOptions:
         capture_network: record the network region.
         capture_segment_heads: segment only: record the prototype/semantic heads as their own
             region.
+        capture_loss: record the loss (assignment and terms, forward and backward).
         max_signatures: recordings per region before further signatures run native.
     """
 
     capture_network: bool = False
     capture_segment_heads: bool = False
+    capture_loss: bool = False
     max_signatures: int = 4
 
     def __post_init__(self) -> None:
@@ -124,6 +131,43 @@ class SegmentHeadRegion:
         return {"protos": [keys.PROTOS], "semantic": [keys.SEMANTIC]}
 
 
+LOSS_REPLAY_TASKS = ("detect",)
+"""Tasks whose loss region has been compared bitwise with native training on a GPU."""
+
+TOTAL = "total"
+"""Output key of the loss region's differentiable total; the terms follow as ``term.<name>``."""
+
+
+class LossRegion:
+    """The task loss as a region over the raw outputs, the batch tensors and the progress.
+
+    Every argument is a tensor, so one recording serves the whole run: the ProgLoss progress is
+    a 0-dim device tensor (a Python float would be baked into the graph).
+
+    Args:
+        criterion: the task loss (``loss(outputs, batch, epoch_fraction) -> (total, terms)``).
+        output_keys: the raw output keys, in the order they are passed.
+        batch_keys: the batch keys, in the order they are passed after the outputs.
+    """
+
+    def __init__(
+        self, criterion: nn.Module, output_keys: Sequence[str], batch_keys: Sequence[str]
+    ) -> None:
+        self.criterion = criterion
+        self.output_keys = tuple(output_keys)
+        self.batch_keys = tuple(batch_keys)
+
+    def __call__(self, *tensors: Tensor) -> dict[str, Tensor]:
+        n, m = len(self.output_keys), len(self.batch_keys)
+        outputs = dict(zip(self.output_keys, tensors[:n], strict=True))
+        batch = dict(zip(self.batch_keys, tensors[n : n + m], strict=True))
+        total, terms = self.criterion(outputs, batch, tensors[n + m])
+        return {TOTAL: total, **{f"term.{name}": value for name, value in terms.items()}}
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        return (self.criterion,)
+
+
 class NetworkReplay:
     """Runs the network natively or through its replay recorders.
 
@@ -131,12 +175,23 @@ class NetworkReplay:
         net: the network.
         task: its task.
         options: which regions replay.
+        criterion: the task loss; needed when ``options.capture_loss``.
 
     Raises:
         ValueError: ``capture_segment_heads`` on a network without segment heads.
     """
 
-    def __init__(self, net: YOLO26, task: str, options: ReplayOptions) -> None:
+    def __init__(
+        self, net: YOLO26, task: str, options: ReplayOptions, criterion: nn.Module | None = None
+    ) -> None:
+        if options.capture_loss and criterion is None:
+            raise ValueError("capture_loss=True needs the criterion to record")
+        if options.capture_loss and task not in LOSS_REPLAY_TASKS:
+            raise ValueError(
+                f"capture_loss=True is verified bitwise for {LOSS_REPLAY_TASKS!r} only, not "
+                f"{task!r} (a segment fit with the loss replayed differed from native on an "
+                "H200; pose and OBB are not yet compared): leave it off for this task"
+            )
         if options.capture_segment_heads and net.protos is None:
             raise ValueError(
                 f"capture_segment_heads=True needs a segment model, got task {task!r}: "
@@ -144,8 +199,11 @@ class NetworkReplay:
             )
         self.net = net
         self.options = options
+        self.criterion = criterion
         self.network: RegionRecorder | None = None
         self.segment_heads: RegionRecorder | None = None
+        self.loss_recorder: RegionRecorder | None = None
+        self._pool: ReplayPool | None = None
         self._network_region = NetworkRegion(
             net, include_segment_heads=not options.capture_segment_heads
         )
@@ -153,11 +211,12 @@ class NetworkReplay:
     @property
     def enabled(self) -> bool:
         """Whether any region replays."""
-        return self.options.capture_network or self.options.capture_segment_heads
+        options = self.options
+        return options.capture_network or options.capture_segment_heads or options.capture_loss
 
     def __call__(self, images: Tensor) -> dict[str, Tensor]:
         """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images."""
-        if not self.enabled:
+        if not (self.options.capture_network or self.options.capture_segment_heads):
             result: dict[str, Tensor] = self.net(images)
             return result
         self._bind(images.device)
@@ -170,12 +229,53 @@ class NetworkReplay:
             outputs.update(self.segment_heads(*features))  # type: ignore[arg-type]
         return outputs
 
-    def _bind(self, device: torch.device) -> None:
-        """Build the recorders on first use, once the network sits on its training device
-        (a recording keys on parameter storage, which moving the network replaces)."""
-        if self.network is not None or self.segment_heads is not None:
-            return
-        pool = ReplayPool(device)
+    def loss(
+        self, outputs: dict[str, Tensor], batch: Batch, fraction: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss ``(total, terms)``: natively, or through the loss region's recorder.
+
+        Args:
+            outputs: raw network outputs.
+            batch: the padded dense batch, on the outputs' device.
+            fraction: ProgLoss progress, a 0-dim float32 device tensor.
+        """
+        assert self.criterion is not None, "NetworkReplay.loss needs the criterion"
+        if not self.options.capture_loss:
+            total: Tensor
+            terms: dict[str, Tensor]
+            total, terms = self.criterion(outputs, batch, fraction)
+            return total, terms
+        fields = cast(dict[str, Tensor], batch)
+        region = LossRegion(self.criterion, sorted(outputs), sorted(fields))
+        pool = self._bind(fraction.device)
+        if self.loss_recorder is None:
+            self.loss_recorder = RegionRecorder(
+                region, name="loss", max_signatures=self.options.max_signatures, pool=pool
+            )
+        recorded = self.loss_recorder.region
+        assert isinstance(recorded, LossRegion)
+        if (recorded.output_keys, recorded.batch_keys) != (region.output_keys, region.batch_keys):
+            # Another set of outputs or batch fields than the recorded one (not a YOLO26 run's
+            # case): that step's loss runs natively.
+            total, terms = self.criterion(outputs, batch, fraction)
+            return total, terms
+        result = self.loss_recorder(
+            *(outputs[k] for k in region.output_keys),
+            *(fields[k] for k in region.batch_keys),
+            fraction,
+        )
+        assert isinstance(result, Mapping)
+        prefix = "term."
+        terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
+        return result[TOTAL], terms
+
+    def _bind(self, device: torch.device) -> ReplayPool:
+        """Build the network recorders and their shared pool on first use, once the network sits
+        on its training device (a recording keys on parameter storage, which moving the network
+        replaces); the loss recorder joins the pool on its first call."""
+        if self._pool is not None:
+            return self._pool
+        pool = self._pool = ReplayPool(device)
         if self.options.capture_network:
             self.network = RegionRecorder(
                 self._network_region,
@@ -190,10 +290,11 @@ class NetworkReplay:
                 max_signatures=self.options.max_signatures,
                 pool=pool,
             )
+        return pool
 
     def recorders(self) -> list[RegionRecorder]:
         """The region recorders in use (none when replay is off)."""
-        return [r for r in (self.network, self.segment_heads) if r is not None]
+        return [r for r in (self.network, self.segment_heads, self.loss_recorder) if r is not None]
 
     def telemetry(self) -> dict[str, int]:
         """Summed counters of every recorder (empty when replay is off)."""
@@ -205,6 +306,9 @@ class NetworkReplay:
 
 __all__ = [
     "FEATURE_KEYS",
+    "LOSS_REPLAY_TASKS",
+    "TOTAL",
+    "LossRegion",
     "NetworkRegion",
     "NetworkReplay",
     "ReplayOptions",
