@@ -169,7 +169,7 @@ class LossRegion:
 
 
 class NetworkReplay:
-    """Runs the network natively or through its replay recorders.
+    """Runs the network and the loss natively or through their replay recorders.
 
     Args:
         net: the network.
@@ -178,7 +178,8 @@ class NetworkReplay:
         criterion: the task loss; needed when ``options.capture_loss``.
 
     Raises:
-        ValueError: ``capture_segment_heads`` on a network without segment heads.
+        ValueError: ``capture_segment_heads`` on a network without segment heads;
+            ``capture_loss`` without a criterion or for a task not in :data:`LOSS_REPLAY_TASKS`.
     """
 
     def __init__(
