@@ -5,6 +5,12 @@ their own copy of the dataset, so an epoch set on the main process's dataset nev
 instead :class:`EpochSampler` yields ``(epoch, index)`` pairs and the dataset reads the epoch from
 the index it is asked for. Lightning calls :meth:`EpochSampler.set_epoch` before each training
 epoch (as it does for a ``DistributedSampler``), so no hook is needed.
+
+Under DDP Lightning wraps a custom sampler in its ``DistributedSamplerWrapper`` and calls
+``set_epoch`` on the wrapper. Lightning 2.6 forwards it to the sampler, 2.5 does not. So an
+iteration that was not preceded by ``set_epoch`` advances the epoch by itself, and augmentation
+does not repeat across epochs either way. (On 2.5 a resumed DDP run counts those epochs from 0
+again.)
 """
 
 from __future__ import annotations
@@ -29,15 +35,20 @@ class EpochSampler(Sampler[tuple[int, int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self._epoch_given = True
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order and augmentation the next iteration produces."""
         self.epoch = epoch
+        self._epoch_given = True
 
     def __len__(self) -> int:
         return self.length
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
+        if not self._epoch_given:
+            self.epoch += 1
+        self._epoch_given = False
         if self.shuffle:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
             order = torch.randperm(self.length, generator=generator).tolist()
