@@ -76,6 +76,15 @@ def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:
     assert torch.equal(a["keypoints"], b["keypoints"])
 
 
+def test_datamodule_workers_capped_at_cpu_count(
+    pose_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    assert _module(pose_yaml, workers=8).workers == 3
+    assert _module(pose_yaml, workers=2).workers == 2
+    assert _module(pose_yaml, workers=0).workers == 0
+
+
 def test_datamodule_metadata_round_trip(pose_yaml: Path) -> None:
     dm = _module(pose_yaml)
     state = dm.state_dict()

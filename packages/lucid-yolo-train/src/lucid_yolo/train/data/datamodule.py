@@ -14,6 +14,7 @@ shape would make the replayed step record again); evaluation loaders keep every 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -61,7 +62,8 @@ class YoloDataModule(L.LightningDataModule):
             ``yaml`` is a checkpoint, else 640.
         batch_size: training images per batch.
         val_batch_size: evaluation batch size (``None``: ``batch_size``).
-        workers: DataLoader worker processes per loader (0: load in the main process).
+        workers: DataLoader worker processes per loader (0: load in the main process), at most
+            the machine's CPU count; samples do not depend on it (each is seeded by its index).
         max_instances: fixed target rows per training image (Batch ``N``); more are counted and
             the largest kept. Evaluation splits use at least their largest image's count, so
             metrics never lose a ground-truth instance.
@@ -124,7 +126,7 @@ class YoloDataModule(L.LightningDataModule):
         self.imgsz = trained_imgsz if imgsz is None else imgsz
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
-        self.workers = workers
+        self.workers = min(workers, os.cpu_count() or 1)
         self.max_instances = max_instances
         self.augment = augment or AugmentConfig()
         self.cache = cache
