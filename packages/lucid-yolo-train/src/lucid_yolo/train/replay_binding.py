@@ -247,23 +247,23 @@ class NetworkReplay:
             total, terms = self.criterion(outputs, batch, fraction)
             return total, terms
         fields = cast(dict[str, Tensor], batch)
-        region = LossRegion(self.criterion, sorted(outputs), sorted(fields))
-        pool = self._bind(fraction.device)
+        output_keys, batch_keys = tuple(sorted(outputs)), tuple(sorted(fields))
         if self.loss_recorder is None:
             self.loss_recorder = RegionRecorder(
-                region, name="loss", max_signatures=self.options.max_signatures, pool=pool
+                LossRegion(self.criterion, output_keys, batch_keys),
+                name="loss",
+                max_signatures=self.options.max_signatures,
+                pool=self._bind(fraction.device),
             )
-        recorded = self.loss_recorder.region
-        assert isinstance(recorded, LossRegion)
-        if (recorded.output_keys, recorded.batch_keys) != (region.output_keys, region.batch_keys):
+        region = self.loss_recorder.region
+        assert isinstance(region, LossRegion)
+        if (region.output_keys, region.batch_keys) != (output_keys, batch_keys):
             # Another set of outputs or batch fields than the recorded one (not a YOLO26 run's
             # case): that step's loss runs natively.
             total, terms = self.criterion(outputs, batch, fraction)
             return total, terms
         result = self.loss_recorder(
-            *(outputs[k] for k in region.output_keys),
-            *(fields[k] for k in region.batch_keys),
-            fraction,
+            *(outputs[k] for k in output_keys), *(fields[k] for k in batch_keys), fraction
         )
         assert isinstance(result, Mapping)
         prefix = "term."
