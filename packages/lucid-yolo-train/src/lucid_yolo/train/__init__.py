@@ -2,6 +2,7 @@
 
 from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.evaluation import FITNESS_KIND, TASK_KINDS, Evaluator
+from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.module import YoloModule
 from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
 
@@ -13,6 +14,9 @@ __all__ = [
     "Evaluator",
     "FITNESS_KIND",
     "TASK_KINDS",
+    # errors
+    "TrainError",
+    "TrainConfigError",
     # replay binding
     "NetworkReplay",
     "ReplayOptions",

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from lucid_yolo.train.exceptions import TrainError
+
 BadInputPolicy = Literal["fail", "skip"]
 """What a bad image or label row does: ``fail`` raises, ``skip`` warns and drops that image."""
 
 POLICIES: tuple[BadInputPolicy, ...] = ("fail", "skip")
 
 
-class DataError(Exception):
+class DataError(TrainError):
     """Base class of every dataset error; messages name the file (and line) and the fix."""
 
 

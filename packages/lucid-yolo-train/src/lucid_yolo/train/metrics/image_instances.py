@@ -30,8 +30,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from lucid_yolo.train.exceptions import TrainError
 
-class MetricsInputError(ValueError):
+
+class MetricsInputError(TrainError, ValueError):
     """A prediction or target record does not fit the metric it was given to."""
 
 
