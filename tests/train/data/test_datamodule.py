@@ -79,8 +79,9 @@ def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:
 def test_datamodule_workers_capped_at_cpu_count(
     pose_yaml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("os.cpu_count", lambda: 3)
+    monkeypatch.setattr("lucid_yolo.train.data.datamodule.cpu_count", lambda: 3)
     assert _module(pose_yaml, workers=8).workers == 3
+    assert _module(pose_yaml, workers=None).workers == 3
     assert _module(pose_yaml, workers=2).workers == 2
     assert _module(pose_yaml, workers=0).workers == 0
 
@@ -213,3 +214,31 @@ def test_datamodule_source_without_images_fails_at_construction(
 ) -> None:
     with pytest.raises(DatasetConfigError, match="holds no image"):
         YoloDataModule(pose_yaml, source=tmp_path)
+
+
+def test_datamodule_cache_changes_no_sample(pose_yaml: Path) -> None:
+    cached = _module(pose_yaml, cache=True, seed=3)
+    decoded = _module(pose_yaml, cache=False, seed=3)
+    cached.setup("fit")
+    decoded.setup("fit")
+    assert cached.datasets["train"].cache is not None
+    assert decoded.datasets["train"].cache is None
+    for a, b in zip(cached.train_dataloader(), decoded.train_dataloader(), strict=True):
+        assert torch.equal(a["images"], b["images"])
+        assert torch.equal(a["keypoints"], b["keypoints"])
+
+
+def test_datamodule_default_cache_follows_the_budget(
+    pose_yaml: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level("INFO"):
+        fits = _module(pose_yaml, cache=None)
+        fits.setup("validate")
+        too_small = _module(pose_yaml, cache=None, cache_max_bytes=IMGSZ * IMGSZ * 3)
+        too_small.setup("validate")
+    assert fits.datasets["val"].cache is not None
+    assert too_small.datasets["val"].cache is None
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data: ")]
+    assert lines[0].startswith("data: val: 3 images, RAM cache on")
+    assert "loader workers" in lines[0]
+    assert lines[1].startswith("data: val: 3 images, RAM cache off")

@@ -14,7 +14,6 @@ shape would make the replayed step record again); evaluation loaders keep every 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import cv2
 import lightning as L
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
@@ -39,6 +39,12 @@ from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.data.resources import (
+    available_memory,
+    choose_cache,
+    choose_workers,
+    cpu_count,
+)
 from lucid_yolo.train.data.sampler import EpochSampler
 
 DEFAULT_IMGSZ = 640
@@ -63,12 +69,15 @@ class YoloDataModule(L.LightningDataModule):
         batch_size: training images per batch.
         val_batch_size: evaluation batch size (``None``: ``batch_size``).
         workers: DataLoader worker processes per loader (0: load in the main process), at most
-            the machine's CPU count; samples do not depend on it (each is seeded by its index).
+            the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
+            Samples do not depend on it (each is seeded by its index).
         max_instances: fixed target rows per training image (Batch ``N``); more are counted and
             the largest kept. Evaluation splits use at least their largest image's count, so
             metrics never lose a ground-truth instance.
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
-        cache: decode and resize every image once into RAM (:mod:`.cache`), filled in ``setup``.
+        cache: decode and resize every image once into RAM (:mod:`.cache`), filled in ``setup``;
+            ``None``: on for each split whose decoded images fit the smaller of
+            ``cache_max_bytes`` and half the RAM available then (:mod:`.resources`).
         cache_max_bytes: RAM budget of the cache per split, bytes.
         close_mosaic: turn mosaic off for the last N training epochs (needs the trainer's
             ``max_epochs``; without a trainer mosaic stays on).
@@ -90,10 +99,10 @@ class YoloDataModule(L.LightningDataModule):
         imgsz: int | None = None,
         batch_size: int = 16,
         val_batch_size: int | None = None,
-        workers: int = 4,
+        workers: int | None = None,
         max_instances: int = 100,
         augment: AugmentConfig | None = None,
-        cache: bool = False,
+        cache: bool | None = None,
         cache_max_bytes: int = 8 * 2**30,
         close_mosaic: int = 10,
         policy: BadInputPolicy = "fail",
@@ -104,7 +113,7 @@ class YoloDataModule(L.LightningDataModule):
             raise ValueError(
                 f"batch_size={batch_size!r} and val_batch_size={val_batch_size!r} must be >= 1"
             )
-        if workers < 0 or close_mosaic < 0:
+        if (workers is not None and workers < 0) or close_mosaic < 0:
             raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
         self.spec: DatasetSpec | PreparedDataset
         trained_imgsz = DEFAULT_IMGSZ
@@ -126,7 +135,9 @@ class YoloDataModule(L.LightningDataModule):
         self.imgsz = trained_imgsz if imgsz is None else imgsz
         self.batch_size = batch_size
         self.val_batch_size = val_batch_size or batch_size
-        self.workers = min(workers, os.cpu_count() or 1)
+        worker_choice = choose_workers(workers, cpu_count())
+        self.workers = worker_choice.workers
+        self.loading_plan = [worker_choice.reason]
         self.max_instances = max_instances
         self.augment = augment or AugmentConfig()
         self.cache = cache
@@ -134,7 +145,7 @@ class YoloDataModule(L.LightningDataModule):
         self.close_mosaic = close_mosaic
         self.policy: BadInputPolicy = policy
         self.seed = seed
-        self.counters = DataCounters(workers)
+        self.counters = DataCounters(self.workers)
         self.datasets: dict[str, YoloDataset] = {}
 
     @property
@@ -250,9 +261,17 @@ class YoloDataModule(L.LightningDataModule):
             labels = self.spec.splits[split]
         else:
             labels = load_split(self.spec, split, policy=self.policy)
+        choice = choose_cache(
+            self.cache,
+            num_images=len(labels),
+            imgsz=self.imgsz,
+            max_bytes=self.cache_max_bytes,
+            available=available_memory(),
+        )
+        self._announce(f"{split}: {len(labels)} images, {choice.reason}")
         cache = None
-        if self.cache:
-            cache = ImageCache(self.imgsz, self.cache_max_bytes)
+        if choice.enabled:
+            cache = ImageCache(self.imgsz, choice.budget)
             cache.fill([item.image_path for item in labels], threads=max(1, self.workers))
         kpt_shape = self.spec.kpt_shape
         return YoloDataset(
@@ -269,6 +288,12 @@ class YoloDataModule(L.LightningDataModule):
             cache=cache,
             counters=self.counters,
         )
+
+    def _announce(self, line: str) -> None:
+        """Print a loading decision once, the workers' with the first split."""
+        if self.loading_plan:
+            line = f"{line}; {self.loading_plan.pop()}"
+        rank_zero_info(f"data: {line}")
 
     def _close_mosaic_epoch(self) -> int | None:
         trainer = self.trainer

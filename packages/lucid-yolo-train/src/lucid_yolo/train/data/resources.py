@@ -1,0 +1,149 @@
+"""Loader defaults chosen for the machine: worker processes and whether to cache decoded images.
+
+A replayed training step of a nano model takes a few tens of milliseconds, so JPEG decoding in the
+loader, not the GPU, sets the pace once the step is graphed (``docs/engineering/
+train-data-pipeline.md``: ``imread`` is over half a worker's time; the RAM cache makes the loader
+2.7x faster). The defaults therefore follow the machine instead of fixed numbers: workers from the
+CPU count, and the RAM cache on whenever the decoded split fits a share of the memory that is
+available now. Each choice comes with a sentence saying why, which the data module prints once.
+Samples never depend on either choice (each sample is seeded by its index and cached pixels are
+the pixels a worker would decode), so the defaults change speed only.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_AUTO_WORKERS = 8
+"""Beyond about 8 workers the loader stopped scaling on the 16-core H200 host (259 img/s with 8,
+262 with 12, 640 px, no cache; ``docs/engineering/cli.md``), and each worker costs memory."""
+
+AUTO_CACHE_MEMORY_SHARE = 0.5
+"""Share of the currently available RAM the automatic cache of one split may take."""
+
+MEMINFO = Path("/proc/meminfo")
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one), at least 1."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return max(1, os.cpu_count() or 1)
+
+
+def available_memory() -> int | None:
+    """Bytes of RAM available to new allocations without swapping, or ``None`` if unknown.
+
+    Linux's ``MemAvailable`` counts reclaimable page cache, which ``sysconf``'s free pages do not;
+    elsewhere the free pages are the best cheap estimate.
+    """
+    try:
+        for line in MEMINFO.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
+class WorkerChoice:
+    """How many loader workers to start, and why."""
+
+    workers: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class CacheChoice:
+    """Whether to cache a split's decoded images in RAM, and why.
+
+    Attributes:
+        enabled: cache the split.
+        budget: bytes the cache may hold (0 when disabled).
+        reason: one sentence for the user, with the numbers behind the choice.
+    """
+
+    enabled: bool
+    budget: int
+    reason: str
+
+
+def choose_workers(requested: int | None, cpus: int) -> WorkerChoice:
+    """Loader workers: ``requested`` capped at ``cpus``, or one per CPU up to 8 when ``None``.
+
+    Args:
+        requested: the user's number of workers, or ``None`` for the machine default.
+        cpus: CPUs this process may use.
+    """
+    if requested is None:
+        workers = min(MAX_AUTO_WORKERS, cpus)
+        return WorkerChoice(
+            workers, f"{workers} loader workers ({cpus} CPUs, at most 8 by default)"
+        )
+    workers = min(requested, cpus)
+    if workers < requested:
+        return WorkerChoice(workers, f"{workers} loader workers (asked {requested}, {cpus} CPUs)")
+    return WorkerChoice(workers, f"{workers} loader workers (as asked)")
+
+
+def decoded_bytes(num_images: int, imgsz: int) -> int:
+    """Upper bound of the decoded size of ``num_images`` RGB images with long side ``imgsz``."""
+    return num_images * imgsz * imgsz * 3
+
+
+def choose_cache(
+    requested: bool | None, *, num_images: int, imgsz: int, max_bytes: int, available: int | None
+) -> CacheChoice:
+    """Whether to cache a split: as asked, or when ``None`` if its decoded size fits the budget.
+
+    The automatic budget is the smaller of ``max_bytes`` and half the RAM available now; with the
+    available RAM unknown, only ``max_bytes`` bounds it.
+
+    Args:
+        requested: ``True``/``False`` as the user asked, ``None`` to decide here.
+        num_images: images in the split.
+        imgsz: long side the cache resizes to.
+        max_bytes: the user's cache budget per split.
+        available: bytes of RAM available now (:func:`available_memory`).
+    """
+    need = decoded_bytes(num_images, imgsz)
+    gib = f"{need / 2**30:.2f} GiB"
+    if requested is not None:
+        state = "on" if requested else "off"
+        return CacheChoice(
+            requested, max_bytes if requested else 0, f"RAM cache {state} (as asked)"
+        )
+    budget = max_bytes
+    if available is not None:
+        budget = min(budget, int(available * AUTO_CACHE_MEMORY_SHARE))
+    if num_images == 0 or need > budget:
+        return CacheChoice(
+            False,
+            0,
+            f"RAM cache off: {num_images} decoded images need up to {gib}, "
+            f"more than the {budget / 2**30:.2f} GiB budget (half the available RAM, at most "
+            f"cache_max_bytes); pass cache=true to cache what fits",
+        )
+    return CacheChoice(
+        True,
+        budget,
+        f"RAM cache on: {num_images} decoded images need up to {gib} of a "
+        f"{budget / 2**30:.2f} GiB budget (half the available RAM, at most cache_max_bytes)",
+    )
+
+
+__all__ = [
+    "CacheChoice",
+    "WorkerChoice",
+    "available_memory",
+    "choose_cache",
+    "choose_workers",
+    "cpu_count",
+    "decoded_bytes",
+]

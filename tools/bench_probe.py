@@ -1,0 +1,117 @@
+"""A Lightning callback that records where a `lucid-yolo fit` spends its time, for the benchmarks.
+
+`tools/bench_side_by_side.py` adds it to a CLI fit with
+``--trainer.callbacks+=bench_probe.FitProbe`` (``tools/`` on ``PYTHONPATH``) and names the JSON
+file to write in ``LUCID_BENCH_PROBE``. The callback is not part of any package: it measures, it
+changes nothing the fit computes. It reads the clock at hook boundaries only; the one device
+synchronisation is at the end of the fit.
+
+Recorded: seconds from process start to the first training batch (start-up), seconds spent in
+validation (sanity check excluded), training images seen and the seconds they took (the fit's
+training wall time minus validation), peak reserved CUDA memory of the process, and the last
+validation metrics the module logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+PROBE_ENV = "LUCID_BENCH_PROBE"
+"""Environment variable naming the JSON file the probe writes."""
+SPAWN_ENV = "LUCID_BENCH_SPAWN"
+"""Environment variable holding the parent's ``time.time()`` when it started this process."""
+
+
+class FitProbe(pl.Callback):
+    """Times start-up, training and validation of one fit and writes them as JSON at its end."""
+
+    def __init__(self) -> None:
+        self.spawned = float(os.environ.get(SPAWN_ENV, time.time()))
+        self.first_batch = 0.0
+        self.val_started = 0.0
+        self.val_seconds = 0.0
+        self.val_runs = 0
+        self.images = 0
+        self.steps = 0
+        self.epoch_marks: list[float] = []
+        self.epoch_steps: list[int] = []
+        self.phases: list[dict[str, float]] = []
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self.epoch_marks.append(time.time())
+        self.epoch_steps.append(self.steps)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self.phases.append(
+            {
+                key.removeprefix("time/"): float(value)
+                for key, value in trainer.callback_metrics.items()
+                if key.startswith("time/")
+            }
+        )
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not self.first_batch:
+            self.first_batch = time.time()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, _module: Any, _out: Any, batch: Any, *_: Any
+    ) -> None:
+        self.images += int(batch["images"].shape[0])
+        self.steps += 1
+
+    def on_validation_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self.val_started = time.time()
+
+    def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        self.val_seconds += time.time() - self.val_started
+        self.val_runs += 1
+
+    def on_fit_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        cuda = torch.cuda.is_available()
+        if cuda:
+            torch.cuda.synchronize()
+        end = time.time()
+        train_seconds = end - (self.first_batch or end) - self.val_seconds
+        metrics = {
+            key: float(value)
+            for key, value in trainer.callback_metrics.items()
+            if key.startswith("val/") and "mAP" in key
+        }
+        self.epoch_marks.append(end)
+        self.epoch_steps.append(self.steps)
+        epochs = [
+            {"wall_s": b - a, "steps": m - n}
+            for a, b, n, m in zip(
+                self.epoch_marks,
+                self.epoch_marks[1:],
+                self.epoch_steps,
+                self.epoch_steps[1:],
+                strict=False,
+            )
+        ]
+        record = {
+            "startup_s": (self.first_batch or end) - self.spawned,
+            "train_s": train_seconds,
+            "val_s": self.val_seconds,
+            "val_runs": self.val_runs,
+            "train_images": self.images,
+            "train_steps": self.steps,
+            "train_img_per_s": self.images / train_seconds if train_seconds > 0 else 0.0,
+            "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0,
+            "metrics": metrics,
+            "epochs": epochs,
+            "phases_ms": self.phases,
+        }
+        path = os.environ.get(PROBE_ENV)
+        if path:
+            Path(path).write_text(json.dumps(record, indent=2))

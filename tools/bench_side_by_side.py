@@ -1,0 +1,411 @@
+"""Whole fits side by side: Ultralytics against `lucid-yolo fit`, native and replayed.
+
+The user's number is the whole fit with validation, from process start to exit, so every run is a
+fresh process: the caching allocator keeps reservations from one fit to the next inside a process,
+which would make peak memory meaningless. Runs alternate (the order rotates with each repeat) on the
+same synthetic set, epochs, batch and image size. Each tool runs with its own defaults otherwise:
+lucid-yolo through its packaged ``<task>-n`` config, Ultralytics through ``yolo26n<suffix>.yaml``
+from scratch with ``plots=False`` (its plots need a font download, and the GPU machine is offline).
+
+Ultralytics is a benchmark peer carried as wheels to the GPU machine; no package depends on it.
+
+Reported per task and tool: median and range of the whole-fit seconds, training images/s,
+validation seconds, start-up seconds, peak reserved CUDA memory, the tool's own final mAP50-95, and
+for lucid-yolo the per-phase step times (data wait, network, loss, backward, update) and the share
+of each epoch spent outside training steps.
+
+Example (GPU machine, repository root, wheels installed as the device README says)::
+
+    export PYTHONPATH=$(ls -d packages/*/src | paste -sd:) YOLO_OFFLINE=1
+    python3 tools/bench_side_by_side.py \\
+        --tasks detect --batch 16 --epochs 30 --tools ultralytics,replay,native --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TOOLS_DIR = Path(__file__).resolve().parent
+SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
+REPLAY_FLAGS = {
+    "detect": ["--model.capture_network", "true", "--model.capture_loss", "true"],
+    "segment": ["--model.capture_network", "true", "--model.capture_segment_heads", "true"],
+    "pose": ["--model.capture_network", "true"],
+    "obb": ["--model.capture_network", "true"],
+}
+UPDATE_FLAGS = ["--model.capture_update", "true"]
+ULTRALYTICS_METRIC = {"detect": "B", "segment": "M", "pose": "P", "obb": "B"}
+"""Suffix of the Ultralytics metric that is the task's primary mAP50-95."""
+
+
+# --------------------------------------------------------------------------- one Ultralytics fit
+
+
+def ultralytics_worker(spec: dict[str, Any]) -> None:
+    """Run one Ultralytics fit in this process and write what it measured to ``spec["probe"]``."""
+    import torch
+    from ultralytics import YOLO
+
+    marks: dict[str, Any] = {"first_batch": 0.0, "val_s": 0.0, "val_runs": 0, "batches": 0}
+    marks["epoch_marks"] = []
+    marks["last_epoch_metrics"] = {}
+
+    def first_batch(_: Any) -> None:
+        if not marks["first_batch"]:
+            marks["first_batch"] = time.time()
+
+    def batch_end(_: Any) -> None:
+        marks["batches"] += 1
+
+    def epoch_start(_: Any) -> None:
+        marks["epoch_marks"].append(time.time())
+
+    def val_start(_: Any) -> None:
+        marks["val_start"] = time.time()
+
+    def val_end(_: Any) -> None:
+        marks["val_s"] += time.time() - marks["val_start"]
+        marks["val_runs"] += 1
+
+    def fit_epoch_end(trainer: Any) -> None:
+        marks["last_epoch_metrics"] = {
+            k: float(v) for k, v in trainer.metrics.items() if "mAP" in k
+        }
+
+    model = YOLO(f"yolo26n{SUFFIX[spec['task']]}.yaml")
+    for event, hook in (
+        ("on_train_batch_start", first_batch),
+        ("on_train_batch_end", batch_end),
+        ("on_train_epoch_start", epoch_start),
+        ("on_val_start", val_start),
+        ("on_val_end", val_end),
+        ("on_fit_epoch_end", fit_epoch_end),
+    ):
+        model.add_callback(event, hook)
+    model.train(
+        data=spec["data"],
+        epochs=spec["epochs"],
+        batch=spec["batch"],
+        imgsz=spec["imgsz"],
+        device=spec["device"],
+        project=spec["run_dir"],
+        name="train",
+        exist_ok=True,
+        plots=False,
+        seed=0,
+        **({"cache": "ram"} if spec["cache"] else {}),
+    )
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    end = time.time()
+    first = marks["first_batch"] or end
+    train_s = end - first - marks["val_s"]
+    images = marks["batches"] * spec["batch"]
+    record = {
+        "startup_s": first - spec["spawned"],
+        "train_s": train_s,
+        "val_s": marks["val_s"],
+        "val_runs": marks["val_runs"],
+        "train_images": images,
+        "train_img_per_s": images / train_s if train_s > 0 else 0.0,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30
+        if torch.cuda.is_available()
+        else 0.0,
+        "metrics_last_epoch": marks["last_epoch_metrics"],
+        "metrics": {k: float(v) for k, v in model.trainer.metrics.items() if "mAP" in k},
+    }
+    Path(spec["probe"]).write_text(json.dumps(record, indent=2))
+
+
+# --------------------------------------------------------------------------- orchestration
+
+
+def _lucid_command(
+    task: str, tool: str, data: Path, args: argparse.Namespace, run_dir: Path
+) -> list[str]:
+    command = [
+        sys.executable, "-m", "lucid_yolo.cli", "fit",
+        "--config", f"{task}-n",
+        "--data.yaml", str(data),
+        "--data.batch_size", str(args.batch),
+        "--data.imgsz", str(args.imgsz),
+        "--trainer.max_epochs", str(args.epochs),
+        "--trainer.default_root_dir", str(run_dir),
+        "--trainer.enable_progress_bar", "false",
+        "--trainer.callbacks+=bench_probe.FitProbe",
+    ]  # fmt: skip
+    if tool == "replay":
+        command += REPLAY_FLAGS[task] + UPDATE_FLAGS
+    if args.device == "cpu":
+        command += ["--trainer.accelerator", "cpu"]
+    return command
+
+
+def run_one(
+    task: str, tool: str, data: Path, args: argparse.Namespace, index: int
+) -> dict[str, Any]:
+    """One fit in a fresh process; returns the probe's record plus the parent's wall time."""
+    run_dir = args.out / "runs" / f"{task}-{tool}-{index}"
+    probe = args.out / "runs" / f"{task}-{tool}-{index}.json"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    spawned = time.time()
+    env = dict(os.environ, LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+    if tool == "ultralytics":
+        spec = {
+            "task": task, "data": str(data), "epochs": args.epochs, "batch": args.batch,
+            "imgsz": args.imgsz, "device": 0 if args.device == "cuda" else "cpu",
+            "run_dir": str(run_dir), "probe": str(probe), "spawned": spawned,
+            "cache": args.ultralytics_cache,
+        }  # fmt: skip
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--ultralytics-worker",
+            json.dumps(spec),
+        ]
+    else:
+        command = _lucid_command(task, tool, data, args, run_dir)
+    log = (args.out / "runs" / f"{task}-{tool}-{index}.log").open("w")
+    try:
+        code = subprocess.run(
+            command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
+        ).returncode
+    except subprocess.TimeoutExpired:
+        code = -1
+    whole = time.time() - spawned
+    record: dict[str, Any] = {
+        "task": task,
+        "tool": tool,
+        "repeat": index,
+        "exit": code,
+        "whole_s": whole,
+    }
+    if probe.exists():
+        record.update(json.loads(probe.read_text()))
+    return record
+
+
+def _median_range(values: list[float]) -> dict[str, float]:
+    return (
+        {"median": statistics.median(values), "min": min(values), "max": max(values)}
+        if values
+        else {}
+    )
+
+
+def _primary_map(record: dict[str, Any]) -> float | None:
+    task, metrics = record["task"], record.get("metrics", {})
+    if record["tool"] == "ultralytics":
+        key = f"metrics/mAP50-95({ULTRALYTICS_METRIC[task]})"
+        return metrics.get(key)
+    kind = {"detect": "box", "segment": "mask", "pose": "kpt", "obb": "obb"}[task]
+    for key, value in metrics.items():
+        if key.endswith("mAP50-95") and f"/{kind}/" in key:
+            return float(value)
+    return None
+
+
+def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
+    """Data-wait share of a step and the share of an epoch outside steps, last half of the fit."""
+    phases = [p for p in record.get("phases_ms", []) if p]
+    epochs = record.get("epochs", [])
+    if not phases or not epochs:
+        return {}
+    half = phases[len(phases) // 2 :]
+    names = sorted({k for p in half for k in p if k.endswith("_ms")})
+    step = {name: statistics.median(p.get(name, 0.0) for p in half) for name in names}
+    step_ms = sum(step.values())
+    tail = epochs[len(epochs) // 2 :]
+    outside = [1 - e["steps"] * step_ms / 1000 / e["wall_s"] for e in tail if e["wall_s"] > 0]
+    return {
+        **{f"step_{k}": v for k, v in step.items()},
+        "step_ms": step_ms,
+        "data_share": step.get("data_ms", 0.0) / step_ms if step_ms else 0.0,
+        "outside_share": statistics.median(outside) if outside else 0.0,
+    }
+
+
+def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (task, tool): medians and ranges, and the speed-up against Ultralytics."""
+    rows: list[dict[str, Any]] = []
+    for task in dict.fromkeys(r["task"] for r in records):
+        reference = None
+        for tool in dict.fromkeys(r["tool"] for r in records if r["task"] == task):
+            done = [
+                r for r in records if r["task"] == task and r["tool"] == tool and r["exit"] == 0
+            ]
+            row: dict[str, Any] = {"task": task, "tool": tool, "runs": len(done)}
+            for key in ("whole_s", "train_img_per_s", "val_s", "startup_s", "peak_reserved_gib"):
+                row[key] = _median_range([float(r[key]) for r in done if key in r])
+            maps = [m for m in (_primary_map(r) for r in done) if m is not None]
+            row["mAP50-95"] = statistics.median(maps) if maps else None
+            if tool != "ultralytics" and done:
+                row["phases"] = _lucid_shares(done[-1])
+            if tool == "ultralytics":
+                reference = row["whole_s"].get("median")
+            rows.append(row)
+        for row in rows:
+            if row["task"] == task and reference and row["whole_s"]:
+                row["speedup_vs_ultralytics"] = reference / row["whole_s"]["median"]
+    return rows
+
+
+def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """The Markdown table of the Benchmarks page."""
+    lines = [
+        f"batch {args.batch}, {args.epochs} epochs, {args.imgsz} px, "
+        f"{args.images}/{args.val_images} images",
+        "",
+        "| task | tool | runs | whole fit s (range) | × Ultralytics | train img/s | val s "
+        "| start-up s | peak reserved GiB | mAP50-95 |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        whole = row["whole_s"]
+
+        def med(key: str, fmt: str = ".1f", row: dict[str, Any] = row) -> str:
+            value = row[key].get("median")
+            return "—" if value is None else format(value, fmt)
+
+        span = (
+            f"{whole['median']:.1f} ({whole['min']:.1f}–{whole['max']:.1f})" if whole else "failed"
+        )
+        speed = row.get("speedup_vs_ultralytics")
+        metric = row["mAP50-95"]
+        lines.append(
+            f"| {row['task']} | {row['tool']} | {row['runs']} | {span} | "
+            f"{'—' if speed is None else f'{speed:.2f}×'} | {med('train_img_per_s')} | "
+            f"{med('val_s')} | "
+            f"{med('startup_s')} | {med('peak_reserved_gib', '.2f')} | "
+            f"{'—' if metric is None else f'{metric:.3f}'} |"
+        )
+    return "\n".join(lines)
+
+
+def svg(rows: list[dict[str, Any]]) -> str:
+    """Horizontal bars of the median whole-fit seconds, one per (task, tool)."""
+    shown = [r for r in rows if r["whole_s"]]
+    longest = max((r["whole_s"]["median"] for r in shown), default=1.0)
+    bar_h, left, width = 22, 170, 420
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{left + width + 80}" '
+        f'height="{bar_h * len(shown) + 40}" font-family="sans-serif" font-size="12">',
+        f'<text x="{left}" y="14">whole fit, seconds (median; shorter is faster)</text>',
+    ]
+    colours = {"ultralytics": "#8c8c8c", "native": "#4c72b0", "replay": "#dd8452"}
+    for i, row in enumerate(shown):
+        y = 24 + i * bar_h
+        seconds = row["whole_s"]["median"]
+        w = width * seconds / longest
+        label = f"{row['task']} · {row['tool']}"
+        parts.append(f'<text x="{left - 6}" y="{y + 15}" text-anchor="end">{label}</text>')
+        parts.append(
+            f'<rect x="{left}" y="{y + 3}" width="{w:.1f}" height="{bar_h - 6}" '
+            f'fill="{colours.get(row["tool"], "#55a868")}"/>'
+        )
+        parts.append(f'<text x="{left + w + 4:.1f}" y="{y + 15}">{seconds:.1f}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def main() -> None:
+    if len(sys.argv) == 3 and sys.argv[1] == "--ultralytics-worker":
+        ultralytics_worker(json.loads(sys.argv[2]))
+        return
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--tasks", default="detect", help="comma-separated: detect,segment,pose,obb"
+    )
+    parser.add_argument(
+        "--tools", default="ultralytics,replay,native", help="comma-separated, run in this order"
+    )
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=30)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--images", type=int, default=512, help="training images")
+    parser.add_argument("--val-images", type=int, default=128)
+    parser.add_argument(
+        "--repeats", type=int, default=1, help="alternating rounds; the order rotates"
+    )
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument(
+        "--ultralytics-cache", action="store_true", help="Ultralytics with cache='ram'"
+    )
+    parser.add_argument(
+        "--concurrent",
+        action="store_true",
+        help="start every fit at once (accuracy only: times are void)",
+    )
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fit")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
+    parser.add_argument("--data-root", type=Path, default=Path("/tmp/lucid-bench-data"))
+    args = parser.parse_args()
+
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    tasks = args.tasks.split(",")
+    tools = args.tools.split(",")
+    datasets = {
+        task: generate_synthetic(
+            args.data_root / f"{task}-{args.images}-{args.imgsz}",
+            task=task,
+            num_train=args.images,
+            num_val=args.val_images,
+            imgsz=args.imgsz,
+            seed=0,
+        )
+        for task in tasks
+    }
+    plan = [
+        (task, tools[(i + r) % len(tools)], r)
+        for r in range(args.repeats)
+        for task in tasks
+        for i in range(len(tools))
+    ]
+    records: list[dict[str, Any]] = []
+    result = args.out / "side_by_side.json"
+
+    def save() -> None:
+        rows = summarise(records)
+        result.write_text(
+            json.dumps(
+                {"args": {k: str(v) for k, v in vars(args).items()}, "runs": records, "rows": rows},
+                indent=2,
+            )
+        )
+        (args.out / "side_by_side.md").write_text(table(rows, args) + "\n")
+        (args.out / "side_by_side.svg").write_text(svg(rows))
+
+    if args.concurrent:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=len(plan)) as pool:
+            for record in pool.map(lambda p: run_one(p[0], p[1], datasets[p[0]], args, p[2]), plan):
+                records.append(record)
+                save()
+    else:
+        for task, tool, r in plan:
+            records.append(run_one(task, tool, datasets[task], args, r))
+            save()
+            print(
+                f"{task} {tool} #{r}: exit {records[-1]['exit']}, {records[-1]['whole_s']:.1f} s",
+                flush=True,
+            )
+    save()
+    print(table(summarise(records), args))
+
+
+if __name__ == "__main__":
+    main()
