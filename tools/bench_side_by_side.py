@@ -153,8 +153,8 @@ def run_one(
     task: str, tool: str, data: Path, args: argparse.Namespace, index: int
 ) -> dict[str, Any]:
     """One fit in a fresh process; returns the probe's record plus the parent's wall time."""
-    run_dir = args.out / "runs" / f"{task}-{tool}-{index}"
-    probe = args.out / "runs" / f"{task}-{tool}-{index}.json"
+    run_dir = args.runs_dir / f"{task}-{tool}-{index}"
+    probe = args.runs_dir / f"{task}-{tool}-{index}.json"
     run_dir.mkdir(parents=True, exist_ok=True)
     spawned = time.time()
     env = dict(os.environ, LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
@@ -174,7 +174,7 @@ def run_one(
         ]
     else:
         command = _lucid_command(task, tool, data, args, run_dir)
-    log = (args.out / "runs" / f"{task}-{tool}-{index}.log").open("w")
+    log = (args.runs_dir / f"{task}-{tool}-{index}.log").open("w")
     try:
         code = subprocess.run(
             command, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=args.timeout
@@ -350,7 +350,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fit")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
     parser.add_argument("--data-root", type=Path, default=Path("/tmp/lucid-bench-data"))
+    parser.add_argument(
+        "--runs-dir", type=Path, default=None, help="run folders and logs (OUT/runs)"
+    )
     args = parser.parse_args()
+    args.runs_dir = args.runs_dir or args.out / "runs"
 
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
