@@ -7,12 +7,13 @@ import math
 import torch
 from torch import Tensor
 
-from lucid_yolo.models.decode import box_iou, decode_nms, greedy_keep, nms, rotated_nms
+from lucid_yolo.models.decode import decode_nms, greedy_keep, nms, rotated_nms
+from lucid_yolo.models.geometry import box_iou
 
 
 def sequential_nms(boxes: Tensor, scores: Tensor, classes: Tensor, threshold: float) -> Tensor:
     order = scores.argsort(descending=True, stable=True).tolist()
-    iou = box_iou(boxes, boxes)
+    iou = box_iou(boxes[:, None], boxes[None])
     kept: list[int] = []
     for i in order:
         if all(classes[i] != classes[j] or iou[i, j] <= threshold for j in kept):
@@ -20,10 +21,10 @@ def sequential_nms(boxes: Tensor, scores: Tensor, classes: Tensor, threshold: fl
     return torch.tensor(kept, dtype=torch.int64)
 
 
-def test_box_iou_known_values() -> None:
+def test_box_iou_pairwise_known_values() -> None:
     a = torch.tensor([[0.0, 0.0, 2.0, 2.0]])
     b = torch.tensor([[1.0, 0.0, 3.0, 2.0], [5.0, 5.0, 6.0, 6.0], [0.0, 0.0, 2.0, 2.0]])
-    torch.testing.assert_close(box_iou(a, b), torch.tensor([[1 / 3, 0.0, 1.0]]))
+    torch.testing.assert_close(box_iou(a[:, None], b[None]), torch.tensor([[1 / 3, 0.0, 1.0]]))
 
 
 def test_nms_drops_overlapping_box_of_same_class() -> None:

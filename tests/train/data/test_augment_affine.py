@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import cv2
 import numpy as np
+from rbox_corners import corner_array
 
 from lucid_yolo.train.data.augment import (
     KeepRule,
@@ -11,7 +12,6 @@ from lucid_yolo.train.data.augment import (
     random_affine,
     to_targets,
     warp_sample,
-    xywhr_to_corners,
 )
 
 SIZE = 128
@@ -106,14 +106,14 @@ def test_random_affine_keypoints_follow_warp() -> None:
 
 
 def test_random_affine_obb_follows_warp() -> None:
-    corners = xywhr_to_corners(np.array([[64, 64, 60, 20, 0.5]], dtype=np.float32))
+    corners = corner_array(np.array([[64, 64, 60, 20, 0.5]], dtype=np.float32))
     sample = _polygon_sample(corners[0])
     sample.polygons = None
     sample.corners = corners
     out = _warp(sample, 11, shear=0)
     targets = to_targets(out, "obb", max_instances=1)
     assert targets.rboxes is not None
-    rect = xywhr_to_corners(targets.rboxes)[0]
+    rect = corner_array(targets.rboxes)[0]
     drawn = _fill(rect) > 127
     white = out.image[..., 0] > 127
     iou = (white & drawn).sum() / (white | drawn).sum()

@@ -6,8 +6,9 @@ import math
 
 import numpy as np
 import pytest
+from rbox_corners import corner_array
 
-from lucid_yolo.train.data.augment import Sample, corners_to_xywhr, flip_lr, xywhr_to_corners
+from lucid_yolo.train.data.augment import Sample, corners_to_xywhr, flip_lr
 
 
 def _sample() -> Sample:
@@ -19,7 +20,7 @@ def _sample() -> Sample:
         boxes=np.array([[8, 10, 32, 30]], dtype=np.float32),
         polygons=[np.array([[8, 10], [32, 10], [20, 30]], dtype=np.float32)],
         keypoints=keypoints,
-        corners=xywhr_to_corners(np.array([[20, 20, 16, 6, 0.4]], dtype=np.float32)),
+        corners=corner_array(np.array([[20, 20, 16, 6, 0.4]], dtype=np.float32)),
     )
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from rbox_corners import corner_array
 
-from lucid_yolo.train.data.augment import canonical_xywhr, corners_to_xywhr, xywhr_to_corners
+from lucid_yolo.train.data.augment import canonical_xywhr, corners_to_xywhr
 
 
 def _same_rectangle(a: np.ndarray, b: np.ndarray) -> bool:
@@ -20,9 +21,9 @@ def _same_rectangle(a: np.ndarray, b: np.ndarray) -> bool:
 def test_corners_to_xywhr_round_trip_many_angles() -> None:
     angles = np.linspace(-3 * math.pi, 3 * math.pi, 97)
     rboxes = np.array([[50.0, 40.0, 30.0, 10.0, a] for a in angles], dtype=np.float32)
-    corners = xywhr_to_corners(rboxes)
+    corners = corner_array(rboxes)
     back = corners_to_xywhr(corners)
-    assert _same_rectangle(xywhr_to_corners(back), corners)
+    assert _same_rectangle(corner_array(back), corners)
     np.testing.assert_allclose(back[:, :4], rboxes[:, :4], atol=1e-3)
 
 
@@ -31,7 +32,7 @@ def test_corners_to_xywhr_angle_in_range() -> None:
     rboxes = np.column_stack(
         [rng.uniform(0, 100, (500, 2)), rng.uniform(1, 50, (500, 2)), rng.uniform(-10, 10, 500)]
     ).astype(np.float32)
-    out = corners_to_xywhr(xywhr_to_corners(rboxes))
+    out = corners_to_xywhr(corner_array(rboxes))
     assert (out[:, 4] >= np.float32(-math.pi / 4)).all()
     assert (out[:, 4] < 3 * math.pi / 4).all()
     assert (out[:, 2] >= out[:, 3]).all()
@@ -44,7 +45,7 @@ def test_corners_to_xywhr_long_edge_vertical() -> None:
 
 
 def test_corners_to_xywhr_either_winding() -> None:
-    corners = xywhr_to_corners(np.array([[0, 0, 20, 5, 0.3]], dtype=np.float32))
+    corners = corner_array(np.array([[0, 0, 20, 5, 0.3]], dtype=np.float32))
     np.testing.assert_allclose(
         corners_to_xywhr(corners), corners_to_xywhr(corners[:, ::-1].copy()), atol=1e-5
     )
@@ -55,7 +56,7 @@ def test_corners_to_xywhr_parallelogram_min_area() -> None:
     out = corners_to_xywhr(sheared)
     area = out[0, 2] * out[0, 3]
     assert area <= 14 * 10 + 1e-3
-    hull = xywhr_to_corners(out)[0]
+    hull = corner_array(out)[0]
     for p in sheared[0]:
         rel = p - out[0, :2]
         u = np.array([math.cos(out[0, 4]), math.sin(out[0, 4])])

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
+from rbox_corners import corner_array
 
-from lucid_yolo.train.data.augment import Sample, largest_first, to_targets, xywhr_to_corners
+from lucid_yolo.train.data.augment import Sample, largest_first, to_targets
 
 
 def _sample(n: int) -> Sample:
@@ -16,7 +17,7 @@ def _sample(n: int) -> Sample:
         boxes=boxes,
         polygons=[np.array([[0, 0], [s, 0], [s, s], [0, s]], dtype=np.float32) for s in sizes],
         keypoints=np.ones((n, 2, 3), dtype=np.float32),
-        corners=xywhr_to_corners(
+        corners=corner_array(
             np.column_stack([sizes, sizes, sizes, sizes / 2, np.zeros(n)]).astype(np.float32)
         ),
     )

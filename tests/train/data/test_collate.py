@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from rbox_corners import corner_array
 
-from lucid_yolo.train.data.augment import Sample, to_targets, xywhr_to_corners
+from lucid_yolo.train.data.augment import Sample, to_targets
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.dataset_yaml import Task
 
@@ -21,7 +22,7 @@ def _sample(n: int) -> Sample:
         boxes=boxes,
         polygons=[np.array([[2, 2], [20, 2], [20, 12]], dtype=np.float32)] * n,
         keypoints=np.ones((n, K, 3), dtype=np.float32),
-        corners=xywhr_to_corners(np.tile(np.array([[11, 7, 18, 10, 0]], dtype=np.float32), (n, 1))),
+        corners=corner_array(np.tile(np.array([[11, 7, 18, 10, 0]], dtype=np.float32), (n, 1))),
         orig_size=(64, 64),
         scale_pad=(0.5, 0.0, 0.0),
     )

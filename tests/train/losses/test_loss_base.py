@@ -9,7 +9,7 @@ import torch
 from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch, single_thread
 
 from lucid_yolo.models import distances_to_xyxy
-from lucid_yolo.train.geometry import box_iou
+from lucid_yolo.models.geometry import box_iou
 from lucid_yolo.train.losses import DetectionLoss, LossGains
 
 GT = [0.0, 0.0, 16.0, 16.0]  # anchors 0, 1, 4, 5 are its candidates

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from lucid_yolo.train.metrics import clip_convex, polygon_area, rboxes_to_corners, rotated_overlaps
+from lucid_yolo.train.metrics import clip_convex, polygon_area, rotated_overlaps
 
 NO_CROWD = torch.zeros(1, dtype=torch.bool)
 
@@ -105,13 +105,6 @@ def test_rotated_overlaps_match_a_raster_estimate() -> None:
     raster = torch.tensor([_raster_iou(a[i], b[i], 0.025) for i in range(8)], dtype=torch.float64)
     assert (exact > 0.1).sum() >= 6, "most pairs should overlap"
     assert torch.allclose(exact, raster, atol=5e-3)
-
-
-def test_rboxes_to_corners_have_positive_area_w_times_h() -> None:
-    corners = rboxes_to_corners(torch.tensor([[1.0, 2.0, 4.0, 3.0, 2.5]]))
-    x, y = corners[0, :, 0], corners[0, :, 1]
-    signed = 0.5 * float((x * y.roll(-1) - x.roll(-1) * y).sum())
-    assert signed == pytest.approx(12.0, abs=1e-12)
 
 
 def test_polygon_area_ignores_slots_beyond_count() -> None:

@@ -13,16 +13,8 @@ from lucid_yolo.models.decode.dense import (
     xywhr_to_distances,
 )
 from lucid_yolo.models.decode.masks import assemble_masks, box_region, mask_probabilities
-from lucid_yolo.models.decode.nms import box_iou, decode_nms, greedy_keep, nms, rotated_nms
+from lucid_yolo.models.decode.nms import decode_nms, greedy_keep, nms, rotated_nms
 from lucid_yolo.models.decode.results import DensePredictions, Detections
-from lucid_yolo.models.decode.rotated import (
-    probiou,
-    probiou_aligned,
-    rbox_corners,
-    rbox_covariance,
-    rbox_hull,
-    regularize_rboxes,
-)
 from lucid_yolo.models.decode.topk import MAX_DETECTIONS, decode_end2end, topk_dense, topk_pairs
 
 __all__ = [
@@ -35,7 +27,6 @@ __all__ = [
     "topk_dense",
     "topk_pairs",
     # NMS path
-    "box_iou",
     "decode_nms",
     "greedy_keep",
     "nms",
@@ -47,13 +38,6 @@ __all__ = [
     "decode_rboxes",
     "distances_to_xywhr",
     "xywhr_to_distances",
-    # rotated boxes
-    "probiou",
-    "probiou_aligned",
-    "rbox_covariance",
-    "rbox_corners",
-    "rbox_hull",
-    "regularize_rboxes",
     # masks
     "assemble_masks",
     "box_region",

@@ -15,8 +15,8 @@ from torch import Tensor
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.models.anchors import distances_to_xyxy, make_anchors
 from lucid_yolo.models.decode.results import DensePredictions
-from lucid_yolo.models.decode.rotated import rbox_hull, regularize_rboxes
 from lucid_yolo.models.exceptions import ModelConfigError
+from lucid_yolo.models.geometry import normalize_xywhr, xywhr_to_xyxy
 from lucid_yolo.models.model import STRIDES
 
 
@@ -101,7 +101,7 @@ def decode_rboxes(distances: Tensor, angles: Tensor, points: Tensor) -> Tensor:
     Returns:
         (B, A, 5) ``xywhr``, long-edge convention.
     """
-    return regularize_rboxes(distances_to_xywhr(distances, angles, points))
+    return normalize_xywhr(distances_to_xywhr(distances, angles, points))
 
 
 def decode_dense(
@@ -131,7 +131,7 @@ def decode_dense(
     rboxes: Tensor | None = None
     if angle_key in raw:
         rboxes = decode_rboxes(distances, decode_angle(raw[angle_key][:, 0]), points)
-        boxes = rbox_hull(rboxes)
+        boxes = xywhr_to_xyxy(rboxes)
     else:
         boxes = distances_to_xyxy(distances, points)
 

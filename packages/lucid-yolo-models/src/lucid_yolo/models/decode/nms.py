@@ -19,18 +19,8 @@ from lucid_yolo.models import outputs as keys
 from lucid_yolo.models.decode.dense import decode_dense
 from lucid_yolo.models.decode.masks import assemble_masks
 from lucid_yolo.models.decode.results import Detections
-from lucid_yolo.models.decode.rotated import probiou
+from lucid_yolo.models.geometry import box_iou, probiou
 from lucid_yolo.models.model import STRIDES
-
-
-def box_iou(boxes1: Tensor, boxes2: Tensor) -> Tensor:
-    """Pairwise IoU: (N, 4) and (M, 4) ``xyxy`` → (N, M)."""
-    area1 = (boxes1[:, 2] - boxes1[:, 0]).clamp(min=0) * (boxes1[:, 3] - boxes1[:, 1]).clamp(min=0)
-    area2 = (boxes2[:, 2] - boxes2[:, 0]).clamp(min=0) * (boxes2[:, 3] - boxes2[:, 1]).clamp(min=0)
-    top_left = torch.maximum(boxes1[:, None, :2], boxes2[None, :, :2])
-    bottom_right = torch.minimum(boxes1[:, None, 2:], boxes2[None, :, 2:])
-    inter = (bottom_right - top_left).clamp(min=0).prod(dim=-1)
-    return inter / (area1[:, None] + area2[None, :] - inter).clamp(min=1e-9)
 
 
 def greedy_keep(suppresses: Tensor) -> Tensor:
@@ -66,19 +56,21 @@ def nms(
     """Class-wise greedy NMS.
 
     Args:
-        boxes: (N, D) boxes (``xyxy`` for :func:`box_iou`, ``xywhr`` for
-            :func:`~lucid_yolo.models.decode.rotated.probiou`).
+        boxes: (N, D) boxes (``xyxy`` for :func:`~lucid_yolo.models.geometry.box_iou`,
+            ``xywhr`` for :func:`~lucid_yolo.models.geometry.probiou`).
         scores: (N,) confidences.
         classes: (N,) class ids; boxes of different classes never suppress each other.
         iou_threshold: suppress when the overlap is strictly above this.
-        overlap: pairwise overlap function (N, D), (N, D) → (N, N).
+        overlap: broadcasting overlap function; called as ``(N, 1, D), (1, N, D) → (N, N)``.
 
     Returns:
         (N',) int64 indices of kept boxes, best first.
     """
     order = scores.argsort(descending=True, stable=True)
     boxes, classes = boxes[order], classes[order]
-    suppresses = (overlap(boxes, boxes) > iou_threshold) & (classes[:, None] == classes[None, :])
+    suppresses = (overlap(boxes[:, None], boxes[None]) > iou_threshold) & (
+        classes[:, None] == classes[None, :]
+    )
     return order[greedy_keep(suppresses)]
 
 
@@ -143,4 +135,4 @@ def decode_nms(
     return detections
 
 
-__all__ = ["box_iou", "decode_nms", "greedy_keep", "nms", "rotated_nms"]
+__all__ = ["decode_nms", "greedy_keep", "nms", "rotated_nms"]

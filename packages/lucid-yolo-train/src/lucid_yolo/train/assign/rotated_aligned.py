@@ -12,8 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lucid_yolo.models.geometry import points_in_xywhr, probiou
 from lucid_yolo.train.assign.task_aligned import TaskAlignedAssigner
-from lucid_yolo.train.geometry.rbox_ops import points_in_xywhr, probiou
 
 
 class RotatedTaskAlignedAssigner(TaskAlignedAssigner):

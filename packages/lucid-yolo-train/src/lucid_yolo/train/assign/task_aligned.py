@@ -27,8 +27,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lucid_yolo.models.geometry import box_iou
 from lucid_yolo.train.assign.targets import AssignedTargets
-from lucid_yolo.train.geometry.box_ops import box_iou
 
 
 class TaskAlignedAssigner:

@@ -24,10 +24,10 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lucid_yolo.models.anchors import distances_to_xyxy, make_anchors, xyxy_to_distances
+from lucid_yolo.models.geometry import box_ciou
 from lucid_yolo.models.outputs import BOX, BRANCHES, CLS, O2M, O2O, branch_key
 from lucid_yolo.train.assign import AssignedTargets, TaskAlignedAssigner
 from lucid_yolo.train.data.batch import Batch
-from lucid_yolo.train.geometry.box_ops import box_ciou
 from lucid_yolo.train.losses.gains import LossGains
 from lucid_yolo.train.losses.progloss import O2M_WEIGHT_END, O2M_WEIGHT_START, o2m_weight_at
 

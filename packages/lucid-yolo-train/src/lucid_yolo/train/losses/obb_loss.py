@@ -20,10 +20,10 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.models.decode import decode_angle, distances_to_xywhr, xywhr_to_distances
+from lucid_yolo.models.geometry import probiou
 from lucid_yolo.models.outputs import ANGLE, branch_key
 from lucid_yolo.train.assign import RotatedTaskAlignedAssigner, TaskAlignedAssigner
 from lucid_yolo.train.data.batch import Batch
-from lucid_yolo.train.geometry.rbox_ops import probiou
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
 
 

@@ -24,8 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lucid_yolo.models.geometry import box_area
 from lucid_yolo.models.outputs import KPT, KPT_SCALE
-from lucid_yolo.train.geometry.box_ops import box_area
 from lucid_yolo.train.geometry.keypoint_ops import keypoint_oks, keypoint_sigmas
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
 

@@ -32,7 +32,6 @@ from lucid_yolo.train.metrics.precision_curves import (
 from lucid_yolo.train.metrics.rotated_overlap import (
     clip_convex,
     polygon_area,
-    rboxes_to_corners,
     rotated_overlaps,
 )
 
@@ -51,7 +50,6 @@ __all__ = [
     "keypoint_sigmas",
     "COCO_KEYPOINT_SIGMAS",
     "rotated_overlaps",
-    "rboxes_to_corners",
     "clip_convex",
     "polygon_area",
     # COCO matching and accumulation

@@ -18,24 +18,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-
-def rboxes_to_corners(rboxes: Tensor) -> Tensor:
-    """Corners of rotated rectangles, in positive (counter-clockwise in x-right/y-up) order.
-
-    Args:
-        rboxes: (n, 5) ``xywhr``: centre x, y, width, height (pixels), angle (radians).
-
-    Returns:
-        (n, 4, 2) corners; the signed shoelace area of each is ``+w * h``.
-    """
-    r = rboxes.to(torch.float64)
-    cos, sin = torch.cos(r[:, 4]), torch.sin(r[:, 4])
-    half_w, half_h = r[:, 2] / 2, r[:, 3] / 2
-    sx = torch.stack([-half_w, half_w, half_w, -half_w], dim=1)  # (n, 4) in the box frame
-    sy = torch.stack([-half_h, -half_h, half_h, half_h], dim=1)
-    x = r[:, 0:1] + sx * cos[:, None] - sy * sin[:, None]
-    y = r[:, 1:2] + sx * sin[:, None] + sy * cos[:, None]
-    return torch.stack([x, y], dim=2)
+from lucid_yolo.models.geometry import xywhr_to_corners
 
 
 def polygon_area(vertices: Tensor, count: Tensor) -> Tensor:
@@ -137,7 +120,7 @@ def rotated_overlaps(
         candidate &= pairs.to(dev)
     pi, ti = torch.nonzero(candidate, as_tuple=True)
     inter = torch.zeros(n, m, dtype=torch.float64, device=dev)
-    corners_p, corners_t = rboxes_to_corners(p), rboxes_to_corners(t)  # (n, 4, 2), (m, 4, 2)
+    corners_p, corners_t = xywhr_to_corners(p), xywhr_to_corners(t)  # (n, 4, 2), (m, 4, 2)
     for start in range(0, pi.shape[0], chunk):
         rows, cols = pi[start : start + chunk], ti[start : start + chunk]
         count = torch.full((rows.shape[0],), 4, dtype=torch.int64, device=dev)
@@ -152,4 +135,4 @@ def rotated_overlaps(
     return torch.where(positive, inter / torch.where(positive, denominator, 1.0), 0.0)
 
 
-__all__ = ["clip_convex", "polygon_area", "rboxes_to_corners", "rotated_overlaps"]
+__all__ = ["clip_convex", "polygon_area", "rotated_overlaps"]

@@ -21,7 +21,7 @@ from lucid_yolo.train.data.augment.letterbox import (
 from lucid_yolo.train.data.augment.mix import copy_paste, mixup
 from lucid_yolo.train.data.augment.mosaic import mosaic4
 from lucid_yolo.train.data.augment.pipeline import SampleSource, train_sample, val_sample
-from lucid_yolo.train.data.augment.rbox import canonical_xywhr, corners_to_xywhr, xywhr_to_corners
+from lucid_yolo.train.data.augment.rbox import canonical_xywhr, corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, sample_from_labels
 from lucid_yolo.train.data.augment.targets import (
     MASK_STRIDE,
@@ -68,7 +68,6 @@ __all__ = [
     # rotated boxes
     "canonical_xywhr",
     "corners_to_xywhr",
-    "xywhr_to_corners",
     # batch conversion
     "MASK_STRIDE",
     "Targets",

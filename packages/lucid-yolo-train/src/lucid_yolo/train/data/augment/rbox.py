@@ -1,4 +1,4 @@
-"""Rotated boxes: corner points <-> ``xywhr`` in the long-edge convention.
+"""Rotated boxes of the data pipeline (NumPy): corner points → ``xywhr``, long-edge convention.
 
 Convention (the Batch contract's ``rboxes``): ``(cx, cy, w, h, r)`` in pixels and radians with
 ``w >= h`` (``w`` is the long edge) and ``r`` in ``[-pi/4, 3pi/4)``, the angle of the long edge from
@@ -76,28 +76,9 @@ def corners_to_xywhr(corners: FloatArray) -> FloatArray:
     return canonical_xywhr(raw.astype(np.float64))
 
 
-def xywhr_to_corners(rboxes: FloatArray) -> FloatArray:
-    """Corner points of rotated boxes.
-
-    Args:
-        rboxes: (n, 5) ``xywhr`` pixels/radians, any angle.
-
-    Returns:
-        (n, 4, 2) float32 corners, starting at centre - w/2 u - h/2 v and going along ``u`` (the
-        ``w`` edge) first, where ``u`` = (cos r, sin r) and ``v`` = (-sin r, cos r).
-    """
-    r = rboxes.astype(np.float64)
-    cos, sin = np.cos(r[:, 4]), np.sin(r[:, 4])
-    u = np.stack([cos, sin], axis=-1) * (r[:, 2:3] / 2)  # (n, 2) half long-edge vector
-    v = np.stack([-sin, cos], axis=-1) * (r[:, 3:4] / 2)  # (n, 2) half short-edge vector
-    c = r[:, :2]
-    corners = np.stack([c - u - v, c + u - v, c + u + v, c - u + v], axis=1)  # (n, 4, 2)
-    return corners.astype(np.float32)
-
-
 def _wrap(angle: Float64Array, low: float, period: float = math.pi) -> Float64Array:
     wrapped: Float64Array = np.mod(angle - low, period) + low
     return np.where(wrapped >= low + period, low, wrapped)
 
 
-__all__ = ["canonical_xywhr", "corners_to_xywhr", "xywhr_to_corners"]
+__all__ = ["canonical_xywhr", "corners_to_xywhr"]

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from lucid_yolo.train.geometry import box_area, box_ciou, box_iou
+from lucid_yolo.models.geometry import box_area, box_ciou, box_iou
 
 
 def test_box_area_inverted_box_is_zero() -> None:

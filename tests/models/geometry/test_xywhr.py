@@ -1,4 +1,4 @@
-"""Rotated-box convention, corners, containment and ProbIoU against hand-computed values."""
+"""Rotated-box convention, corners, hull, containment and ProbIoU against hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ import math
 import pytest
 import torch
 
-from lucid_yolo.train.geometry import (
+from lucid_yolo.models.geometry import (
     normalize_xywhr,
     points_in_xywhr,
     probiou,
-    rbox_covariance,
+    xywhr_covariance,
     xywhr_to_corners,
+    xywhr_to_xyxy,
 )
 
 
@@ -32,8 +33,27 @@ def test_normalize_xywhr_wraps_angle_into_range() -> None:
 
 def test_xywhr_to_corners_quarter_turn() -> None:
     corners = xywhr_to_corners(torch.tensor([10.0, 20.0, 4.0, 2.0, math.pi / 2]))
-    expected = torch.tensor([[9.0, 22.0], [9.0, 18.0], [11.0, 18.0], [11.0, 22.0]])
+    expected = torch.tensor([[11.0, 18.0], [11.0, 22.0], [9.0, 22.0], [9.0, 18.0]])
     assert torch.allclose(corners, expected, atol=1e-6)
+
+
+def test_xywhr_to_corners_axis_aligned_starts_at_minimum_corner() -> None:
+    corners = xywhr_to_corners(torch.tensor([10.0, 20.0, 4.0, 2.0, 0.0]))
+    expected = torch.tensor([[8.0, 19.0], [12.0, 19.0], [12.0, 21.0], [8.0, 21.0]])
+    torch.testing.assert_close(corners, expected)
+
+
+def test_xywhr_to_corners_have_positive_area_w_times_h() -> None:
+    corners = xywhr_to_corners(torch.tensor([[1.0, 2.0, 4.0, 3.0, 2.5]], dtype=torch.float64))
+    x, y = corners[0, :, 0], corners[0, :, 1]
+    signed = 0.5 * float((x * y.roll(-1) - x.roll(-1) * y).sum())
+    assert signed == pytest.approx(12.0, abs=1e-12)
+
+
+def test_xywhr_to_xyxy_of_square_at_45_degrees() -> None:
+    hull = xywhr_to_xyxy(torch.tensor([[0.0, 0.0, 2.0, 2.0, math.pi / 4]]))
+    r = math.sqrt(2)
+    torch.testing.assert_close(hull, torch.tensor([[-r, -r, r, r]]))
 
 
 def test_points_in_xywhr_follows_rotation() -> None:
@@ -47,8 +67,8 @@ def test_points_in_xywhr_edge_point_is_outside() -> None:
     assert not points_in_xywhr(torch.tensor([2.0, 0.0]), box).item()
 
 
-def test_rbox_covariance_rotated_box() -> None:
-    a, b, c = rbox_covariance(torch.tensor([0.0, 0.0, math.sqrt(12 * 4), math.sqrt(12), 0.5]))
+def test_xywhr_covariance_rotated_box() -> None:
+    a, b, c = xywhr_covariance(torch.tensor([0.0, 0.0, math.sqrt(12 * 4), math.sqrt(12), 0.5]))
     # diag(4, 1) rotated by 0.5 rad.
     cos, sin = math.cos(0.5), math.sin(0.5)
     assert a.item() == pytest.approx(4 * cos**2 + sin**2, rel=1e-6)
@@ -86,3 +106,10 @@ def test_probiou_far_apart_is_finite_with_gradient() -> None:
     assert value.item() == pytest.approx(0.0, abs=1e-3)
     assert box1.grad is not None
     assert torch.isfinite(box1.grad).all()
+
+
+def test_probiou_pairwise_matrix_is_symmetric() -> None:
+    generator = torch.Generator().manual_seed(0)
+    boxes = torch.rand(6, 5, generator=generator) * torch.tensor([50, 50, 20, 20, 3]) + 1
+    matrix = probiou(boxes[:, None], boxes[None])
+    torch.testing.assert_close(matrix, matrix.T)
