@@ -19,8 +19,8 @@ def deterministic() -> Iterator[None]:
     """cuDNN deterministic, no benchmark, deterministic algorithms; restored afterwards.
 
     Parity tests compare bits, so native and replayed runs must pick the same kernels
-    (REPLAY_NOTES.md, "Determinism"); cuBLAS also needs ``CUBLAS_WORKSPACE_CONFIG=:4096:8``,
-    which ``make test-gpu`` sets.
+    (docs/replay-invariants.md, invariant 22); cuBLAS also needs
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, which ``make test-gpu`` sets.
     """
     saved = (
         torch.backends.cudnn.benchmark,

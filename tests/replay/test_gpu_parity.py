@@ -3,7 +3,8 @@
 Run on a CUDA machine with ``CUBLAS_WORKSPACE_CONFIG=:4096:8`` (set by ``make test-gpu``'s
 caller): ``python -m pytest -m gpu tests/replay``. Every test trains a conv/BatchNorm/dropout net
 whose outputs feed a native loss, twice from the same seed, and compares weights, buffers,
-gradients, optimizer/scaler/scheduler/EMA state and losses (REPLAY_NOTES.md invariant 21).
+gradients, optimizer/scaler/scheduler/EMA state and losses (docs/replay-invariants.md,
+invariant 21).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Tests of signatures and bindings (invariants 7-12)."""
+"""Tests of signatures and bindings (docs/replay-invariants.md, invariants 7-12)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Autograd-side helpers of the recorder: gradient routing, patterns, aliases, nesting.
 
 Kept apart from :mod:`lucid_yolo.replay.recorder` so that the rules autograd equality rests on
-(REPLAY_NOTES.md "Gradients", invariants 2-5) read in one place.
+(docs/replay-invariants.md, invariants 2-5) read in one place.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Capture safety: naming the op that broke a capture, and autocast's cast cache inside a region.
 
 CUDA reports most illegal work during capture as a generic "operation failed due to a previous
-error during capture" (REPLAY_NOTES.md "Failures"). :class:`OpTrail` watches the dispatcher while
-capturing so the recorder can say which operator it was and what to do about it. On a machine
-without CUDA the same trail rejects the operators that would break a real capture, so the CPU
-suite exercises the failure path.
+error during capture" (docs/replay-invariants.md, invariant 17). :class:`OpTrail` watches the
+dispatcher while capturing so the recorder can say which operator it was and what to do about it.
+On a machine without CUDA the same trail rejects the operators that would break a real capture,
+so the CPU suite exercises the failure path.
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ def autocast_cache_emulation(device_type: str) -> Iterator[None]:
     Capture needs the cache empty at the boundaries (a cast cached outside would be read from
     stale memory), but eager caches casts of fp32 leaves, which changes how the gradients of a
     weight used several times are summed. Clearing, enabling, running and clearing again records
-    the casts inside the graph and matches eager-with-cache bitwise (REPLAY_NOTES.md "Autocast").
+    the casts inside the graph and matches eager-with-cache bitwise (docs/replay-invariants.md,
+    invariant 6).
     No-op when autocast is off for ``device_type``.
     """
     if not torch.is_autocast_enabled(device_type):

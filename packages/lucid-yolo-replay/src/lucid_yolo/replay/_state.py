@@ -1,8 +1,8 @@
 """Snapshot and in-place restore of the state that warm-up and capture would otherwise advance.
 
 Warm-up runs real forwards: BatchNorm running statistics and ``num_batches_tracked`` move and the
-RNG offset advances (REPLAY_NOTES.md "State, RNG"). Restoring with ``copy_`` keeps every address,
-which the recorded graphs depend on (invariants 1 and 20).
+RNG offset advances. Restoring with ``copy_`` keeps every address,
+which the recorded graphs depend on (invariants 1 and 20 of docs/replay-invariants.md).
 """
 
 from __future__ import annotations

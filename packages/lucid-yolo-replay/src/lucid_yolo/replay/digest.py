@@ -1,9 +1,9 @@
 """Byte digests of training state: the yardstick of every parity claim.
 
-Parity is a statement about bits (REPLAY_NOTES.md invariant 21), so it is checked on the raw bytes
-of every tensor rather than with ``allclose``. :func:`state_digest` flattens models, optimizers,
-GradScalers, LR schedulers, EMA holders, plain tensors and nested containers into named SHA-256
-digests; :func:`first_difference` names the first tensor whose bytes differ.
+Parity is a statement about bits (docs/replay-invariants.md, invariant 21), so it is checked on
+the raw bytes of every tensor rather than with ``allclose``. :func:`state_digest` flattens models,
+optimizers, GradScalers, LR schedulers, EMA holders, plain tensors and nested containers into
+named SHA-256 digests; :func:`first_difference` names the first tensor whose bytes differ.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Graphs hold their memory for good, so recorders of one training step (network region, update,
 EMA) share one private pool; and warm-up and capture run on a side stream so the capture sees no
-work from the default stream (REPLAY_NOTES.md "State, RNG, memory, streams", invariants 18-19).
+work from the default stream (docs/replay-invariants.md, invariants 18-19).
 On a machine without CUDA the pool is a stand-in that only names its device.
 """
 

@@ -5,8 +5,8 @@ The recorder sits where the region's call was. On each call it decides, in this 
 warm-up), or replay. A replay copies the inputs into static buffers, launches the forward graph
 and returns the static outputs as ordinary tensors wired into autograd, so native code (a loss)
 can follow; autograd later calls back into the recorder, which launches the backward graph and
-hands gradients to ``AccumulateGrad`` exactly as eager autograd would (REPLAY_NOTES.md
-"Gradients", invariants 2-4).
+hands gradients to ``AccumulateGrad`` exactly as eager autograd would (invariants 2-4
+of docs/replay-invariants.md; the numbers below refer to that page).
 """
 
 from __future__ import annotations
@@ -344,7 +344,7 @@ class RegionRecorder:
 
     def _launch_forward(self, ctx: Any, call: _Call) -> tuple[Tensor, ...]:
         recording = call.recording
-        # Copy-in: the graph reads only the static inputs (invariant 5); skip a caller that
+        # Copy-in: the graph reads only the static inputs (invariant 7); skip a caller that
         # already wrote into them.
         for static, live in zip(recording.static_inputs, call.inputs, strict=True):
             if static.data_ptr() != live.data_ptr():

@@ -1,10 +1,11 @@
 """Signatures: everything that must match for a recorded graph to stand in for a native call.
 
 A CUDA graph replays fixed kernels on fixed addresses with every Python scalar baked in, and it
-checks nothing at replay (REPLAY_NOTES.md "Silent at replay"). The recorder therefore keys each
-recording on a :class:`Signature` built before every call, and separately checks a
-:class:`Binding` of the region's identity (parameters, forward methods, hooks) whose change cannot
-be fixed by recording again and retires the recorder (invariants 7-12).
+checks nothing at replay (docs/replay-invariants.md, "What fails silently at replay"). The
+recorder therefore keys each recording on a :class:`Signature` built before every call, and
+separately checks a :class:`Binding` of the region's identity (parameters, forward methods,
+hooks) whose change cannot be fixed by recording again and retires the recorder (invariants 7-12
+of that page).
 """
 
 from __future__ import annotations

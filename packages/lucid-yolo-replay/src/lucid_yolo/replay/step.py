@@ -141,7 +141,8 @@ class ReplayStep:
 
     def _update(self) -> None:
         if self.scaler is not None:
-            # unscale, inf check (a host sync) and scale update stay native (REPLAY_NOTES.md).
+            # unscale, inf check (a host sync) and scale update stay native (invariant 23,
+            # docs/replay-invariants.md).
             # GradScaler only reads param_groups and calls step(): the wrapper duck-types.
             self.scaler.step(cast(torch.optim.Optimizer, self.updater))
             self.scaler.update()

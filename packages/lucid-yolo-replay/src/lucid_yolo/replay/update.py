@@ -4,7 +4,8 @@ An update is a fixed sequence of device ops on tensors that keep their addresses
 optimizer state, EMA weights). After ``warmup_steps`` native calls — which also create lazily
 initialised optimizer state — the update is captured once and replayed. Anything a graph would
 bake (Python-scalar hyperparameters, which parameters have gradients, gradient layouts) is part
-of the key, so a change records again or retires (REPLAY_NOTES.md "GradScaler and optimizers").
+of the key, so a change records again or retires (docs/replay-invariants.md, invariants 15
+and 23).
 """
 
 from __future__ import annotations

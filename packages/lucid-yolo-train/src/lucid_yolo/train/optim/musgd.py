@@ -21,7 +21,7 @@ direction. Depthwise conv weights ``(C, 1, k, k)`` are matrices too: tall ``C ×
 Cost: the orthogonalisation is about 9.5 GFLOP per step for yolo26n (docs/engineering/musgd-ema.md),
 negligible on a GPU but seconds on a laptop CPU.
 
-Graph safety (../shared/REPLAY_NOTES.md, "GradScaler and optimizers"): the native ``step`` is the
+Graph safety (docs/replay-invariants.md, invariant 15): the native ``step`` is the
 exact op sequence a CUDA-graph update replay records, so
 
 - every numeric hyperparameter of a group (``lr``, ``momentum``, ``weight_decay``, ``muon_weight``,
