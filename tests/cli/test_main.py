@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from lucid_yolo.cli import data
 from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, main
+from lucid_yolo.train.exceptions import TrainConfigError
 
 HELP_COMMANDS = [
     ["info"],
@@ -150,3 +152,14 @@ def test_main_out_of_range_option_is_one_line_error(
     assert err.startswith("lucid-yolo: error: invalid option value: ")
     assert message in err
     assert err.count("\n") == 1
+
+
+def test_main_train_error_is_one_line_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def refuse(*args: object, **kwargs: object) -> Path:
+        raise TrainConfigError("imgsz=7 is too small; use 64 or more")
+
+    monkeypatch.setattr(data, "generate_synthetic", refuse)
+    assert main(["data", "synth", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == "lucid-yolo: error: imgsz=7 is too small; use 64 or more\n"

@@ -24,10 +24,10 @@ from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.models import ModelError
-from lucid_yolo.train.data.errors import DataError
+from lucid_yolo.train.exceptions import TrainError
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-USER_ERRORS: tuple[type[Exception], ...] = (CliError, DataError, ModelError, FileNotFoundError)
+USER_ERRORS: tuple[type[Exception], ...] = (CliError, TrainError, ModelError, FileNotFoundError)
 
 _Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 PLAIN_COMMANDS: dict[str, _Registrar] = {

@@ -18,6 +18,7 @@ from torch import Tensor
 from lucid_yolo.models.decode import Detections, decode_end2end
 from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterbox_points
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.metrics import ImagePredictions, ImageTargets, MeanAveragePrecision
 
 TASK_KINDS: dict[str, tuple[str, ...]] = {
@@ -54,7 +55,7 @@ class Evaluator:
         max_det: int,
     ) -> None:
         if task not in TASK_KINDS:
-            raise ValueError(f"unknown task {task!r}: expected one of {sorted(TASK_KINDS)!r}")
+            raise TrainConfigError(f"unknown task {task!r}: expected one of {sorted(TASK_KINDS)!r}")
         self.task = task
         self.strides = tuple(strides)
         self.conf = conf

@@ -20,6 +20,7 @@ from lucid_yolo.models import create_model, model_spec
 from lucid_yolo.replay import merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.optim import ModelEMA, MuSGD, WarmupLinearSchedule, param_groups
 from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
@@ -62,7 +63,7 @@ class YoloModule(pl.LightningModule):
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
-        ValueError: for out-of-range hyperparameters.
+        TrainConfigError: for out-of-range hyperparameters.
     """
 
     def __init__(
@@ -92,11 +93,11 @@ class YoloModule(pl.LightningModule):
     ) -> None:
         super().__init__()
         if lr0 <= 0.0:
-            raise ValueError(f"lr0 must be > 0, got {lr0!r}")
+            raise TrainConfigError(f"lr0 must be > 0, got {lr0!r}")
         if max_det < 1:
-            raise ValueError(f"max_det must be >= 1, got {max_det!r}")
+            raise TrainConfigError(f"max_det must be >= 1, got {max_det!r}")
         if not 0.0 <= val_conf <= 1.0:
-            raise ValueError(f"val_conf must be in [0, 1], got {val_conf!r}")
+            raise TrainConfigError(f"val_conf must be in [0, 1], got {val_conf!r}")
         self.save_hyperparameters()
         spec = model_spec(model)
         self.task = spec.task

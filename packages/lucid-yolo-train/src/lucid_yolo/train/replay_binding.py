@@ -29,6 +29,7 @@ from lucid_yolo.models import YOLO26
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.replay import RegionRecorder, ReplayPool, merge_telemetry
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
 
 FEATURE_KEYS = ("features.p3", "features.p4", "features.p5")
 """Output keys of the neck's features when the segment heads are a region of their own."""
@@ -60,7 +61,7 @@ class ReplayOptions:
 
     def __post_init__(self) -> None:
         if self.max_signatures < 1:
-            raise ValueError(f"max_signatures must be >= 1, got {self.max_signatures!r}")
+            raise TrainConfigError(f"max_signatures must be >= 1, got {self.max_signatures!r}")
 
 
 def branch_groups(task: str) -> dict[str, list[str]]:
@@ -114,7 +115,9 @@ class SegmentHeadRegion:
 
     def __init__(self, net: YOLO26) -> None:
         if net.protos is None:
-            raise ValueError(f"model task {net.task!r} has no segment heads: use a -seg model")
+            raise TrainConfigError(
+                f"model task {net.task!r} has no segment heads: use a -seg model"
+            )
         self.protos = net.protos
 
     def __call__(self, *features: Tensor) -> dict[str, Tensor]:
@@ -178,7 +181,7 @@ class NetworkReplay:
         criterion: the task loss; needed when ``options.capture_loss``.
 
     Raises:
-        ValueError: ``capture_segment_heads`` on a network without segment heads;
+        TrainConfigError: ``capture_segment_heads`` on a network without segment heads;
             ``capture_loss`` without a criterion or for a task not in :data:`LOSS_REPLAY_TASKS`.
     """
 
@@ -186,15 +189,15 @@ class NetworkReplay:
         self, net: YOLO26, task: str, options: ReplayOptions, criterion: nn.Module | None = None
     ) -> None:
         if options.capture_loss and criterion is None:
-            raise ValueError("capture_loss=True needs the criterion to record")
+            raise TrainConfigError("capture_loss=True needs the criterion to record")
         if options.capture_loss and task not in LOSS_REPLAY_TASKS:
-            raise ValueError(
+            raise TrainConfigError(
                 f"capture_loss=True is verified bitwise for {LOSS_REPLAY_TASKS!r} only, not "
                 f"{task!r} (a segment fit with the loss replayed differed from native on an "
                 "H200; pose and OBB are not yet compared): leave it off for this task"
             )
         if options.capture_segment_heads and net.protos is None:
-            raise ValueError(
+            raise TrainConfigError(
                 f"capture_segment_heads=True needs a segment model, got task {task!r}: "
                 "use a -seg model or leave the option off"
             )

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from lucid_yolo.models.geometry import box_iou
 from lucid_yolo.train.assign.targets import AssignedTargets
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 class TaskAlignedAssigner:
@@ -45,7 +46,7 @@ class TaskAlignedAssigner:
         eps: guards the normalisation and the point-in-box margin.
 
     Raises:
-        ValueError: for a non-positive ``num_classes`` or ``topk``, negative exponents, or a
+        TrainConfigError: for a non-positive ``num_classes`` or ``topk``, negative exponents, or a
             ``stal_size`` below ``stal_threshold``.
     """
 
@@ -63,13 +64,13 @@ class TaskAlignedAssigner:
         eps: float = 1e-9,
     ) -> None:
         if num_classes < 1:
-            raise ValueError(f"num_classes={num_classes!r}: expected at least 1 class")
+            raise TrainConfigError(f"num_classes={num_classes!r}: expected at least 1 class")
         if topk < 1:
-            raise ValueError(f"topk={topk!r}: expected at least 1 positive per instance")
+            raise TrainConfigError(f"topk={topk!r}: expected at least 1 positive per instance")
         if alpha < 0 or beta < 0:
-            raise ValueError(f"alpha={alpha!r}, beta={beta!r}: exponents must be >= 0")
+            raise TrainConfigError(f"alpha={alpha!r}, beta={beta!r}: exponents must be >= 0")
         if stal_threshold is not None and stal_size < stal_threshold:
-            raise ValueError(
+            raise TrainConfigError(
                 f"stal_size={stal_size!r} is below stal_threshold={stal_threshold!r}: the "
                 "surrogate must be at least as large as the sides it replaces"
             )

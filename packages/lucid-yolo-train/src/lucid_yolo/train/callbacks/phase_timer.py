@@ -19,6 +19,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lucid_yolo.train.exceptions import TrainConfigError
+
 PHASES = ("data", "network", "loss", "backward", "update")
 """Phase names in step order; logged as ``time/<phase>_ms``."""
 
@@ -73,7 +75,7 @@ class PhaseTimer(Callback):
 
     def __init__(self, log_every_n_steps: int = 10) -> None:
         if log_every_n_steps < 1:
-            raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps!r}")
+            raise TrainConfigError(f"log_every_n_steps must be >= 1, got {log_every_n_steps!r}")
         self.log_every_n_steps = log_every_n_steps
         self._cuda = False
         self._last_end: float | None = None

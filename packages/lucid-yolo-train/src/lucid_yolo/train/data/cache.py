@@ -22,6 +22,7 @@ import numpy as np
 from lucid_yolo.train.data.augment.letterbox import resize_long_side
 from lucid_yolo.train.data.augment.sample import UInt8Array
 from lucid_yolo.train.data.errors import ImageReadError
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 def load_image(path: Path, imgsz: int) -> tuple[UInt8Array, tuple[int, int]]:
@@ -56,12 +57,14 @@ class ImageCache:
         max_bytes: budget for the pixel data; images past it are not cached.
 
     Raises:
-        ValueError: a negative budget.
+        TrainConfigError: a negative budget.
     """
 
     def __init__(self, imgsz: int, max_bytes: int) -> None:
         if max_bytes < 0:
-            raise ValueError(f"cache max_bytes={max_bytes!r} must be >= 0; use 0 to cache nothing")
+            raise TrainConfigError(
+                f"cache max_bytes={max_bytes!r} must be >= 0; use 0 to cache nothing"
+            )
         self.imgsz = imgsz
         self.max_bytes = max_bytes
         self.nbytes = 0

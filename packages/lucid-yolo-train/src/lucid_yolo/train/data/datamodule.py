@@ -46,6 +46,7 @@ from lucid_yolo.train.data.resources import (
     cpu_count,
 )
 from lucid_yolo.train.data.sampler import EpochSampler
+from lucid_yolo.train.exceptions import TrainConfigError
 
 DEFAULT_IMGSZ = 640
 PREDICT = "predict"
@@ -85,7 +86,7 @@ class YoloDataModule(L.LightningDataModule):
         seed: base seed of the sample order and of every sample's augmentation.
 
     Raises:
-        ValueError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range.
+        TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range.
         DatasetConfigError: an unreadable dataset description or checkpoint, a task mismatch,
             or a ``source`` without images (missing, empty folder, clashing file stems).
     """
@@ -110,11 +111,13 @@ class YoloDataModule(L.LightningDataModule):
     ) -> None:
         super().__init__()
         if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
-            raise ValueError(
+            raise TrainConfigError(
                 f"batch_size={batch_size!r} and val_batch_size={val_batch_size!r} must be >= 1"
             )
         if (workers is not None and workers < 0) or close_mosaic < 0:
-            raise ValueError(f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0")
+            raise TrainConfigError(
+                f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0"
+            )
         self.spec: DatasetSpec | PreparedDataset
         trained_imgsz = DEFAULT_IMGSZ
         if isinstance(yaml, DatasetSpec | PreparedDataset):

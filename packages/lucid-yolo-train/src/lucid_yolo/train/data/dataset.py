@@ -29,6 +29,7 @@ from lucid_yolo.train.data.cache import ImageCache, load_image
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset_yaml import TASKS, Task
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 class InstanceOverflowWarning(UserWarning):
@@ -52,7 +53,7 @@ class YoloDataset(Dataset[Targets]):
         counters: shared counters of produced samples and lost instances, or ``None``.
 
     Raises:
-        ValueError: an unknown task, ``imgsz`` or ``max_instances`` below 1, pose without a
+        TrainConfigError: an unknown task, ``imgsz`` or ``max_instances`` below 1, pose without a
             keypoint count, or pose flips without ``flip_idx``.
     """
 
@@ -72,17 +73,17 @@ class YoloDataset(Dataset[Targets]):
         counters: DataCounters | None = None,
     ) -> None:
         if task not in TASKS:
-            raise ValueError(f"task {task!r} is unknown; use one of {TASKS!r}")
+            raise TrainConfigError(f"task {task!r} is unknown; use one of {TASKS!r}")
         if imgsz < 1 or max_instances < 1:
-            raise ValueError(
+            raise TrainConfigError(
                 f"imgsz={imgsz!r} and max_instances={max_instances!r} must both be >= 1"
             )
         if task == "pose" and num_keypoints < 1:
-            raise ValueError(
+            raise TrainConfigError(
                 f"pose needs num_keypoints >= 1, got {num_keypoints!r}; pass kpt_shape[0]"
             )
         if task == "pose" and augment is not None and augment.fliplr > 0 and flip_idx is None:
-            raise ValueError(
+            raise TrainConfigError(
                 f"pose with fliplr={augment.fliplr!r} needs flip_idx to swap left/right "
                 "keypoints; add `flip_idx` to the dataset YAML or set fliplr=0"
             )

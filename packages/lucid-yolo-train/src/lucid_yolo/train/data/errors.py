@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from lucid_yolo.train.exceptions import TrainError
+from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 
 BadInputPolicy = Literal["fail", "skip"]
 """What a bad image or label row does: ``fail`` raises, ``skip`` warns and drops that image."""
@@ -98,7 +98,7 @@ class ProblemSink:
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
-            raise ValueError(f"policy must be one of {POLICIES}, got {self.policy!r}")
+            raise TrainConfigError(f"policy must be one of {POLICIES}, got {self.policy!r}")
 
     def report(self, problem: Problem) -> None:
         """Record ``problem``; raises its typed error under ``policy="fail"``."""

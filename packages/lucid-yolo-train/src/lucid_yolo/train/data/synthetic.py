@@ -37,6 +37,7 @@ from lucid_yolo.train.data.synthetic_shapes import (
     SHAPE_CLASSES,
     ShapeInstance,
 )
+from lucid_yolo.train.exceptions import TrainConfigError
 
 UInt8Image = npt.NDArray[np.uint8]
 
@@ -217,17 +218,21 @@ def generate_synthetic(
         ``flip_idx``).
 
     Raises:
-        ValueError: an unknown task or suffix, a negative count, ``imgsz < 64`` or
+        TrainConfigError: an unknown task or suffix, a negative count, ``imgsz < 64`` or
             ``max_objects < 1``.
     """
     if task not in TASKS:
-        raise ValueError(f"task {task!r} is unknown; use one of {TASKS!r}")
+        raise TrainConfigError(f"task {task!r} is unknown; use one of {TASKS!r}")
     if image_suffix not in (".jpg", ".png"):
-        raise ValueError(f"image_suffix {image_suffix!r} is not supported; use '.jpg' or '.png'")
+        raise TrainConfigError(
+            f"image_suffix {image_suffix!r} is not supported; use '.jpg' or '.png'"
+        )
     if num_train < 0 or num_val < 0:
-        raise ValueError(f"image counts must be >= 0, got {num_train!r} and {num_val!r}")
+        raise TrainConfigError(f"image counts must be >= 0, got {num_train!r} and {num_val!r}")
     if imgsz < 64 or max_objects < 1:
-        raise ValueError(f"need imgsz >= 64 and max_objects >= 1, got {imgsz!r}, {max_objects!r}")
+        raise TrainConfigError(
+            f"need imgsz >= 64 and max_objects >= 1, got {imgsz!r}, {max_objects!r}"
+        )
     out = Path(root).expanduser().resolve()
     params = (
         [cv2.IMWRITE_JPEG_QUALITY, 95]

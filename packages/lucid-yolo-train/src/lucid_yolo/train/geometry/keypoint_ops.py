@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lucid_yolo.train.exceptions import TrainConfigError
+
 COCO_KEYPOINT_SIGMAS: tuple[float, ...] = (
     0.026,  # nose
     0.025,  # left eye
@@ -46,10 +48,10 @@ def keypoint_sigmas(num_keypoints: int) -> tuple[float, ...]:
         ``K`` sigmas.
 
     Raises:
-        ValueError: when ``num_keypoints`` is below 1.
+        TrainConfigError: when ``num_keypoints`` is below 1.
     """
     if num_keypoints < 1:
-        raise ValueError(f"num_keypoints must be positive, got {num_keypoints!r}")
+        raise TrainConfigError(f"num_keypoints must be positive, got {num_keypoints!r}")
     if num_keypoints == len(COCO_KEYPOINT_SIGMAS):
         return COCO_KEYPOINT_SIGMAS
     mean = sum(COCO_KEYPOINT_SIGMAS) / len(COCO_KEYPOINT_SIGMAS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses.loss_base import DetectionLoss, YoloLoss
 from lucid_yolo.train.losses.obb_loss import OBBLoss
 from lucid_yolo.train.losses.pose_loss import PoseLoss
@@ -28,7 +29,7 @@ def build_loss(task: str, num_classes: int, **options: Any) -> YoloLoss:
         The loss module, called as ``loss(outputs, batch, epoch_fraction)``.
 
     Raises:
-        ValueError: for an unknown task, with the closest known name.
+        TrainConfigError: for an unknown task, with the closest known name.
 
     Example:
         >>> loss = build_loss("pose", num_classes=1, num_keypoints=17)
@@ -38,7 +39,7 @@ def build_loss(task: str, num_classes: int, **options: Any) -> YoloLoss:
     if task not in LOSSES:
         close = difflib.get_close_matches(task, LOSSES, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise ValueError(f"unknown task {task!r}: {hint}expected one of {sorted(LOSSES)!r}")
+        raise TrainConfigError(f"unknown task {task!r}: {hint}expected one of {sorted(LOSSES)!r}")
     return LOSSES[task](num_classes, **options)
 
 

@@ -28,6 +28,7 @@ from lucid_yolo.models.geometry import box_ciou
 from lucid_yolo.models.outputs import BOX, BRANCHES, CLS, O2M, O2O, branch_key
 from lucid_yolo.train.assign import AssignedTargets, TaskAlignedAssigner
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses.gains import LossGains
 from lucid_yolo.train.losses.progloss import O2M_WEIGHT_END, O2M_WEIGHT_START, o2m_weight_at
 
@@ -84,7 +85,7 @@ class YoloLoss(nn.Module):
             learning rates were tuned under (the terms are per-image means).
 
     Raises:
-        ValueError: for an empty ``strides``.
+        TrainConfigError: for an empty ``strides``.
     """
 
     task: ClassVar[str] = "detect"
@@ -107,7 +108,7 @@ class YoloLoss(nn.Module):
     ) -> None:
         super().__init__()
         if not strides:
-            raise ValueError(
+            raise TrainConfigError(
                 f"strides={strides!r}: give one stride per head level, e.g. (8, 16, 32)"
             )
         self.num_classes = num_classes
@@ -187,7 +188,7 @@ class YoloLoss(nn.Module):
         points, strides = self._anchor_cache[key]
         anchors = outputs[branch_key(O2M, CLS)].shape[-1]
         if anchors != points.shape[0]:
-            raise ValueError(
+            raise TrainConfigError(
                 f"outputs have {anchors!r} anchors but a {height}x{width} input with strides "
                 f"{self.strides!r} gives {points.shape[0]!r}: pass the head's strides and an "
                 "input size divisible by the largest stride"

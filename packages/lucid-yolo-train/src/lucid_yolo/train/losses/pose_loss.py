@@ -26,6 +26,7 @@ from torch import Tensor
 
 from lucid_yolo.models.geometry import box_area
 from lucid_yolo.models.outputs import KPT, KPT_SCALE
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.geometry.keypoint_ops import keypoint_oks, keypoint_sigmas
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
 
@@ -67,7 +68,7 @@ class PoseLoss(YoloLoss):
         **kwargs: the arguments of :class:`~lucid_yolo.train.losses.loss_base.YoloLoss`.
 
     Raises:
-        ValueError: when ``sigmas`` has not ``K`` entries or the clamp range is empty.
+        TrainConfigError: when ``sigmas`` has not ``K`` entries or the clamp range is empty.
     """
 
     task: ClassVar[str] = "pose"
@@ -86,12 +87,12 @@ class PoseLoss(YoloLoss):
         super().__init__(num_classes, **kwargs)
         values = tuple(sigmas) if sigmas is not None else keypoint_sigmas(num_keypoints)
         if len(values) != num_keypoints:
-            raise ValueError(
+            raise TrainConfigError(
                 f"got {len(values)!r} sigmas for num_keypoints={num_keypoints!r}: pass one sigma "
                 "per keypoint or none for the default rule"
             )
         if not log_scale_min < log_scale_max:
-            raise ValueError(
+            raise TrainConfigError(
                 f"log_scale_min={log_scale_min!r} must be below log_scale_max={log_scale_max!r}"
             )
         self.num_keypoints = num_keypoints
@@ -104,7 +105,7 @@ class PoseLoss(YoloLoss):
         raw = ctx.output(KPT)
         B, channels, A = raw.shape
         if channels != 3 * K:
-            raise ValueError(
+            raise TrainConfigError(
                 f"{ctx.branch}.kpt has {channels!r} channels: expected 3 * num_keypoints = "
                 f"{3 * K!r}; build the loss with the model's num_keypoints"
             )

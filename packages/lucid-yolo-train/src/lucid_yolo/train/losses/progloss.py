@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from lucid_yolo.train.exceptions import TrainConfigError
+
 O2M_WEIGHT_START = 0.8
 O2M_WEIGHT_END = 0.1
 
@@ -18,12 +20,12 @@ def epoch_fraction(epoch: int, epochs: int) -> float:
     """Position of ``epoch`` (0-based) in a run of ``epochs``: 0.0 first, 1.0 last.
 
     Raises:
-        ValueError: when ``epochs < 1`` or ``epoch`` is outside ``[0, epochs)``.
+        TrainConfigError: when ``epochs < 1`` or ``epoch`` is outside ``[0, epochs)``.
     """
     if epochs < 1:
-        raise ValueError(f"epochs={epochs!r}: a run has at least one epoch")
+        raise TrainConfigError(f"epochs={epochs!r}: a run has at least one epoch")
     if not 0 <= epoch < epochs:
-        raise ValueError(f"epoch={epoch!r} is outside [0, {epochs}); epochs are 0-based")
+        raise TrainConfigError(f"epoch={epoch!r} is outside [0, {epochs}); epochs are 0-based")
     return epoch / (epochs - 1) if epochs > 1 else 0.0
 
 

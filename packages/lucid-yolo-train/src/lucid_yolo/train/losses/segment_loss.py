@@ -22,6 +22,7 @@ from torch import Tensor
 
 from lucid_yolo.models.outputs import MASK_COEF, PROTOS, SEMANTIC
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
 
 
@@ -124,7 +125,7 @@ class SegmentationLoss(YoloLoss):
     def __init__(self, num_classes: int, *, mask_samples: int = 256, **kwargs: Any) -> None:
         super().__init__(num_classes, **kwargs)
         if mask_samples < 1:
-            raise ValueError(f"mask_samples={mask_samples!r}: sample at least one anchor")
+            raise TrainConfigError(f"mask_samples={mask_samples!r}: sample at least one anchor")
         self.mask_samples = mask_samples
 
     def _task_terms(self, ctx: BranchContext) -> dict[str, Tensor]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from lucid_yolo.train.data.augment.geometry import KeepRule
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 @dataclass(frozen=True)
@@ -52,17 +53,17 @@ class AugmentConfig:
             if isinstance(value, bool):
                 continue
             if not value >= 0:
-                raise ValueError(
+                raise TrainConfigError(
                     f"AugmentConfig.{f.name}={value!r} must be >= 0; use 0 to disable it"
                 )
         for name in ("fliplr", "mosaic", "mixup", "copy_paste", "min_visible", "translate"):
             if getattr(self, name) > 1:
-                raise ValueError(
+                raise TrainConfigError(
                     f"AugmentConfig.{name}={getattr(self, name)!r} is a fraction; "
                     "use a value in [0, 1]"
                 )
         if self.scale >= 1:
-            raise ValueError(
+            raise TrainConfigError(
                 f"AugmentConfig.scale={self.scale!r} lets the scale factor reach 0; "
                 "use a value below 1 (default 0.5)"
             )

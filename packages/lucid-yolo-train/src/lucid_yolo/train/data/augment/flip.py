@@ -14,6 +14,7 @@ from dataclasses import replace
 import numpy as np
 
 from lucid_yolo.train.data.augment.sample import Sample
+from lucid_yolo.train.data.errors import DatasetConfigError
 
 
 def flip_lr(sample: Sample, flip_idx: Sequence[int] | None = None) -> Sample:
@@ -28,7 +29,7 @@ def flip_lr(sample: Sample, flip_idx: Sequence[int] | None = None) -> Sample:
         The mirrored sample; unlabelled keypoints stay ``(0, 0, 0)``.
 
     Raises:
-        ValueError: ``flip_idx`` is not a permutation of the K keypoints.
+        DatasetConfigError: ``flip_idx`` is not a permutation of the K keypoints.
     """
     w = float(sample.width)
     boxes = sample.boxes.copy()
@@ -42,7 +43,7 @@ def flip_lr(sample: Sample, flip_idx: Sequence[int] | None = None) -> Sample:
             order = np.asarray(flip_idx, dtype=np.int64)
             k = keypoints.shape[1]
             if sorted(order.tolist()) != list(range(k)):
-                raise ValueError(
+                raise DatasetConfigError(
                     f"flip_idx {list(flip_idx)!r} is not a permutation of {k} keypoints; "
                     "set flip_idx in the dataset YAML to the index of each keypoint's mirror"
                 )

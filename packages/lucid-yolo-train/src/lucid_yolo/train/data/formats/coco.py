@@ -44,6 +44,7 @@ from lucid_yolo.train.data.formats.coco_annotation import CocoAnnotationError, p
 from lucid_yolo.train.data.formats.geometry import LabelRows
 from lucid_yolo.train.data.image_probe import probe_image
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.exceptions import TrainConfigError
 
 CrowdPolicy = Literal["drop", "ignore"]
 
@@ -256,7 +257,7 @@ def read_coco(
             f"{path}: COCO json has no oriented boxes; read OBB data from DOTA or Ultralytics txt"
         )
     if crowd not in ("drop", "ignore"):
-        raise ValueError(f"crowd must be 'drop' or 'ignore', got {crowd!r}")
+        raise TrainConfigError(f"crowd must be 'drop' or 'ignore', got {crowd!r}")
     data = _load_json(path)
     meta = _categories(path, data, task)
     own_sink = sink is None

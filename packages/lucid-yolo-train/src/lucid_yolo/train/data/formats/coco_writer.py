@@ -15,8 +15,10 @@ from pathlib import Path
 import numpy as np
 
 from lucid_yolo.train.data.dataset_yaml import Task
+from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.image_probe import probe_image
 from lucid_yolo.train.data.labels import FloatArray, ImageLabels
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 def _polygon_area(points: FloatArray) -> float:
@@ -53,11 +55,11 @@ def coco_annotations(
         Annotation dicts with pixel ``bbox`` ``[x, y, w, h]`` rounded to 1/1000 px.
 
     Raises:
-        ValueError: ``task`` is ``obb`` (COCO has no oriented boxes) or ``labels`` lacks the
-            task's field.
+        TrainConfigError: ``task`` is ``obb`` (COCO has no oriented boxes).
+        DatasetConfigError: ``labels`` lacks the task's field.
     """
     if task == "obb":
-        raise ValueError("COCO json has no oriented boxes; write OBB data as Ultralytics txt")
+        raise TrainConfigError("COCO json has no oriented boxes; write OBB data as Ultralytics txt")
     size = np.array([width, height], dtype=np.float32)
     out: list[dict[str, object]] = []
     for i, cls in enumerate(labels.classes.tolist()):
@@ -72,13 +74,13 @@ def coco_annotations(
         }
         if task == "segment":
             if labels.polygons is None:
-                raise ValueError(f"{labels.source!r}: the segment task needs polygons")
+                raise DatasetConfigError(f"{labels.source!r}: the segment task needs polygons")
             polygon = labels.polygons[i] * size
             ann["segmentation"] = [_round(polygon)]
             ann["area"] = _polygon_area(polygon)
         elif task == "pose":
             if labels.keypoints is None:
-                raise ValueError(f"{labels.source!r}: the pose task needs keypoints")
+                raise DatasetConfigError(f"{labels.source!r}: the pose task needs keypoints")
             keypoints = labels.keypoints[i].copy()
             keypoints[:, :2] *= size
             ann["keypoints"] = [v if j % 3 < 2 else int(v) for j, v in enumerate(_round(keypoints))]
@@ -113,7 +115,7 @@ def write_coco(
         ``json_path``.
 
     Raises:
-        ValueError: an image lies outside ``images_root``, or see :func:`coco_annotations`.
+        DatasetConfigError: an image lies outside ``images_root``, or see :func:`coco_annotations`.
         ImageReadError: an image cannot be probed for its size.
     """
     ids = category_ids if category_ids is not None else tuple(range(1, len(names) + 1))
@@ -131,7 +133,7 @@ def write_coco(
     for image_id, item in enumerate(labels, start=1):
         path = item.image_path.resolve()
         if not path.is_relative_to(root):
-            raise ValueError(f"image {str(path)!r} is not under images_root {str(root)!r}")
+            raise DatasetConfigError(f"image {str(path)!r} is not under images_root {str(root)!r}")
         height, width = probe_image(path)
         images.append(
             {

@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from lucid_yolo.train.data.dataset_yaml import Task
+from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.geometry import LabelRows, hull_box, out_of_range
 from lucid_yolo.train.data.labels import FloatArray, ImageLabels
 
@@ -179,24 +180,28 @@ def format_rows(labels: ImageLabels, task: Task, kpt_dims: int = 3) -> list[str]
         One string per instance, without newline.
 
     Raises:
-        ValueError: ``labels`` lacks the field ``task`` needs.
+        DatasetConfigError: ``labels`` lacks the field ``task`` needs.
     """
     lines: list[str] = []
     for i, cls in enumerate(labels.classes.tolist()):
         if task == "segment":
             if labels.polygons is None:
-                raise ValueError(f"{labels.source!r}: segment rows need polygons; none are set")
+                raise DatasetConfigError(
+                    f"{labels.source!r}: segment rows need polygons; none are set"
+                )
             body = _fmt(labels.polygons[i])
         elif task == "obb":
             if labels.corners is None:
-                raise ValueError(f"{labels.source!r}: obb rows need corners; none are set")
+                raise DatasetConfigError(f"{labels.source!r}: obb rows need corners; none are set")
             body = _fmt(labels.corners[i])
         else:
             x1, y1, x2, y2 = (float(v) for v in labels.boxes[i])
             body = _fmt(np.array([(x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1]))
             if task == "pose":
                 if labels.keypoints is None:
-                    raise ValueError(f"{labels.source!r}: pose rows need keypoints; none are set")
+                    raise DatasetConfigError(
+                        f"{labels.source!r}: pose rows need keypoints; none are set"
+                    )
                 body += " " + _fmt(labels.keypoints[i][:, :kpt_dims])
         lines.append(f"{cls} {body}")
     return lines

@@ -1,0 +1,53 @@
+"""User-facing checks of the training package raise its typed errors, never a bare ValueError."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lucid_yolo.train.data.augment import Sample, flip_lr
+from lucid_yolo.train.data.errors import DatasetConfigError
+from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.exceptions import TrainConfigError, TrainError
+from lucid_yolo.train.losses import build_loss
+from lucid_yolo.train.module import YoloModule
+from lucid_yolo.train.replay_binding import ReplayOptions
+
+
+def test_train_config_error_is_a_train_error_and_a_value_error() -> None:
+    assert issubclass(TrainConfigError, TrainError)
+    assert issubclass(TrainConfigError, ValueError)
+
+
+def test_module_out_of_range_option_is_train_config_error() -> None:
+    with pytest.raises(TrainConfigError, match=r"lr0 must be > 0, got -1\.0"):
+        YoloModule(lr0=-1.0)
+
+
+def test_replay_options_bad_signature_count_is_train_config_error() -> None:
+    with pytest.raises(TrainConfigError, match="max_signatures must be >= 1, got 0"):
+        ReplayOptions(max_signatures=0)
+
+
+def test_unknown_loss_task_is_train_config_error() -> None:
+    with pytest.raises(TrainConfigError, match="unknown task 'detcet'"):
+        build_loss("detcet", num_classes=1)
+
+
+def test_synthetic_bad_image_size_is_train_config_error(tmp_path: Path) -> None:
+    with pytest.raises(TrainConfigError, match="need imgsz >= 64"):
+        generate_synthetic(str(tmp_path), imgsz=32)
+
+
+def test_flip_idx_not_a_permutation_is_dataset_config_error() -> None:
+    keypoints = np.zeros((1, 3, 3), dtype=np.float32)
+    sample = Sample(
+        image=np.zeros((8, 8, 3), dtype=np.uint8),
+        classes=np.zeros(1, dtype=np.int64),
+        boxes=np.array([[1, 1, 4, 4]], dtype=np.float32),
+        keypoints=keypoints,
+    )
+    with pytest.raises(DatasetConfigError, match=r"flip_idx \[0, 0, 1\] is not a permutation"):
+        flip_lr(sample, flip_idx=[0, 0, 1])
