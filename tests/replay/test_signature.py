@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 import torch
 from torch import nn
 
-from lucid_yolo.replay import Binding, RetireReason, TensorSpec
+from lucid_yolo.replay import Binding, RetireReason, TensorSpec, signature
 from lucid_yolo.replay.signature import UnsupportedInputError, backend_flags, input_specs
 
 
@@ -80,3 +82,85 @@ def test_binding_check_detects_buffer_replacement() -> None:
 def test_binding_collects_shared_parameters_once() -> None:
     shared = nn.Linear(2, 2)
     assert len(Binding([nn.Sequential(shared, shared)]).parameters) == 2
+
+
+# -- the private torch internals signature.py reads ------------------------------------------
+# A torch upgrade that renames one of them would make the signature blind to hooks or replaced
+# tensors, silently. Each test registers through the public API and checks the private place.
+
+
+def _internal_message(internal: str) -> str:
+    return (
+        f"torch {torch.__version__}: {internal} no longer holds what replay/signature.py reads; "
+        "update the signature's reads (docs/replay-invariants.md, invariants 10-11)"
+    )
+
+
+_GLOBAL_REGISTRARS = {
+    "_global_forward_hooks": nn.modules.module.register_module_forward_hook,
+    "_global_forward_pre_hooks": nn.modules.module.register_module_forward_pre_hook,
+    "_global_backward_hooks": nn.modules.module.register_module_full_backward_hook,
+    "_global_backward_pre_hooks": nn.modules.module.register_module_full_backward_pre_hook,
+}
+
+
+@pytest.mark.parametrize("name", signature._GLOBAL_HOOK_DICTS)
+def test_torch_global_module_hook_dict_is_where_signature_reads(name: str) -> None:
+    internal = f"torch.nn.modules.module.{name}"
+    assert name in _GLOBAL_REGISTRARS, _internal_message(internal)
+    handle = _GLOBAL_REGISTRARS[name](lambda *args: None)
+    try:
+        assert len(getattr(nn.modules.module, name, ())) > 0, _internal_message(internal)
+    finally:
+        handle.remove()
+
+
+@pytest.mark.parametrize(
+    ("key", "register"),
+    [
+        ("_forward_hooks", lambda m: m.register_forward_hook(lambda *args: None)),
+        ("_forward_pre_hooks", lambda m: m.register_forward_pre_hook(lambda *args: None)),
+        ("_backward_hooks", lambda m: m.register_full_backward_hook(lambda *args: None)),
+        ("_backward_pre_hooks", lambda m: m.register_full_backward_pre_hook(lambda *args: None)),
+    ],
+)
+def test_torch_module_hook_dict_is_where_signature_reads(
+    key: str, register: Callable[[nn.Module], object]
+) -> None:
+    module = nn.Linear(2, 2)
+    assert not signature._has_hooks(vars(module))
+    register(module)
+    assert len(vars(module).get(key, ())) > 0, _internal_message(f"Module.__dict__[{key!r}]")
+    assert signature._has_hooks(vars(module))
+
+
+@pytest.mark.parametrize(
+    ("attribute", "register"),
+    [
+        ("_backward_hooks", lambda p: p.register_hook(lambda g: g)),
+        ("_post_accumulate_grad_hooks", lambda p: p.register_post_accumulate_grad_hook(print)),
+    ],
+)
+def test_torch_tensor_hook_attribute_is_where_signature_reads(
+    attribute: str, register: Callable[[nn.Parameter], object]
+) -> None:
+    parameter = nn.Parameter(torch.ones(2))
+    assert not signature._has_tensor_hooks(parameter)
+    register(parameter)
+    assert getattr(parameter, attribute, None), _internal_message(f"Tensor.{attribute}")
+    assert signature._has_tensor_hooks(parameter)
+
+
+def test_torch_module_registries_are_where_binding_reads() -> None:
+    module = nn.BatchNorm1d(2)
+    registry = vars(module)
+    assert set(registry.get("_parameters", {})) == {"weight", "bias"}, _internal_message(
+        "Module.__dict__['_parameters']"
+    )
+    assert set(registry.get("_buffers", {})) == {
+        "running_mean",
+        "running_var",
+        "num_batches_tracked",
+    }, _internal_message("Module.__dict__['_buffers']")
+    module.eval()
+    assert registry.get("training") is False, _internal_message("Module.__dict__['training']")
