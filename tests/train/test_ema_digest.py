@@ -1,0 +1,51 @@
+"""The trainer's EMA, bit for bit: digests of a short CPU fit recorded before EMA was unified.
+
+The expected value was recorded on the code before ``lucid_yolo.train.optim.ModelEMA`` and
+``lucid_yolo.replay.ModelEMA`` became one implementation (commit "EMA digest recorded"), with one
+intra-op thread, on this repository's locked torch on an x86-64 CPU. A change to any kernel a fit
+runs (a torch upgrade, another CPU's vector unit) can change the bits with no change to the EMA:
+then record it again on unchanged code first (``git log -- tests/train/test_ema_digest.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
+)
+
+EXPECTED_FIT = "c543758d5cec7ae22c2e926fec665665eab6e6ebe742e9bd7b2797259bef1ae3"
+"""SHA-256 over the EMA weights, the EMA update count, the model and optimizer digests and the loss
+bits of a 4-step native detect fit at 64 px (accumulation 2: 8 micro-batches)."""
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _fingerprint(fit: Any) -> str:
+    record = {"digests": fit.digests, "ema_updates": fit.ema_updates, "losses": fit.losses}
+    return hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_trainer_ema_digest_is_unchanged(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    fit = fit_digests(
+        tiny_dataset("detect"), "detect", "32-true", 2, accelerator="cpu", imgsz=64, max_steps=4
+    )
+    assert fit.ema_updates == 4
+    assert _fingerprint(fit) == EXPECTED_FIT
