@@ -4,11 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from lucid_yolo.train.data.augment import Sample, flip_lr
-from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.losses import build_loss
@@ -39,15 +36,3 @@ def test_unknown_loss_task_is_train_config_error() -> None:
 def test_synthetic_bad_image_size_is_train_config_error(tmp_path: Path) -> None:
     with pytest.raises(TrainConfigError, match="need imgsz >= 64"):
         generate_synthetic(str(tmp_path), imgsz=32)
-
-
-def test_flip_idx_not_a_permutation_is_dataset_config_error() -> None:
-    keypoints = np.zeros((1, 3, 3), dtype=np.float32)
-    sample = Sample(
-        image=np.zeros((8, 8, 3), dtype=np.uint8),
-        classes=np.zeros(1, dtype=np.int64),
-        boxes=np.array([[1, 1, 4, 4]], dtype=np.float32),
-        keypoints=keypoints,
-    )
-    with pytest.raises(DatasetConfigError, match=r"flip_idx \[0, 0, 1\] is not a permutation"):
-        flip_lr(sample, flip_idx=[0, 0, 1])

@@ -9,6 +9,7 @@ import pytest
 from rbox_corners import corner_array
 
 from lucid_yolo.train.data.augment import Sample, corners_to_xywhr, flip_lr
+from lucid_yolo.train.data.errors import DatasetConfigError
 
 
 def _sample() -> Sample:
@@ -64,5 +65,5 @@ def test_flip_lr_mirrors_obb_angle() -> None:
 
 
 def test_flip_lr_rejects_bad_flip_idx() -> None:
-    with pytest.raises(ValueError, match=r"flip_idx \[0, 0, 2\] is not a permutation"):
+    with pytest.raises(DatasetConfigError, match=r"flip_idx \[0, 0, 2\] is not a permutation"):
         flip_lr(_sample(), [0, 0, 2])
