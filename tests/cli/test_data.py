@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import yaml
 
 from lucid_yolo.cli.main import main
+
+if TYPE_CHECKING:
+    from conftest import CliRunner
 
 
 def test_data_synth_writes_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,8 +49,46 @@ def test_data_check_broken_row_exits_one_with_file_and_line(
     label.write_text("\n".join([*rows, "0 0.5 0.5"]) + "\n")
     assert main(["data", "check", str(tiny_data)]) == 1
     out = capsys.readouterr().out
-    assert "1 problem(s)" in out
+    assert "1 error(s)" in out
     assert f"{label}:{len(rows) + 1}:" in out
+
+
+def test_data_check_warnings_alone_exit_zero(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    label = tiny_data.parent / "labels" / "train" / "000001.txt"
+    label.write_text(label.read_text() + "0 0.1 0.1 0.2 0.1 0.2 0.3\n")
+    assert main(["data", "check", str(tiny_data)]) == 0
+    out = capsys.readouterr().out
+    assert "1 warning(s)" in out
+    assert "7 columns are read as a triangle" in out
+
+
+def test_data_check_missing_labels_folder_exits_one(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.rmtree(tiny_data.parent / "labels")
+    assert main(["data", "check", str(tiny_data)]) == 1
+    assert "has no label file for any of its 4 image(s)" in capsys.readouterr().out
+
+
+def test_data_check_allow_unlabelled_accepts_missing_labels(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shutil.rmtree(tiny_data.parent / "labels")
+    assert main(["data", "check", "--allow-unlabelled", str(tiny_data)]) == 0
+    assert "no problems" in capsys.readouterr().out
+
+
+def test_data_check_prints_non_utf8_file_name_escaped(tiny_data: Path, cli: CliRunner) -> None:
+    labels = tiny_data.parent / "labels" / "train"
+    images = tiny_data.parent / "images" / "train"
+    os.rename(labels / "000000.txt", os.fsencode(labels) + b"/000000\xff.txt")
+    os.rename(images / "000000.jpg", os.fsencode(images) + b"/000000\xff.jpg")
+    (labels / "000000\udcff.txt").write_text("0 0.5 0.5\n")
+    done = cli("data", "check", str(tiny_data))
+    assert (done.returncode, done.stderr) == (1, "")
+    assert "labels/train/000000\\xff.txt:1: 3 columns do not fit" in done.stdout
 
 
 def test_data_check_missing_path_is_an_error(

@@ -38,7 +38,7 @@ def test_check_dataset_lists_every_problem_with_location(tmp_path: Path) -> None
         "labels/val/000000.txt:1",
     ]
     assert [s.skipped for s in report.splits] == [2, 1]
-    assert "4 problem(s)" in report.format()
+    assert "4 error(s)" in report.format()
 
 
 def test_check_dataset_reports_yaml_problem_instead_of_raising(tmp_path: Path) -> None:

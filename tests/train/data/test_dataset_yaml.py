@@ -73,7 +73,6 @@ def test_load_dataset_yaml_task_argument_overrides_yaml(tmp_path: Path) -> None:
         ("val: images/val\nnames: [a]\n", r"no `train` split; add `train: images/train`"),
         ("train: images/nope\nval: images/val\nnames: [a]\n", r"`train` path 'images/nope' does"),
         ("- a\n- b\n", r"must be a mapping of keys"),
-        ("train: [images/train\n", r"is not valid YAML"),
         (
             "train: images/train\nval: images/val\nnames: [a]\nkpt_shape: [3, 4]\n",
             r"`kpt_shape` must be \[K, 2\] or \[K, 3\].*\[3, 4\]",
@@ -96,6 +95,17 @@ def test_load_dataset_yaml_bad_yaml_names_file_and_fix(
 ) -> None:
     with pytest.raises(DatasetConfigError, match=rf"data\.yaml: .*{message}"):
         load_dataset_yaml(_yaml(tmp_path, text))
+
+
+def test_load_dataset_yaml_syntax_error_is_one_line_with_file_and_line(tmp_path: Path) -> None:
+    path = _yaml(tmp_path, "names: [a]\ntrain: images/train\n  val: images/val\n")
+    with pytest.raises(DatasetConfigError) as caught:
+        load_dataset_yaml(path)
+    message = str(caught.value)
+    assert message.startswith(
+        f"{path}:3: not valid YAML at column 6: mapping values are not allowed here"
+    )
+    assert "\n" not in message
 
 
 def test_load_dataset_yaml_missing_file(tmp_path: Path) -> None:

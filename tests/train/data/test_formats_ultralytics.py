@@ -9,7 +9,12 @@ import numpy as np
 import pytest
 
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
-from lucid_yolo.train.data.errors import DataWarning, ImageReadError, LabelFormatError
+from lucid_yolo.train.data.errors import (
+    DatasetConfigError,
+    DataWarning,
+    ImageReadError,
+    LabelFormatError,
+)
 from lucid_yolo.train.data.formats import label_path_for, load_split
 
 
@@ -54,9 +59,61 @@ def test_load_split_detect_rows_become_normalised_xyxy(tmp_path: Path) -> None:
 
 
 def test_load_split_detect_accepts_polygon_rows_as_hulls(tmp_path: Path) -> None:
-    spec = _dataset(tmp_path, {"a": "0 0.1 0.2 0.5 0.2 0.3 0.6\n"})
+    spec = _dataset(tmp_path, {"a": "0 0.1 0.2 0.5 0.2 0.3 0.6 0.1 0.5\n"})
     (labels,) = load_split(spec, "train")
     np.testing.assert_allclose(labels.boxes, [[0.1, 0.2, 0.5, 0.6]])
+
+
+def test_load_split_detect_seven_columns_read_as_triangle_with_warning(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.1 0.2 0.5 0.2 0.3 0.6\n"})
+    with pytest.warns(DataWarning, match=r"a\.txt:1: 7 columns are read as a triangle"):
+        (labels,) = load_split(spec, "train")
+    np.testing.assert_allclose(labels.boxes, [[0.1, 0.2, 0.5, 0.6]])
+
+
+def test_load_split_duplicate_row_warns_and_keeps_both(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n1 0.3 0.3 0.1 0.1\n0 0.50 0.5 0.2 0.2\n"})
+    with pytest.warns(DataWarning, match=r"a\.txt:3: repeats line 1 exactly"):
+        (labels,) = load_split(spec, "train")
+    assert len(labels) == 3
+
+
+def test_load_split_tiny_image_with_boxes_warns(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.5 0.5\n"})
+    _image(tmp_path / "images" / "train" / "a.png", height=1, width=1)
+    with pytest.warns(DataWarning, match=r"a\.png: is 1x1 px but has 1 instance\(s\)"):
+        (labels,) = load_split(spec, "train")
+    assert len(labels) == 1
+
+
+def test_load_split_no_label_file_in_split_is_an_error(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n", "b": ""})
+    for label in (tmp_path / "labels" / "train").iterdir():
+        label.unlink()
+    with pytest.raises(DatasetConfigError, match=r"split 'train' .* has no label file for any"):
+        load_split(spec, "train", policy="skip")
+
+
+def test_load_split_no_label_file_allowed_when_asked(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n"})
+    (tmp_path / "labels" / "train" / "a.txt").unlink()
+    (labels,) = load_split(spec, "train", allow_unlabelled=True)
+    assert len(labels) == 0
+
+
+def test_load_split_empty_split_is_an_error(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2 0.2\n"})
+    with pytest.raises(DatasetConfigError, match=r"split 'val' .* holds no image"):
+        load_split(spec, "val", allow_unlabelled=True)
+
+
+def test_load_split_every_image_skipped_is_an_error(tmp_path: Path) -> None:
+    spec = _dataset(tmp_path, {"a": "0 0.5 0.5 0.2\n"})
+    with (
+        pytest.warns(DataWarning),
+        pytest.raises(DatasetConfigError, match=r"every image of split 'train' was skipped"),
+    ):
+        load_split(spec, "train", policy="skip")
 
 
 def test_load_split_segment_box_is_polygon_hull(tmp_path: Path) -> None:
@@ -95,9 +152,9 @@ def test_load_split_obb_keeps_corners_and_clips_hull(tmp_path: Path) -> None:
 
 
 def test_load_split_missing_label_file_is_background(tmp_path: Path) -> None:
-    spec = _dataset(tmp_path, {"a": ""})
+    spec = _dataset(tmp_path, {"a": "", "b": "0 0.5 0.5 0.2 0.2\n"})
     (tmp_path / "labels" / "train" / "a.txt").unlink()
-    (labels,) = load_split(spec, "train")
+    labels, _ = load_split(spec, "train")
     assert len(labels) == 0
     assert labels.boxes.shape == (0, 4)
 
@@ -142,7 +199,7 @@ def test_load_split_clips_coordinates_within_tolerance(tmp_path: Path) -> None:
         ("x 0.5 0.5 0.2 0.2\n", r"class id 'x' is not a number"),
         ("0 0.5 nan 0.2 0.2\n", r"box edge value nan is not finite"),
         ("0 0.5 0.5 1.5 0.2\n", r"box edge value -0.25 is not finite or outside \[0, 1\]"),
-        ("0 0.5 0.5 0 0.2\n", r"box size 0.0 x 0.2.* is not positive"),
+        ("0 0.5 0.5 0 0.2\n", r"box size 0 x 0\.2 is not positive"),
     ],
 )
 def test_load_split_bad_detect_row_names_file_line_and_value(
@@ -171,7 +228,7 @@ def test_load_split_bad_keypoint_visibility(tmp_path: Path) -> None:
     spec = _dataset(
         tmp_path, {"a": "0 0.5 0.5 0.1 0.1 0.5 0.5 3\n"}, task="pose", extra="kpt_shape: [1, 3]\n"
     )
-    with pytest.raises(LabelFormatError, match=r"a\.txt:1: keypoint visibility \[3\.0\]"):
+    with pytest.raises(LabelFormatError, match=r"a\.txt:1: keypoint visibility \[3\] must"):
         load_split(spec, "train")
 
 

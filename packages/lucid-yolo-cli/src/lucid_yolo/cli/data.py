@@ -1,8 +1,9 @@
 """``lucid-yolo data check | synth | convert``: inspect, generate and convert datasets.
 
 ``check`` reads a whole dataset and lists every problem with ``file:line`` (exit 1 when there is
-any, so it can gate a pipeline); ``synth`` writes the synthetic shapes set the quickstart trains
-on; ``convert`` moves between the Ultralytics layout and COCO json.
+an error, a problem ``fit`` refuses, so it can gate a pipeline; warnings alone exit 0); ``synth``
+writes the synthetic shapes set the quickstart trains on; ``convert`` moves between the
+Ultralytics layout and COCO json.
 """
 
 from __future__ import annotations
@@ -45,7 +46,8 @@ def _add_check(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "check",
         help="list every problem of a dataset with file:line",
         description="Read every image header and label row of a dataset and report all problems "
-        "at once. Exit status 1 when a problem was found, 0 when the dataset is clean.",
+        "at once: errors (what `fit` refuses) and warnings (what it reads with a note). Exit "
+        "status 1 when an error was found, 0 otherwise.",
     )
     parser.add_argument(
         "path",
@@ -61,15 +63,25 @@ def _add_check(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     parser.add_argument(
         "--no-images", action="store_true", help="skip probing image headers (labels only)"
     )
+    parser.add_argument(
+        "--allow-unlabelled",
+        action="store_true",
+        help="accept a split without any label file (background only), as "
+        "`fit --data.allow_unlabelled true` does",
+    )
     parser.set_defaults(handler=run_check)
 
 
 def run_check(args: argparse.Namespace) -> int:
-    """Print the report of ``args.path``; 1 when it has problems, else 0."""
+    """Print the report of ``args.path``; 1 when it has errors, else 0."""
     if not Path(args.path).expanduser().exists():
         raise CliError(f"{args.path!r}: no such file or folder; pass a data.yaml, .json or folder")
     report = check_dataset(
-        args.path, task=args.task, images_dir=args.images_dir, check_images=not args.no_images
+        args.path,
+        task=args.task,
+        images_dir=args.images_dir,
+        check_images=not args.no_images,
+        allow_unlabelled=args.allow_unlabelled,
     )
     print(report.format())
     return 0 if report.ok else 1

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.warning_lines import warning_lines
 from lucid_yolo.models import ModelError
 from lucid_yolo.train.exceptions import TrainError
 
@@ -56,6 +57,11 @@ def plain_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``lucid-yolo`` command line; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
+    with warning_lines():
+        return _run(args)
+
+
+def _run(args: list[str]) -> int:
     try:
         if args and args[0] in LIGHTNING_COMMANDS:
             from lucid_yolo.cli.lightning_cli import run_lightning

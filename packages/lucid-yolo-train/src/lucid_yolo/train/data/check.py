@@ -1,7 +1,10 @@
 """``check_dataset``: every problem of a dataset, located, in one report (the CLI's ``data check``).
 
 Training stops at the first bad input (``policy="fail"``) or skips it with a warning; a check reads
-everything and lists all problems with ``file:line``, so a user fixes a dataset in one pass. The
+everything and lists all problems with ``file:line``, so a user fixes a dataset in one pass. Both
+read through the same parsers and :class:`ProblemSink`, so the errors a check lists are exactly
+what a fit refuses, and its warnings what a fit warns about (``tests/train/data/test_corpus.py``
+holds them to it). The
 source decides the format: a ``.yaml``/``.yml`` is an Ultralytics dataset (all its splits), a
 ``.json`` a COCO annotation file (``images_dir`` required), a folder with ``images/`` and
 ``labelTxt/`` a DOTA set.
@@ -9,11 +12,12 @@ source decides the format: a ``.yaml``/``.yml`` is an Ultralytics dataset (all i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from lucid_yolo.train.data.dataset_yaml import Task, load_dataset_yaml
-from lucid_yolo.train.data.errors import DataError, Problem, ProblemSink
+from lucid_yolo.train.data.errors import DataError, Problem, ProblemSink, path_text
 from lucid_yolo.train.data.formats.coco import read_coco
 from lucid_yolo.train.data.formats.dota import read_dota
 from lucid_yolo.train.data.formats.ultralytics import scan_split
@@ -47,7 +51,7 @@ class DatasetReport:
         source: the checked YAML, json or folder.
         task: the task the labels were read for.
         splits: counts per split.
-        problems: every problem, in reading order.
+        problems: every problem, errors and warnings, in reading order.
     """
 
     source: Path
@@ -56,20 +60,34 @@ class DatasetReport:
     problems: list[Problem] = field(default_factory=list)
 
     @property
+    def errors(self) -> list[Problem]:
+        """The problems a fit refuses (``policy="fail"``) or skips (``policy="skip"``)."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        """The problems a fit warns about and reads anyway."""
+        return [p for p in self.problems if p.severity == "warning"]
+
+    @property
     def ok(self) -> bool:
-        """No problems found."""
-        return not self.problems
+        """No error found (warnings allowed): a fit with ``policy="fail"`` accepts the data."""
+        return not self.errors
 
     def format(self) -> str:
-        """A plain-text report: one line per split, then one line per problem."""
-        lines = [f"{self.source} ({self.task})"]
+        """A plain-text report: one line per split, then one line per problem, errors first."""
+        lines = [f"{path_text(self.source)} ({self.task})"]
         for s in self.splits:
             lines.append(
                 f"  {s.split}: {s.images} images, {s.instances} instances, "
                 f"{s.background} background, {s.skipped} with problems"
             )
-        lines.append(f"{len(self.problems)} problem(s)" if self.problems else "no problems")
-        lines += [f"  {p}" for p in self.problems]
+        if not self.problems:
+            lines.append("no problems")
+        lines += [f"{len(self.errors)} error(s)"] if self.errors else []
+        lines += [f"  error: {p}" for p in self.errors]
+        lines += [f"{len(self.warnings)} warning(s)"] if self.warnings else []
+        lines += [f"  warning: {p}" for p in self.warnings]
         return "\n".join(lines)
 
 
@@ -89,6 +107,7 @@ def check_dataset(
     task: Task | None = None,
     images_dir: str | Path | None = None,
     check_images: bool = True,
+    allow_unlabelled: bool = False,
 ) -> DatasetReport:
     """Read a whole dataset and report every problem instead of stopping at the first.
 
@@ -99,6 +118,8 @@ def check_dataset(
             DOTA).
         images_dir: COCO only: the folder ``file_name`` is relative to.
         check_images: probe every image's header.
+        allow_unlabelled: accept an Ultralytics split in which no image has a label file, as
+            ``YoloDataModule(allow_unlabelled=True)`` does.
 
     Returns:
         The report; a dataset-level problem (an unreadable YAML or json, a missing split folder)
@@ -115,7 +136,13 @@ def check_dataset(
             report.task = spec.task
             for split in spec.splits:
                 sink = ProblemSink(collect_only=True)
-                labels = scan_split(spec, split, sink, check_images=check_images)
+                labels = scan_split(
+                    spec,
+                    split,
+                    sink,
+                    check_images=check_images,
+                    allow_unlabelled=allow_unlabelled,
+                )
                 report.splits.append(_summary(split, labels, sink))
                 report.problems += sink.problems
         elif path.suffix == ".json":
@@ -138,9 +165,17 @@ def check_dataset(
                 f"{path}: not a dataset YAML, a COCO json or a DOTA folder (images/ + labelTxt/)"
             )
     except DataError as error:
-        message = str(error).removeprefix(f"{path}: ")
-        report.problems.append(Problem(path, None, message, kind="config"))
+        report.problems.append(_config_problem(path, error))
     return report
+
+
+def _config_problem(path: Path, error: DataError) -> Problem:
+    """``error`` as a problem of ``path``, its ``path:`` or ``path:line:`` prefix taken apart."""
+    located = re.match(rf"{re.escape(path_text(path))}(?::(\d+))?: (.*)", str(error), re.S)
+    if located is None:
+        return Problem(path, None, str(error), kind="config")
+    line = None if located[1] is None else int(located[1])
+    return Problem(path, line, located[2], kind="config")
 
 
 __all__ = ["DatasetReport", "SplitSummary", "check_dataset"]

@@ -83,6 +83,8 @@ class YoloDataModule(L.LightningDataModule):
         close_mosaic: turn mosaic off for the last N training epochs (needs the trainer's
             ``max_epochs``; without a trainer mosaic stays on).
         policy: bad images or label rows: ``"fail"`` raises, ``"skip"`` warns and leaves them out.
+        allow_unlabelled: train on a split in which no image has a label file (background only);
+            off, such a split is an error (a missing ``labels/`` folder, most often).
         seed: base seed of the sample order and of every sample's augmentation.
 
     Raises:
@@ -107,6 +109,7 @@ class YoloDataModule(L.LightningDataModule):
         cache_max_bytes: int = 8 * 2**30,
         close_mosaic: int = 10,
         policy: BadInputPolicy = "fail",
+        allow_unlabelled: bool = False,
         seed: int = 0,
     ) -> None:
         super().__init__()
@@ -147,6 +150,7 @@ class YoloDataModule(L.LightningDataModule):
         self.cache_max_bytes = cache_max_bytes
         self.close_mosaic = close_mosaic
         self.policy: BadInputPolicy = policy
+        self.allow_unlabelled = allow_unlabelled
         self.seed = seed
         self.counters = DataCounters(self.workers)
         self.datasets: dict[str, YoloDataset] = {}
@@ -263,7 +267,11 @@ class YoloDataModule(L.LightningDataModule):
         elif isinstance(self.spec, PreparedDataset):
             labels = self.spec.splits[split]
         else:
-            labels = load_split(self.spec, split, policy=self.policy)
+            labels = load_split(
+                self.spec, split, policy=self.policy, allow_unlabelled=self.allow_unlabelled
+            )
+        if not labels and split != PREDICT:
+            raise DatasetConfigError(f"{self._where}: split {split!r} holds no image; add images")
         choice = choose_cache(
             self.cache,
             num_images=len(labels),

@@ -30,7 +30,7 @@ from typing import Literal
 
 import yaml
 
-from lucid_yolo.train.data.errors import DatasetConfigError
+from lucid_yolo.train.data.errors import DatasetConfigError, path_text
 
 Task = Literal["detect", "segment", "pose", "obb"]
 TASKS: tuple[Task, ...] = ("detect", "segment", "pose", "obb")
@@ -69,7 +69,21 @@ class DatasetSpec:
 
 
 def _fail(path: Path, message: str) -> DatasetConfigError:
-    return DatasetConfigError(f"{path}: {message}")
+    return DatasetConfigError(f"{path_text(path)}: {message}")
+
+
+def _syntax_error(path: Path, error: yaml.YAMLError) -> DatasetConfigError:
+    """One line, ``file:line: ... at column c: what``, from PyYAML's multi-line message."""
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    where = path_text(path) if mark is None else f"{path_text(path)}:{mark.line + 1}"
+    column = "" if mark is None else f" at column {mark.column + 1}"
+    what = getattr(error, "problem", None) or type(error).__name__
+    context = getattr(error, "context", None)
+    detail = f"{what} ({context})" if context else str(what)
+    return DatasetConfigError(
+        f"{where}: not valid YAML{column}: {detail}; fix the syntax there (indentation, a "
+        "missing `:` or an unclosed quote or bracket)"
+    )
 
 
 def _parse_names(raw: object, nc: object, path: Path) -> tuple[str, ...]:
@@ -171,7 +185,7 @@ def load_dataset_yaml(path: str | Path, *, task: Task | None = None) -> DatasetS
     except OSError as error:
         raise _fail(yaml_path, f"cannot read the dataset YAML ({error})") from None
     except yaml.YAMLError as error:
-        raise _fail(yaml_path, f"is not valid YAML ({error})") from None
+        raise _syntax_error(yaml_path, error) from None
     if not isinstance(data, dict):
         raise _fail(yaml_path, f"must be a mapping of keys (path, train, val, names), got {data!r}")
     names = _parse_names(data.get("names"), data.get("nc"), yaml_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from lucid_yolo.train.data.errors import ImageReadError
+from lucid_yolo.train.data.errors import ImageReadError, path_text
 
 IMAGE_SUFFIXES: frozenset[str] = frozenset(
     {".bmp", ".jpeg", ".jpg", ".png", ".tif", ".tiff", ".webp"}
@@ -107,16 +107,19 @@ def probe_image(path: Path) -> tuple[int, int]:
             handle.seek(max(0, size_bytes - _TAIL_BYTES))
             tail = handle.read()
     except OSError as error:
-        raise ImageReadError(f"{path}: cannot read the image ({error}); check the path") from None
+        raise ImageReadError(
+            f"{path_text(path)}: cannot read the image ({error.strerror}); check the path"
+        ) from None
     if not data:
-        raise ImageReadError(f"{path}: the image file is empty; replace or remove it")
+        raise ImageReadError(f"{path_text(path)}: the image file is empty; replace or remove it")
     result = _probe_bytes(path, data, tail)
     if isinstance(result, str):
-        raise ImageReadError(f"{path}: {result}; replace or remove the image")
+        raise ImageReadError(f"{path_text(path)}: {result}; replace or remove the image")
     height, width = result
     if height <= 0 or width <= 0:
         raise ImageReadError(
-            f"{path}: header says the image is {width!r}x{height!r} pixels; replace the image"
+            f"{path_text(path)}: header says the image is {width!r}x{height!r} pixels; "
+            "replace the image"
         )
     return height, width
 

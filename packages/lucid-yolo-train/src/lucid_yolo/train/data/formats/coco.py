@@ -39,6 +39,7 @@ from lucid_yolo.train.data.errors import (
     ImageReadError,
     Problem,
     ProblemSink,
+    path_text,
 )
 from lucid_yolo.train.data.formats.coco_annotation import CocoAnnotationError, parse_annotation
 from lucid_yolo.train.data.formats.geometry import LabelRows
@@ -160,7 +161,7 @@ def _read_images(
         try:
             size = probe_image(image.path)
         except ImageReadError as error:
-            message = str(error).removeprefix(f"{image.path}: ")
+            message = str(error).removeprefix(f"{path_text(image.path)}: ")
             sink.report(Problem(image.path, None, message, kind="image"))
             image.bad = True
             continue

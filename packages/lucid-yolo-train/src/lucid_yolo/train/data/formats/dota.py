@@ -21,6 +21,7 @@ from lucid_yolo.train.data.errors import (
     ImageReadError,
     Problem,
     ProblemSink,
+    path_text,
 )
 from lucid_yolo.train.data.formats.geometry import LabelRows, hull_box, out_of_range_index
 from lucid_yolo.train.data.image_probe import IMAGE_SUFFIXES, probe_image
@@ -157,7 +158,9 @@ def read_dota(
         try:
             size = probe_image(image)
         except ImageReadError as error:
-            sink.report(Problem(image, None, str(error).removeprefix(f"{image}: "), "image"))
+            sink.report(
+                Problem(image, None, str(error).removeprefix(f"{path_text(image)}: "), "image")
+            )
             sink.skip_image()
             continue
         rows, ok, found_rows = LabelRows(), True, parsed.get(image, [])

@@ -11,6 +11,14 @@ pose       ``cls cx cy w h`` then K keypoints of D values, ``x y`` or ``x y v``
 obb        ``cls x1 y1 x2 y2 x3 y3 x4 y4``, the four corners; the box is their hull
 =========  ==========================================================================
 
+A detect row with more than 4 values is a polygon (a segment label used for detection). With 6
+values, 7 columns, that is a triangle, but the row is far more often a box row with two stray
+values; it is read as the triangle (as Ultralytics does) and :func:`row_note` says so, so a
+check warns about it.
+
+Values in messages are printed as written in the file, or with ``:g``, never as float32 noise
+(``-0.4``, not ``-0.4000000059604645``).
+
 Keypoint visibility is 0 (not labelled), 1 (labelled, occluded) or 2 (visible). With ``D = 2`` a
 keypoint at exactly ``(0, 0)`` is taken as not labelled and every other as visible. A keypoint
 with visibility 0 has its ``xy`` set to 0 and is not range-checked (tools write anything there).
@@ -54,11 +62,15 @@ def _parse_class(token: str, num_classes: int) -> int:
     return int(value)
 
 
+def _numbers(values: FloatArray) -> str:
+    return "[" + ", ".join(f"{float(v):g}" for v in values.reshape(-1)) + "]"
+
+
 def _check_range(values: FloatArray, what: str) -> None:
     bad = out_of_range(values)
     if bad is not None:
         raise RowError(
-            f"{what} value {bad!r} is not finite or outside [0, 1]; rows must hold coordinates "
+            f"{what} value {bad:g} is not finite or outside [0, 1]; rows must hold coordinates "
             "normalised by the image width and height"
         )
 
@@ -66,7 +78,7 @@ def _check_range(values: FloatArray, what: str) -> None:
 def _box_from_cxcywh(values: FloatArray) -> FloatArray:
     cx, cy, w, h = (float(v) for v in values)
     if not (w > 0 and h > 0):
-        raise RowError(f"box size {w!r} x {h!r} is not positive; fix or remove the row")
+        raise RowError(f"box size {w:g} x {h:g} is not positive; fix or remove the row")
     xyxy = np.array([cx - w / 2, cy - h / 2, cx + w / 2, cy + h / 2], dtype=np.float32)
     _check_range(xyxy, "box edge")
     return np.clip(xyxy, 0.0, 1.0)
@@ -83,12 +95,12 @@ def _keypoints(values: FloatArray, kpt_shape: tuple[int, int]) -> FloatArray:
     raw = values.reshape(k, d)
     out = np.zeros((k, 3), dtype=np.float32)
     if not np.isfinite(raw).all():
-        raise RowError(f"keypoint values {raw.tolist()!r} are not all finite; fix the row")
+        raise RowError(f"keypoint values {_numbers(raw)} are not all finite; fix the row")
     if d == 3:
         visibility = raw[:, 2]
         if not np.isin(visibility, (0.0, 1.0, 2.0)).all():
             raise RowError(
-                f"keypoint visibility {visibility.tolist()!r} must be 0, 1 or 2 for each keypoint"
+                f"keypoint visibility {_numbers(visibility)} must be 0, 1 or 2 for each keypoint"
             )
     else:
         visibility = np.where((raw[:, 0] == 0) & (raw[:, 1] == 0), 0.0, 2.0)
@@ -152,7 +164,9 @@ def parse_row(
             assert kpt_shape is not None
             keypoints = _keypoints(values32[4:], kpt_shape)
     if not (box[2] > box[0] and box[3] > box[1]):
-        raise RowError(f"the instance has no area (box {box.tolist()!r}); fix or remove the row")
+        raise RowError(
+            f"the instance has no area (box xyxy {_numbers(box)}); fix or remove the row"
+        )
     rows.classes.append(cls)
     rows.boxes.append(box)
     if polygon is not None:
@@ -162,6 +176,21 @@ def parse_row(
         rows.difficult.append(False)
     if keypoints is not None:
         rows.keypoints.append(keypoints)
+
+
+def row_note(tokens: list[str], task: Task) -> str | None:
+    """How a valid but suspicious row was read, for a warning; ``None`` for an ordinary row.
+
+    Args:
+        tokens: a row that :func:`parse_row` accepted.
+        task: the task it was read for.
+    """
+    if task == "detect" and len(tokens) == 7:
+        return (
+            "7 columns are read as a triangle (a 3-point polygon, its hull taken as the box); "
+            "a box row has 5 columns `cls cx cy w h`: drop the 2 extra values if it is a box"
+        )
+    return None
 
 
 def _fmt(values: FloatArray) -> str:
@@ -207,4 +236,4 @@ def format_rows(labels: ImageLabels, task: Task, kpt_dims: int = 3) -> list[str]
     return lines
 
 
-__all__ = ["RowError", "format_rows", "parse_row"]
+__all__ = ["RowError", "format_rows", "parse_row", "row_note"]
