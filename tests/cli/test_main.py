@@ -82,7 +82,7 @@ def test_main_bad_dataset_yaml_is_an_error_naming_the_file(
     bad.write_text("path: .\ntrain: [unclosed\n")
     assert main(["fit", "--data.yaml", str(bad)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"lucid-yolo: error: {bad}: is not valid YAML")
+    assert err.startswith(f"lucid-yolo: error: {bad}:3: not valid YAML")
     assert "Traceback" not in err
 
 
