@@ -242,3 +242,15 @@ def test_datamodule_default_cache_follows_the_budget(
     assert lines[0].startswith("data: val: 3 images, RAM cache on")
     assert "loader workers" in lines[0]
     assert lines[1].startswith("data: val: 3 images, RAM cache off")
+
+
+def test_datamodule_disk_cache_changes_no_sample(pose_yaml: Path, tmp_path: Path) -> None:
+    on_disk = _module(pose_yaml, cache="disk", cache_dir=tmp_path / "images", seed=3)
+    decoded = _module(pose_yaml, cache=False, seed=3)
+    on_disk.setup("fit")
+    decoded.setup("fit")
+    assert on_disk.datasets["train"].cache is not None
+    assert any((tmp_path / "images").iterdir())
+    for a, b in zip(on_disk.train_dataloader(), decoded.train_dataloader(), strict=True):
+        assert torch.equal(a["images"], b["images"])
+        assert torch.equal(a["keypoints"], b["keypoints"])

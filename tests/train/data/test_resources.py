@@ -33,7 +33,7 @@ def test_choose_workers_caps_a_request_at_the_cpu_count() -> None:
 def test_choose_cache_on_when_the_split_fits_half_the_available_ram() -> None:
     need = decoded_bytes(512, 640)
     choice = choose_cache(None, num_images=512, imgsz=640, max_bytes=8 * GIB, available=4 * need)
-    assert choice.enabled
+    assert choice.mode == "ram"
     assert choice.budget == 2 * need
     assert choice.reason.startswith("RAM cache on: 512 decoded images need up to 0.59 GiB")
 
@@ -42,20 +42,21 @@ def test_choose_cache_off_when_the_split_exceeds_the_budget() -> None:
     need = decoded_bytes(512, 640)
     by_ram = choose_cache(None, num_images=512, imgsz=640, max_bytes=8 * GIB, available=need)
     by_limit = choose_cache(None, num_images=512, imgsz=640, max_bytes=need - 1, available=None)
-    assert not by_ram.enabled
-    assert not by_limit.enabled
+    assert by_ram.mode == by_limit.mode == "off"
     assert "pass cache=true" in by_ram.reason
 
 
 def test_choose_cache_honours_the_request() -> None:
     on = choose_cache(True, num_images=10**6, imgsz=640, max_bytes=GIB, available=0)
     off = choose_cache(False, num_images=1, imgsz=64, max_bytes=GIB, available=100 * GIB)
-    assert (on.enabled, on.budget) == (True, GIB)
-    assert (off.enabled, off.budget) == (False, 0)
+    disk = choose_cache("disk", num_images=10**6, imgsz=640, max_bytes=GIB, available=0)
+    assert (on.mode, on.budget) == ("ram", GIB)
+    assert (off.mode, off.budget) == ("off", 0)
+    assert disk.mode == "disk"
 
 
 def test_choose_cache_off_for_an_empty_split() -> None:
-    assert not choose_cache(None, num_images=0, imgsz=64, max_bytes=GIB, available=GIB).enabled
+    assert choose_cache(None, num_images=0, imgsz=64, max_bytes=GIB, available=GIB).mode == "off"
 
 
 def test_available_memory_reads_memavailable(

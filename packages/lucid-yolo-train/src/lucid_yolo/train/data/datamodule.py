@@ -34,16 +34,19 @@ from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
+from lucid_yolo.train.data.disk_cache import DiskImageCache
 from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.resources import (
+    CacheRequest,
     available_memory,
     choose_cache,
     choose_workers,
     cpu_count,
+    user_cache_dir,
 )
 from lucid_yolo.train.data.sampler import EpochSampler
 from lucid_yolo.train.exceptions import TrainConfigError
@@ -76,10 +79,13 @@ class YoloDataModule(L.LightningDataModule):
             the largest kept. Evaluation splits use at least their largest image's count, so
             metrics never lose a ground-truth instance.
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
-        cache: decode and resize every image once into RAM (:mod:`.cache`), filled in ``setup``;
-            ``None``: on for each split whose decoded images fit the smaller of
-            ``cache_max_bytes`` and half the RAM available then (:mod:`.resources`).
+        cache: ``True``: decode and resize every image once into RAM (:mod:`.cache`), filled in
+            ``setup``; ``"disk"``: once into a memory-mapped file under ``cache_dir``, reused by
+            later runs while the images are unchanged (:mod:`.disk_cache`); ``None``: RAM for
+            each split whose decoded images fit the smaller of ``cache_max_bytes`` and half the
+            RAM available then, else no cache (:mod:`.resources`).
         cache_max_bytes: RAM budget of the cache per split, bytes.
+        cache_dir: root of the disk cache (``None``: ``$XDG_CACHE_HOME/lucid-yolo/images``).
         close_mosaic: turn mosaic off for the last N training epochs (needs the trainer's
             ``max_epochs``; without a trainer mosaic stays on).
         policy: bad images or label rows: ``"fail"`` raises, ``"skip"`` warns and leaves them out.
@@ -105,8 +111,9 @@ class YoloDataModule(L.LightningDataModule):
         workers: int | None = None,
         max_instances: int = 100,
         augment: AugmentConfig | None = None,
-        cache: bool | None = None,
+        cache: CacheRequest = None,
         cache_max_bytes: int = 8 * 2**30,
+        cache_dir: str | Path | None = None,
         close_mosaic: int = 10,
         policy: BadInputPolicy = "fail",
         allow_unlabelled: bool = False,
@@ -148,6 +155,7 @@ class YoloDataModule(L.LightningDataModule):
         self.augment = augment or AugmentConfig()
         self.cache = cache
         self.cache_max_bytes = cache_max_bytes
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else user_cache_dir() / "images"
         self.close_mosaic = close_mosaic
         self.policy: BadInputPolicy = policy
         self.allow_unlabelled = allow_unlabelled
@@ -280,10 +288,15 @@ class YoloDataModule(L.LightningDataModule):
             available=available_memory(),
         )
         self._announce(f"{split}: {len(labels)} images, {choice.reason}")
-        cache = None
-        if choice.enabled:
+        paths = [item.image_path for item in labels]
+        cache: ImageCache | DiskImageCache | None = None
+        if choice.mode == "ram":
             cache = ImageCache(self.imgsz, choice.budget)
-            cache.fill([item.image_path for item in labels], threads=max(1, self.workers))
+            cache.fill(paths, threads=max(1, self.workers))
+        elif choice.mode == "disk":
+            cache = DiskImageCache(self.cache_dir, paths, self.imgsz, threads=max(1, self.workers))
+            state = "reused" if cache.reused else "written"
+            rank_zero_info(f"data: {split}: disk cache {state} at {cache.directory}")
         kpt_shape = self.spec.kpt_shape
         return YoloDataset(
             labels,

@@ -28,6 +28,7 @@ from lucid_yolo.train.data.augment.targets import Targets, to_targets
 from lucid_yolo.train.data.cache import ImageCache, load_image
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset_yaml import TASKS, Task
+from lucid_yolo.train.data.disk_cache import DiskImageCache
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -69,7 +70,7 @@ class YoloDataset(Dataset[Targets]):
         flip_idx: Sequence[int] | None = None,
         close_mosaic_epoch: int | None = None,
         seed: int = 0,
-        cache: ImageCache | None = None,
+        cache: ImageCache | DiskImageCache | None = None,
         counters: DataCounters | None = None,
     ) -> None:
         if task not in TASKS:

@@ -15,6 +15,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+CacheMode = Literal["ram", "disk", "off"]
+CacheRequest = bool | Literal["disk"] | None
+"""``True``/``False`` for the RAM cache on or off, ``"disk"`` for :mod:`.disk_cache`, ``None``
+to decide from the split's size and the memory available."""
 
 MAX_AUTO_WORKERS = 8
 """Beyond about 8 workers the loader stopped scaling on the 16-core H200 host (259 img/s with 8,
@@ -61,15 +67,15 @@ class WorkerChoice:
 
 @dataclass(frozen=True)
 class CacheChoice:
-    """Whether to cache a split's decoded images in RAM, and why.
+    """Where to cache a split's decoded images, and why.
 
     Attributes:
-        enabled: cache the split.
-        budget: bytes the cache may hold (0 when disabled).
+        mode: ``"ram"``, ``"disk"`` or ``"off"``.
+        budget: bytes the RAM cache may hold (0 otherwise).
         reason: one sentence for the user, with the numbers behind the choice.
     """
 
-    enabled: bool
+    mode: CacheMode
     budget: int
     reason: str
 
@@ -92,21 +98,27 @@ def choose_workers(requested: int | None, cpus: int) -> WorkerChoice:
     return WorkerChoice(workers, f"{workers} loader workers (as asked)")
 
 
+def user_cache_dir() -> Path:
+    """``$XDG_CACHE_HOME/lucid-yolo`` (default ``~/.cache/lucid-yolo``): the disk cache's root."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "lucid-yolo"
+
+
 def decoded_bytes(num_images: int, imgsz: int) -> int:
     """Upper bound of the decoded size of ``num_images`` RGB images with long side ``imgsz``."""
     return num_images * imgsz * imgsz * 3
 
 
 def choose_cache(
-    requested: bool | None, *, num_images: int, imgsz: int, max_bytes: int, available: int | None
+    requested: CacheRequest, *, num_images: int, imgsz: int, max_bytes: int, available: int | None
 ) -> CacheChoice:
-    """Whether to cache a split: as asked, or when ``None`` if its decoded size fits the budget.
+    """How to cache a split: as asked, or when ``None`` in RAM if its decoded size fits the budget.
 
     The automatic budget is the smaller of ``max_bytes`` and half the RAM available now; with the
     available RAM unknown, only ``max_bytes`` bounds it.
 
     Args:
-        requested: ``True``/``False`` as the user asked, ``None`` to decide here.
+        requested: ``True``/``False``/``"disk"`` as the user asked, ``None`` to decide here.
         num_images: images in the split.
         imgsz: long side the cache resizes to.
         max_bytes: the user's cache budget per split.
@@ -114,24 +126,27 @@ def choose_cache(
     """
     need = decoded_bytes(num_images, imgsz)
     gib = f"{need / 2**30:.2f} GiB"
-    if requested is not None:
-        state = "on" if requested else "off"
+    if requested == "disk":
         return CacheChoice(
-            requested, max_bytes if requested else 0, f"RAM cache {state} (as asked)"
+            "disk", 0, "disk cache (as asked; reused while the images are unchanged)"
         )
+    if requested is True:
+        return CacheChoice("ram", max_bytes, "RAM cache on (as asked)")
+    if requested is False:
+        return CacheChoice("off", 0, "RAM cache off (as asked)")
     budget = max_bytes
     if available is not None:
         budget = min(budget, int(available * AUTO_CACHE_MEMORY_SHARE))
     if num_images == 0 or need > budget:
         return CacheChoice(
-            False,
+            "off",
             0,
             f"RAM cache off: {num_images} decoded images need up to {gib}, "
             f"more than the {budget / 2**30:.2f} GiB budget (half the available RAM, at most "
-            f"cache_max_bytes); pass cache=true to cache what fits",
+            f"cache_max_bytes); pass cache=true to cache what fits, or cache=disk",
         )
     return CacheChoice(
-        True,
+        "ram",
         budget,
         f"RAM cache on: {num_images} decoded images need up to {gib} of a "
         f"{budget / 2**30:.2f} GiB budget (half the available RAM, at most cache_max_bytes)",
@@ -140,10 +155,13 @@ def choose_cache(
 
 __all__ = [
     "CacheChoice",
+    "CacheMode",
+    "CacheRequest",
     "WorkerChoice",
     "available_memory",
     "choose_cache",
     "choose_workers",
     "cpu_count",
     "decoded_bytes",
+    "user_cache_dir",
 ]
