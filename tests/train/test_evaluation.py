@@ -1,18 +1,33 @@
-"""Evaluator: the ground truth it scores comes from the batch, ignore flags included."""
+"""Evaluator: the ground truth it scores comes from the batch, ignore flags included.
+
+The end-to-end check runs the evaluation path (data module, letterbox, decode, source-size
+masks, metric) on raw outputs built from the targets, and compares the result with
+faster-coco-eval over the same predictions written as COCO results, against the dataset written
+as COCO json.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
+import pytest
 import torch
+from faster_coco_eval import COCO, COCOeval_faster
+from torch import Tensor
 
+from lucid_yolo.models.decode import anchor_grid
 from lucid_yolo.train import Evaluator
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
+from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.data.dataset import YoloDataset
-from lucid_yolo.train.data.formats import read_dota
+from lucid_yolo.train.data.formats import read_coco, read_dota, rle_encode, write_coco
+from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.metrics import MetricsInputError
 
 
 def _dota_batch(tmp_path: Path) -> Batch:
@@ -36,3 +51,201 @@ def test_evaluator_targets_mark_dota_difficult_as_ignored(tmp_path: Path) -> Non
     assert targets.ignore_flags().tolist() == [False, True]
     assert targets.rboxes is not None
     torch.testing.assert_close(targets.rboxes[1, :4], torch.tensor([80.0, 20.0, 20.0, 20.0]))
+
+
+def _segment_labels(tmp_path: Path, crowd: bool) -> list[ImageLabels]:
+    """Two images of other shapes than the square input, rectilinear polygons on pixel corners."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    specs = [
+        ((60, 100), [(0, [(10, 5), (50, 5), (50, 40), (10, 40)])], [False]),
+        (
+            (90, 70),
+            [
+                (1, [(5, 5), (40, 5), (40, 20), (20, 20), (20, 60), (5, 60)]),
+                (2, [(30, 50), (65, 50), (65, 85), (30, 85)]),
+            ],
+            [False, crowd],
+        ),
+        (
+            (64, 64),
+            [
+                (0, [(4, 4), (30, 4), (30, 30), (4, 30)]),
+                (2, [(34, 8), (60, 8), (60, 40), (48, 40), (48, 60), (34, 60)]),
+                (1, [(6, 40), (26, 40), (26, 58), (6, 58)]),
+            ],
+            [False, False, False],
+        ),
+        (
+            (48, 120),
+            [
+                (1, [(2, 2), (60, 2), (60, 44), (2, 44)]),
+                (0, [(70, 10), (110, 10), (110, 20), (90, 20), (90, 40), (70, 40)]),
+            ],
+            [False, False],
+        ),
+    ]
+    labels = []
+    for index, ((height, width), instances, flags) in enumerate(specs):
+        path = tmp_path / f"image{index}.png"
+        cv2.imwrite(str(path), np.zeros((height, width, 3), np.uint8))
+        size = np.array([width, height], dtype=np.float32)
+        polygons = [np.array(points, dtype=np.float32) / size for _, points in instances]
+        labels.append(
+            ImageLabels(
+                image_path=path,
+                classes=np.array([c for c, _ in instances], dtype=np.int64),
+                boxes=np.stack([np.concatenate([p.min(0), p.max(0)]) for p in polygons]),
+                polygons=polygons,
+                difficult=np.array(flags, dtype=np.bool_),
+            )
+        )
+    return labels
+
+
+def _segment_batch(labels: list[ImageLabels], imgsz: int = 64) -> Batch:
+    dataset = YoloDataset(labels, task="segment", imgsz=imgsz)
+    return collate([dataset[i] for i in range(len(dataset))])
+
+
+def test_evaluator_segment_targets_are_the_polygons_at_source_size(tmp_path: Path) -> None:
+    labels = _segment_labels(tmp_path, crowd=False)
+    batch = _segment_batch(labels)
+    evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=10)
+    targets = evaluator.targets(batch, 1)
+    assert targets.masks is not None
+    assert targets.masks.shape == (2, 90, 70)
+    expected = np.zeros((90, 70), dtype=bool)
+    expected[5:20, 5:40] = True
+    expected[20:60, 5:20] = True
+    assert np.array_equal(targets.masks[0].numpy(), expected)
+    assert targets.masks[1].sum().item() == 35 * 35
+
+
+def test_evaluator_segment_targets_score_coco_crowds_by_prediction_area(tmp_path: Path) -> None:
+    batch = _segment_batch(_segment_labels(tmp_path, crowd=True))
+    evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=10)
+    targets = evaluator.targets(batch, 1)
+    assert targets.iscrowd is not None
+    assert targets.iscrowd.tolist() == [False, True]
+    assert targets.difficult is None
+
+
+def test_evaluator_segment_targets_need_source_polygons(tmp_path: Path) -> None:
+    batch = _segment_batch(_segment_labels(tmp_path, crowd=False))
+    del batch["source_polygons"]
+    evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=10)
+    with pytest.raises(MetricsInputError, match=r"batch\['source_polygons'\]"):
+        evaluator.targets(batch, 0)
+
+
+def _oracle_outputs(batch: Batch, num_classes: int, seed: int) -> dict[str, Tensor]:
+    """Raw one-to-one outputs that find every instance twice, imperfectly, plus clutter.
+
+    Each instance gets a close and a sloppier prediction (jittered box, a mask from its
+    quarter-resolution target with noise and, for the sloppy one, shifted one prototype pixel),
+    and every image a few low-scored boxes of random classes: a mix that puts the mask IoUs
+    across COCO's thresholds. A crowd also gets a small box inside it, which COCO's crowd rule
+    (intersection over the prediction's area) ignores and IoU would count as a false positive.
+    """
+    rng = np.random.default_rng(seed)
+    B, _, H, W = batch["images"].shape
+    points, point_strides = anchor_grid((H, W), (8, 16, 32))
+    A, N = points.shape[0], batch["classes"].shape[1]
+    M = 2 * N + 1
+    cls = torch.full((B, num_classes, A), -12.0)
+    box = torch.ones(B, 4, A)
+    coef = torch.zeros(B, M, A)
+    protos = torch.full((B, M, H // 4, W // 4), -4.0)
+    protos[:, -1] = torch.from_numpy(rng.normal(0.0, 3.0, (B, H // 4, W // 4))).float()
+    for i in range(B):
+        free = [int(a) for a in rng.permutation(A)]
+        for j in torch.nonzero(batch["valid"][i]).flatten().tolist():
+            target = batch["masks"][i, j].float() * 8.0 - 4.0
+            for copy in range(2):
+                a = free.pop()
+                jitter = torch.from_numpy(rng.normal(0.0, 1.0 + 2.0 * copy, 4)).float()
+                x1, y1, x2, y2 = (batch["boxes"][i, j] + jitter).tolist()
+                px, py = points[a].tolist()
+                box[i, :, a] = torch.tensor([px - x1, py - y1, x2 - px, y2 - py]) / point_strides[a]
+                score = rng.uniform(0.5, 0.95) if copy == 0 else rng.uniform(0.1, 0.6)
+                cls[i, int(batch["classes"][i, j]), a] = float(np.log(score / (1 - score)))
+                channel = 2 * j + copy
+                noise = torch.from_numpy(rng.normal(0.0, 2.5, target.shape)).float()
+                protos[i, channel] = torch.roll(target, shifts=copy, dims=1) + noise
+                coef[i, channel, a] = 1.0
+            if batch["ignore"][i, j]:
+                a = free.pop()
+                x1, y1, x2, y2 = batch["boxes"][i, j].tolist()
+                x2, y2 = (x1 + x2) / 2, (y1 + y2) / 2
+                px, py = points[a].tolist()
+                box[i, :, a] = torch.tensor([px - x1, py - y1, x2 - px, y2 - py]) / point_strides[a]
+                cls[i, int(batch["classes"][i, j]), a] = 2.0
+                coef[i, 2 * j, a] = 1.0
+        for _ in range(3):
+            a = free.pop()
+            box[i, :, a] = torch.from_numpy(rng.uniform(0.5, 3.0, 4)).float()
+            cls[i, int(rng.integers(num_classes)), a] = float(rng.uniform(-5.0, -1.5))
+            coef[i, -1, a] = 1.0
+    return {"o2o.box": box, "o2o.cls": cls, "o2o.mask_coef": coef, "protos": protos}
+
+
+def _coco_results(predictions: list[dict[str, Tensor]]) -> list[dict[str, Any]]:
+    results = []
+    for record in predictions:
+        image_id = int(record["image_id"]) + 1  # write_coco numbers images from 1, in order
+        for j in range(record["scores"].shape[0]):
+            x1, y1, x2, y2 = record["boxes"][j].tolist()
+            results.append(
+                {
+                    "image_id": image_id,
+                    "category_id": int(record["classes"][j]) + 1,
+                    "bbox": [x1, y1, x2 - x1, y2 - y1],
+                    "segmentation": rle_encode(record["masks"][j].numpy()),
+                    "score": float(record["scores"][j]),
+                }
+            )
+    return results
+
+
+def _reference_stats(json_path: Path, results: list[dict[str, Any]], iou_type: str) -> Any:
+    coco_gt = COCO(str(json_path))
+    evaluator = COCOeval_faster(
+        coco_gt, coco_gt.loadRes(results), iou_type, print_function=lambda *_: None
+    )
+    evaluator.evaluate()
+    evaluator.accumulate()
+    evaluator.summarize()
+    return evaluator.stats
+
+
+def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path: Path) -> None:
+    names = ("a", "b", "c")
+    json_path = write_coco(
+        _segment_labels(tmp_path / "images", crowd=True),
+        tmp_path / "val.json",
+        names=names,
+        task="segment",
+        images_root=tmp_path / "images",
+    )
+    coco = read_coco(json_path, tmp_path / "images", task="segment", crowd="ignore")
+    data = YoloDataModule(
+        PreparedDataset({"train": coco.labels, "val": coco.labels}, names, "segment"),
+        imgsz=64,
+        batch_size=2,
+        workers=0,
+    )
+    data.setup("validate")
+    evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=300)
+    predictions = []
+    for batch in data.val_dataloader():
+        outputs = _oracle_outputs(batch, len(names), seed=0)
+        evaluator.update(outputs, batch)
+        predictions += evaluator.predictions(outputs, batch)
+    ours = evaluator.compute()
+    results = _coco_results(predictions)
+    segm = _reference_stats(json_path, results, "segm")
+    bbox = _reference_stats(json_path, results, "bbox")
+    assert 0.2 < ours["mask/mAP50-95"] < 0.9, "the predictions should be neither perfect nor lost"
+    assert ours["mask/mAP50-95"] == pytest.approx(segm[0], abs=1e-9)
+    assert ours["mask/mAP50"] == pytest.approx(segm[1], abs=1e-9)
+    assert ours["box/mAP50-95"] == pytest.approx(bbox[0], abs=1e-6)

@@ -5,6 +5,22 @@ through the letterbox to the pixels of the source image, where the ground truth 
 targets of the padded batch take the same way back. Each task evaluates its own kinds and names
 one of them its fitness (the checkpoint monitor): box for detect, mask for segment, pose for pose,
 obb for obb.
+
+Masks are scored as COCO scores them (issue 13):
+
+* ground truth: the dataset's polygons in source pixels (``Batch["source_polygons"]``),
+  rasterised at the source image's size (:mod:`~lucid_yolo.train.geometry.polygon_masks`), not
+  the quarter-resolution training targets;
+* predictions: each instance's prototype logits are sampled straight at the source pixels'
+  centres (the letterbox padding cropped and the image resized in one bilinear step), then
+  thresholded at probability 0.5, then cropped to the box in source pixels
+  (:func:`~lucid_yolo.models.decode.resample_masks`);
+* crowds: instances the batch flags ``ignore`` are COCO crowds for boxes, masks and keypoints
+  (scored by intersection over the prediction's area) and DOTA difficult instances for rotated
+  boxes (scored by IoU), the only two formats that set the flag.
+
+Images are evaluated one at a time, so the largest mask stack alive is one image's
+``max_det × H × W`` bytes of predictions plus its targets.
 """
 
 from __future__ import annotations
@@ -12,14 +28,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from lucid_yolo.models.decode import Detections, decode_end2end
+from lucid_yolo.models.decode import Detections, decode_end2end, resample_masks
 from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterbox_points
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
-from lucid_yolo.train.metrics import ImagePredictions, ImageTargets, MeanAveragePrecision
+from lucid_yolo.train.geometry import polygon_masks
+from lucid_yolo.train.metrics import (
+    ImagePredictions,
+    ImageTargets,
+    MeanAveragePrecision,
+    MetricsInputError,
+)
 
 TASK_KINDS: dict[str, tuple[str, ...]] = {
     "detect": ("box",),
@@ -69,10 +90,8 @@ class Evaluator:
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from."""
-        detections = self._decode(outputs, batch)
-        predictions = [self._predictions(d, batch, i) for i, d in enumerate(detections)]
-        targets = [self.targets(batch, i) for i in range(len(detections))]
-        self.metric.update(predictions, targets)
+        for i, detections in enumerate(self._decode(outputs, batch)):
+            self.metric.update([self._predictions(detections, batch, i)], [self.targets(batch, i)])
 
     def compute(self) -> dict[str, float]:
         """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95)."""
@@ -108,18 +127,29 @@ class Evaluator:
             conf_threshold=self.conf,
             max_det=self.max_det,
             strides=self.strides,
+            assemble_masks_at_input=False,
         )
 
     def _predictions(self, detections: Detections, batch: Batch, i: int) -> ImagePredictions:
         scale_pad = batch["scale_pad"][i].to(detections.boxes)
         height, width = (int(v) for v in batch["orig_sizes"][i])
+        boxes = _source_boxes(detections.boxes, scale_pad, height, width)
+        masks = None
+        if detections.mask_coef is not None and detections.protos is not None:
+            scale, pad_x, pad_y = (float(v) for v in scale_pad)
+            masks = resample_masks(
+                detections.mask_coef,
+                detections.protos,
+                boxes,
+                (height, width),
+                scale=scale,
+                pad=(pad_x, pad_y),
+            )
         return ImagePredictions(
             scores=detections.scores,
             classes=detections.classes,
-            boxes=_source_boxes(detections.boxes, scale_pad, height, width),
-            masks=None
-            if detections.masks is None
-            else _source_masks(detections.masks, scale_pad, height, width),
+            boxes=boxes,
+            masks=masks,
             keypoints=None
             if detections.keypoints is None
             else _source_keypoints(detections.keypoints, scale_pad),
@@ -131,31 +161,33 @@ class Evaluator:
     def targets(self, batch: Batch, i: int) -> ImageTargets:
         """Image ``i``'s ground truth in source pixels, as the metric scores it.
 
-        Instances the batch flags ``ignore`` (DOTA difficult, COCO crowds kept as "ignore")
-        become ``difficult``: matched predictions count neither way, and they are left out of
-        recall.
+        Instances the batch flags ``ignore`` are left out of recall and matched predictions count
+        neither way: for rotated boxes they are DOTA ``difficult`` (IoU), for every other task COCO
+        crowds (``iscrowd``: intersection over the prediction's area).
+
+        Raises:
+            MetricsInputError: a segment batch without ``source_polygons``, or with another
+                number of polygons than valid instances.
         """
         valid = batch["valid"][i]
         scale_pad = batch["scale_pad"][i].to(batch["boxes"])
         height, width = (int(v) for v in batch["orig_sizes"][i])
         masks = keypoints = rboxes = None
-        if "masks" in batch and "mask" in TASK_KINDS[self.task]:
-            input_size = batch["images"].shape[-2:]
-            upsampled = F.interpolate(
-                batch["masks"][i][valid][None].float(), size=tuple(input_size), mode="nearest"
-            )[0]
-            masks = _source_masks(upsampled > 0.5, scale_pad, height, width)
+        if "mask" in TASK_KINDS[self.task]:
+            masks = _source_target_masks(batch, i, int(valid.sum()), height, width)
         if "keypoints" in batch and self.task == "pose":
             keypoints = _source_keypoints(batch["keypoints"][i][valid], scale_pad)
         if "rboxes" in batch and self.task == "obb":
             rboxes = _source_rboxes(batch["rboxes"][i][valid], scale_pad)
+        ignore = batch["ignore"][i][valid] if "ignore" in batch else None
         return ImageTargets(
             classes=batch["classes"][i][valid],
             boxes=_source_boxes(batch["boxes"][i][valid], scale_pad, height, width),
             masks=masks,
             keypoints=keypoints,
             rboxes=rboxes,
-            difficult=batch["ignore"][i][valid] if "ignore" in batch else None,
+            iscrowd=None if self.task == "obb" else ignore,
+            difficult=ignore if self.task == "obb" else None,
         )
 
 
@@ -181,19 +213,20 @@ def _source_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
     return torch.cat((centre, size, rboxes[:, 4:]), dim=-1)
 
 
-def _source_masks(masks: Tensor, scale_pad: Tensor, height: int, width: int) -> Tensor:
-    """(N, H_in, W_in) bool input-resolution masks → (N, height, width) bool source masks."""
-    if masks.shape[0] == 0:
-        return torch.zeros((0, height, width), dtype=torch.bool, device=masks.device)
-    scale, pad_x, pad_y = (float(v) for v in scale_pad)
-    top, left = round(pad_y), round(pad_x)
-    bottom = min(masks.shape[-2], top + max(round(height * scale), 1))
-    right = min(masks.shape[-1], left + max(round(width * scale), 1))
-    cropped = masks[:, top:bottom, left:right].float()
-    resized = F.interpolate(
-        cropped[None], size=(height, width), mode="bilinear", align_corners=False
-    )
-    return resized[0] > 0.5
+def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: int) -> Tensor:
+    """(count, height, width) bool: image ``i``'s polygons rasterised at the source size."""
+    if "source_polygons" not in batch:
+        raise MetricsInputError(
+            "mask metrics read batch['source_polygons'] (each valid instance's polygon in source "
+            "pixels), which this batch lacks: build it with YoloDataset(augment=None) and collate"
+        )
+    polygons = batch["source_polygons"][i]
+    if len(polygons) != count:
+        raise MetricsInputError(
+            f"image {i} of the batch has {len(polygons)!r} source polygons but {count!r} valid "
+            "instances: the evaluation dataset must keep every instance (no max_instances cut)"
+        )
+    return polygon_masks(polygons, height, width, device=batch["boxes"].device)
 
 
 __all__ = ["FITNESS_KIND", "TASK_KINDS", "Evaluator"]

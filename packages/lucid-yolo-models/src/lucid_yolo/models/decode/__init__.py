@@ -12,7 +12,12 @@ from lucid_yolo.models.decode.dense import (
     distances_to_xywhr,
     xywhr_to_distances,
 )
-from lucid_yolo.models.decode.masks import assemble_masks, box_region, mask_probabilities
+from lucid_yolo.models.decode.masks import (
+    assemble_masks,
+    box_region,
+    mask_probabilities,
+    resample_masks,
+)
 from lucid_yolo.models.decode.nms import decode_nms, greedy_keep, nms, rotated_nms
 from lucid_yolo.models.decode.results import DensePredictions, Detections
 from lucid_yolo.models.decode.topk import MAX_DETECTIONS, decode_end2end, topk_dense, topk_pairs
@@ -42,4 +47,5 @@ __all__ = [
     "assemble_masks",
     "box_region",
     "mask_probabilities",
+    "resample_masks",
 ]

@@ -2,7 +2,9 @@
 
 An instance's mask logit map is ``coef · protos`` (YOLACT, Bolya et al. 2019) at stride 4.
 Everything outside the instance's box is cleared, because a prototype combination is only
-trained to be right inside its box.
+trained to be right inside its box. Binary masks are always thresholded *after* the logits are
+resampled to the output grid (bilinear), then cropped to the box on that grid, so the edge of a
+mask is placed to sub-prototype-pixel precision instead of following 4-pixel steps.
 """
 
 from __future__ import annotations
@@ -75,4 +77,75 @@ def assemble_masks(
     return (logits[0] > 0) & box_region(boxes, height, width)
 
 
-__all__ = ["assemble_masks", "box_region", "mask_probabilities"]
+def resample_masks(
+    coef: Tensor,
+    protos: Tensor,
+    boxes: Tensor,
+    size: tuple[int, int],
+    *,
+    scale: float = 1.0,
+    pad: tuple[float, float] = (0.0, 0.0),
+    max_values: int = 1 << 24,
+) -> Tensor:
+    """Binary instance masks on a pixel grid related to the network input by an axis scaling.
+
+    The grid is the one where ``input px = grid px * scale + pad``: the source image of a
+    letterboxed input (the batch's ``scale_pad``), or the input itself (``scale=1``, no pad).
+    Each grid pixel's centre is mapped into the prototypes and the logits are sampled bilinearly
+    there (the same sampling as ``F.interpolate(..., mode="bilinear", align_corners=False)``,
+    so the letterbox padding is cropped and the result resized in one exact step, with no
+    rounding of the crop), then thresholded at 0 (probability 0.5) and cropped to the box.
+
+    Memory stays bounded for large grids: logits are resampled a few instances at a time, at
+    most ``max_values`` floats at once; the result holds one byte per pixel and instance.
+
+    Args:
+        coef: (N, M) coefficients.
+        protos: (M, h, w) prototypes (stride 4 of the input).
+        boxes: (N, 4) ``xyxy`` in *grid* pixels.
+        size: ``(H, W)`` of the grid.
+        scale: input pixels per grid pixel.
+        pad: ``(pad_x, pad_y)`` input pixels before the grid's first column and row.
+        max_values: float budget of one resampling chunk.
+
+    Returns:
+        (N, H, W) bool.
+    """
+    M, h, w = protos.shape
+    height, width = size
+    n = coef.shape[0]
+    masks = torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
+    if n == 0 or height == 0 or width == 0:
+        return masks
+    stride = 4.0
+    rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, protos)  # (H, h)
+    cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, protos)  # (W, w)
+    chunk = max(1, max_values // (height * max(width, w)))
+    for start in range(0, n, chunk):
+        end = min(start + chunk, n)
+        logits = (coef[start:end] @ protos.reshape(M, h * w)).reshape(-1, h, w)
+        logits = rows @ logits @ cols.T  # (c, H, W)
+        masks[start:end] = (logits > 0) & box_region(boxes[start:end], height, width)
+    return masks
+
+
+def _bilinear_weights(count: int, source: int, step: float, offset: float, like: Tensor) -> Tensor:
+    """(count, source) weights that sample ``source`` cells at the centres of ``count`` cells.
+
+    Output cell ``i`` has its centre at source coordinate ``(i + 0.5) * step + offset`` (in
+    source cells, edge-based); the two nearest source centres are blended linearly, and
+    positions beyond the first or last centre take that centre's value (border clamping).
+    """
+    centre = (torch.arange(count, device=like.device, dtype=like.dtype) + 0.5) * step + offset
+    position = (centre - 0.5).clamp(0.0, source - 1.0)
+    low = position.floor().clamp(max=source - 1.0)
+    frac = position - low
+    low_index = low.long()
+    high_index = (low_index + 1).clamp(max=source - 1)
+    weights = torch.zeros(count, source, device=like.device, dtype=like.dtype)
+    weights.scatter_add_(1, low_index[:, None], (1.0 - frac)[:, None])
+    weights.scatter_add_(1, high_index[:, None], frac[:, None])
+    return weights
+
+
+__all__ = ["assemble_masks", "box_region", "mask_probabilities", "resample_masks"]

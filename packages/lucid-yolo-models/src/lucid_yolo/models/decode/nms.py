@@ -119,9 +119,10 @@ def decode_nms(
             kept = nms(dense.boxes[i][candidates], scores, labels, iou_threshold)
         index = candidates[kept[:max_det]]
         boxes = dense.boxes[i][index]
-        masks = None
+        masks = coef = protos = None
         if dense.mask_coef is not None and dense.protos is not None:
-            masks = assemble_masks(dense.mask_coef[i][index], dense.protos[i], boxes, image_size)
+            coef, protos = dense.mask_coef[i][index], dense.protos[i]
+            masks = assemble_masks(coef, protos, boxes, image_size)
         detections.append(
             Detections(
                 boxes=boxes,
@@ -130,6 +131,8 @@ def decode_nms(
                 masks=masks,
                 keypoints=dense.keypoints[i][index] if dense.keypoints is not None else None,
                 rboxes=dense.rboxes[i][index] if dense.rboxes is not None else None,
+                mask_coef=coef,
+                protos=protos,
             )
         )
     return detections

@@ -41,7 +41,11 @@ class Detections:
         boxes: (N, 4) ``xyxy`` pixels (for OBB: the rotated box's axis-aligned hull).
         scores: (N,) confidence in ``[0, 1]``.
         classes: (N,) int64 class ids.
-        masks: (N, H, W) bool instance masks at input resolution (segment), else ``None``.
+        masks: (N, H, W) bool instance masks at input resolution (segment, unless the decoder
+            was asked not to assemble them), else ``None``.
+        mask_coef: (N, M) prototype coefficients (segment), else ``None``.
+        protos: (M, H/4, W/4) the image's prototypes (segment), else ``None``; with
+            ``mask_coef`` they give masks at any resolution (the evaluator's source-size masks).
         keypoints: (N, K, 3) ``x, y`` pixels and visibility probability (pose), else ``None``.
         rboxes: (N, 5) ``xywhr`` (obb), else ``None``.
     """
@@ -52,6 +56,8 @@ class Detections:
     masks: Tensor | None = None
     keypoints: Tensor | None = None
     rboxes: Tensor | None = None
+    mask_coef: Tensor | None = None
+    protos: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])

@@ -80,6 +80,7 @@ def decode_end2end(
     conf_threshold: float = 0.25,
     max_det: int = MAX_DETECTIONS,
     strides: Sequence[int] = STRIDES,
+    assemble_masks_at_input: bool = True,
 ) -> list[Detections]:
     """Detections of every image from the one-to-one branch.
 
@@ -89,6 +90,9 @@ def decode_end2end(
         conf_threshold: drop detections scoring below this.
         max_det: at most this many detections per image (≤ 300 in the YOLO26 protocol).
         strides: the network's strides.
+        assemble_masks_at_input: segment: also build ``masks`` at input resolution; ``False``
+            keeps only ``mask_coef`` and ``protos`` (an evaluator that needs masks at another
+            size skips N · H · W floats of work and memory per image).
 
     Returns:
         One :class:`Detections` per image.
@@ -99,9 +103,11 @@ def decode_end2end(
     for i in range(top["scores"].shape[0]):
         keep = top["scores"][i] >= conf_threshold
         boxes = top["boxes"][i][keep]
-        masks = None
+        masks = coef = protos = None
         if dense.protos is not None:
-            masks = assemble_masks(top["mask_coef"][i][keep], dense.protos[i], boxes, image_size)
+            coef, protos = top["mask_coef"][i][keep], dense.protos[i]
+            if assemble_masks_at_input:
+                masks = assemble_masks(coef, protos, boxes, image_size)
         detections.append(
             Detections(
                 boxes=boxes,
@@ -110,6 +116,8 @@ def decode_end2end(
                 masks=masks,
                 keypoints=top["keypoints"][i][keep] if "keypoints" in top else None,
                 rboxes=top["rboxes"][i][keep] if "rboxes" in top else None,
+                mask_coef=coef,
+                protos=protos,
             )
         )
     return detections

@@ -26,12 +26,18 @@ key                shape              dtype             meaning
 ``scale_pad``      (B, 3)             float32           (scale, pad_x, pad_y): input px =
                                                         source px * scale + pad
 =================  =================  ================  ==========================================
+
+Segment batches built for evaluation (no augmentation) also carry ``source_polygons``: per image,
+a list with one (p, 2) float64 numpy polygon in *source* pixels per valid instance, in row order,
+which the mask metric rasterises at the source size. It is the one field that is not a tensor.
 """
 
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
+import numpy as np
+import numpy.typing as npt
 from torch import Tensor
 
 
@@ -49,6 +55,7 @@ class Batch(TypedDict):
     masks: NotRequired[Tensor]
     keypoints: NotRequired[Tensor]
     rboxes: NotRequired[Tensor]
+    source_polygons: NotRequired[list[list[npt.NDArray[np.float64]]]]
 
 
 __all__ = ["Batch"]

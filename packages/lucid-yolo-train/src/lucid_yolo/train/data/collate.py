@@ -8,12 +8,15 @@ loss inside a CUDA graph). Task fields are included when the images carry them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypeVar
 
 import numpy as np
 import torch
 
 from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.batch import Batch
+
+_T = TypeVar("_T")
 
 
 def collate(items: Sequence[Targets]) -> Batch:
@@ -47,10 +50,12 @@ def collate(items: Sequence[Targets]) -> Batch:
         batch["keypoints"] = torch.from_numpy(np.stack([_field(t.keypoints) for t in items]))
     if first.rboxes is not None:
         batch["rboxes"] = torch.from_numpy(np.stack([_field(t.rboxes) for t in items]))
+    if first.source_polygons is not None:
+        batch["source_polygons"] = [list(_field(t.source_polygons)) for t in items]
     return batch
 
 
-def _field(value: np.ndarray | None) -> np.ndarray:
+def _field(value: _T | None) -> _T:
     if value is None:
         raise ValueError("collate got images of different tasks in one batch")
     return value

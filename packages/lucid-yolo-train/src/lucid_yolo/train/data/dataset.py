@@ -24,7 +24,7 @@ from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.geometry import box_corners
 from lucid_yolo.train.data.augment.pipeline import train_sample, val_sample
 from lucid_yolo.train.data.augment.sample import Sample, sample_from_labels
-from lucid_yolo.train.data.augment.targets import Targets, to_targets
+from lucid_yolo.train.data.augment.targets import Targets, source_polygons, to_targets
 from lucid_yolo.train.data.cache import ImageCache, load_image
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset_yaml import TASKS, Task
@@ -140,6 +140,8 @@ class YoloDataset(Dataset[Targets]):
                 rng=np.random.default_rng((self.seed, epoch, index)),
             )
         targets = to_targets(sample, self.task, self.max_instances, self.num_keypoints)
+        if self.augment is None and self.task == "segment":
+            targets.source_polygons = source_polygons(self.labels[index], targets.orig_size)
         if targets.overflow and not self._warned_overflow:
             self._warned_overflow = True
             warnings.warn(

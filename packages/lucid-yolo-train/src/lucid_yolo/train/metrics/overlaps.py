@@ -18,6 +18,8 @@ import torch
 from torch import Tensor
 
 _FLOAT32_EXACT_COUNT = 2**24
+_CHUNK_VALUES = 2**24
+"""Prediction pixels cast to float at once: the product never holds all masks as floats."""
 
 
 def box_overlaps(pred_boxes: Tensor, target_boxes: Tensor, crowd: Tensor) -> Tensor:
@@ -48,7 +50,9 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     """IoU of every prediction mask with every target mask (crowd: intersection / pred area).
 
     Intersections can only occur inside the bounding rectangle of all target pixels, so the
-    matrix product runs on that crop; the areas are counted on the full masks.
+    matrix product runs on that crop, a chunk of predictions at a time (a float copy of every
+    prediction mask would be 4 bytes per pixel and instance); the areas are counted on the full
+    masks.
 
     Args:
         pred_masks: (n, H, W) bool (or 0/1) masks at source-image resolution.
@@ -68,9 +72,11 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
         y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
         pixels = (y1 - y0) * (x1 - x0)
         dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-        p = pred_masks[:, y0:y1, x0:x1].reshape(n, pixels).to(dtype)  # (n, crop pixels)
         t = target_masks[:, y0:y1, x0:x1].reshape(m, pixels).to(dtype)  # (m, crop pixels)
-        inter = (p @ t.T).to(torch.float64)
+        chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
+        for start in range(0, n, chunk):
+            p = pred_masks[start : start + chunk, y0:y1, x0:x1].reshape(-1, pixels).to(dtype)
+            inter[start : start + chunk] = (p @ t.T).to(torch.float64)
     union = area_p[:, None] + area_t[None, :] - inter
     return _divide(inter, union, area_p, crowd)
 

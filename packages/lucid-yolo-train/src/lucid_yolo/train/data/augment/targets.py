@@ -15,11 +15,13 @@ from typing import Final
 
 import cv2
 import numpy as np
+import numpy.typing as npt
 
+from lucid_yolo.train.data.augment.geometry import box_corners
 from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, UInt8Array
 from lucid_yolo.train.data.dataset_yaml import Task
-from lucid_yolo.train.data.labels import BoolArray, FloatArray, IntArray
+from lucid_yolo.train.data.labels import BoolArray, FloatArray, ImageLabels, IntArray
 
 MASK_STRIDE: Final = 4
 """Instance masks are stored at ``input size / MASK_STRIDE`` (the prototype resolution)."""
@@ -45,6 +47,8 @@ class Targets:
         scale_pad: (scale, pad_x, pad_y).
         overflow: instances beyond ``max_instances`` that were left out.
         drops: instances the augmentations removed.
+        source_polygons: segment evaluation: each valid instance's polygon, (p, 2) float64
+            source pixels (set by the dataset, which holds the labels), else ``None``.
     """
 
     image: UInt8Array
@@ -60,6 +64,7 @@ class Targets:
     scale_pad: tuple[float, float, float]
     overflow: int
     drops: DropCounts
+    source_polygons: list[npt.NDArray[np.float64]] | None = None
 
 
 def largest_first(boxes: FloatArray, limit: int) -> IntArray:
@@ -131,6 +136,30 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
     )
 
 
+def source_polygons(
+    labels: ImageLabels, orig_size: tuple[int, int]
+) -> list[npt.NDArray[np.float64]]:
+    """Each instance's polygon in source pixels, what the mask metric scores against.
+
+    Taken from the labels rather than mapped back from the letterboxed sample, so the metric
+    rasterises the annotation itself (float64, no round trip through the resize). An instance
+    without a polygon stands in with its box, as :class:`~lucid_yolo.train.data.YoloDataset`
+    does for training.
+
+    Args:
+        labels: the image's normalised annotations.
+        orig_size: ``(height, width)`` of the source image.
+
+    Returns:
+        n polygons, (p_i, 2) float64 ``xy`` source pixels.
+    """
+    height, width = orig_size
+    size = np.array([width, height], dtype=np.float64)
+    if labels.polygons is not None:
+        return [p.astype(np.float64) * size for p in labels.polygons]
+    return [c.astype(np.float64) * size for c in box_corners(labels.boxes)]
+
+
 def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
     """(N, S/4, S/4) uint8 0/1 masks: each polygon filled at prototype resolution."""
     mh, mw = sample.height // MASK_STRIDE, sample.width // MASK_STRIDE
@@ -144,4 +173,4 @@ def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
     return masks
 
 
-__all__ = ["MASK_STRIDE", "Targets", "largest_first", "to_targets"]
+__all__ = ["MASK_STRIDE", "Targets", "largest_first", "source_polygons", "to_targets"]

@@ -1,0 +1,58 @@
+"""Mask assembly: masks resampled onto another pixel grid (the source image of a letterbox)."""
+
+from __future__ import annotations
+
+import torch
+
+from lucid_yolo.models.decode import assemble_masks, box_region, resample_masks
+
+
+def _inputs(n: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
+    generator = torch.Generator().manual_seed(0)
+    coef = torch.randn(n, 8, generator=generator)
+    protos = torch.randn(8, 24, 32, generator=generator)
+    return coef, protos
+
+
+def test_resample_masks_on_the_input_grid_equals_assemble_masks() -> None:
+    coef, protos = _inputs()
+    boxes = torch.tensor([[3.0, 5.0, 120.0, 90.0]]).repeat(5, 1)
+    expected = assemble_masks(coef, protos, boxes, (96, 128))
+    assert torch.equal(resample_masks(coef, protos, boxes, (96, 128)), expected)
+
+
+def test_resample_masks_crops_the_padding_at_the_prototype_pixel_centres() -> None:
+    coef, protos = _inputs()
+    # input px = source px * 4 + (8, 4): each source pixel centre is a prototype pixel centre,
+    # shifted by the padding (2 prototype columns, 1 row), so sampling there is exact
+    size = (20, 28)
+    boxes = torch.tensor([[0.0, 0.0, 28.0, 20.0]]).repeat(5, 1)
+    out = resample_masks(coef, protos, boxes, size, scale=4.0, pad=(8.0, 4.0))
+    logits = (coef @ protos.reshape(8, -1)).reshape(5, 24, 32)
+    assert torch.equal(out, logits[:, 1:21, 2:30] > 0)
+
+
+def test_resample_masks_is_chunk_size_independent() -> None:
+    coef, protos = _inputs(7)
+    boxes = torch.tensor([[10.0, 4.0, 60.0, 50.0]]).repeat(7, 1)
+    whole = resample_masks(coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0))
+    chunked = resample_masks(
+        coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0), max_values=70 * 90
+    )
+    assert torch.equal(whole, chunked)
+
+
+def test_resample_masks_clears_everything_outside_the_box() -> None:
+    coef = torch.ones(1, 1)
+    protos = torch.ones(1, 8, 8)
+    boxes = torch.tensor([[2.0, 3.0, 7.0, 9.0]])
+    out = resample_masks(coef, protos, boxes, (16, 16), scale=2.0)
+    assert torch.equal(out, box_region(boxes, 16, 16))
+    assert out.sum().item() == 5 * 6
+
+
+def test_resample_masks_of_no_instance_is_empty() -> None:
+    coef, protos = _inputs(0)
+    out = resample_masks(coef, protos, torch.zeros(0, 4), (10, 12))
+    assert out.shape == (0, 10, 12)
+    assert out.dtype == torch.bool
