@@ -72,8 +72,8 @@ def test_decode_end2end_keypoints_in_pixels() -> None:
 
 def test_decode_end2end_obb_rotated_frame_distances() -> None:
     raw = raw_outputs(C=1)
-    raw["o2o.angle"] = torch.full((1, 1, A), -math.log(3.0))  # sigmoid = 1/4: angle 0
-    raw["o2o.angle"][0, 0, 0] = 0.0  # sigmoid = 1/2: angle pi/4
+    raw["o2o.angle"] = torch.zeros(1, 1, A)  # the raw output is the angle in radians
+    raw["o2o.angle"][0, 0, 0] = math.pi / 4
     raw["o2o.box"][0, :, 0] = torch.tensor([1.0, 1.0, 3.0, 1.0])
     raw["o2o.cls"][0, 0, 0] = 3.0
     (result,) = decode_end2end(raw, (64, 64))

@@ -7,18 +7,10 @@ import math
 import torch
 
 from lucid_yolo.models.decode import (
-    decode_angle,
     decode_rboxes,
     distances_to_xywhr,
     xywhr_to_distances,
 )
-
-
-def test_decode_angle_range() -> None:
-    angles = decode_angle(torch.tensor([-100.0, 0.0, 100.0]))
-    assert torch.allclose(
-        angles, torch.tensor([-math.pi / 4, math.pi / 4, 3 * math.pi / 4]), atol=1e-6
-    )
 
 
 def test_xywhr_distances_round_trip() -> None:

@@ -17,13 +17,12 @@ RBOX = [16.0, 16.0, 20.0, 8.0, 0.3]  # long-edge convention
 def _obb_case(rbox: list[float], angle_shift: float = 0.0) -> tuple[dict, dict]:
     gt = torch.tensor(rbox)
     distances = (xywhr_to_distances(gt.expand(A, 5), POINTS) / STRIDES).T[None]  # (1, 4, A)
-    fraction = torch.tensor((rbox[4] + angle_shift) / math.pi + 0.25)
-    logit = torch.log(fraction / (1 - fraction))
+    angle = torch.tensor(rbox[4] + angle_shift)  # the raw output is the angle in radians
     outputs = {}
     for branch in ("o2m", "o2o"):
         outputs[f"{branch}.box"] = distances.clone().requires_grad_()
         outputs[f"{branch}.cls"] = torch.zeros(1, 1, A, requires_grad=True)
-        outputs[f"{branch}.angle"] = logit.expand(1, 1, A).clone().requires_grad_()
+        outputs[f"{branch}.angle"] = angle.expand(1, 1, A).clone().requires_grad_()
     batch = dict(make_batch([[6.0, 12.0, 26.0, 20.0]], [0]))  # hull; unused by OBB
     batch["rboxes"] = gt[None, None]
     return outputs, batch

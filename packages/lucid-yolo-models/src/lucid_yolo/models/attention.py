@@ -5,6 +5,11 @@ P5 grid (20×20 tokens at 640 px) gives every cell a global view for little comp
 keys and values come from one 1×1 conv; a depthwise 3×3 conv on the values adds a positional
 term, so no explicit position embedding is needed. Keys are half as wide as values
 (``attn_ratio = 0.5``) to halve the cost of the score matrix.
+
+The ``1/sqrt(key_dim)`` scale multiplies the queries before the product ``Q^T K``, not the
+product after it: both are the same function, but they round differently, and scaling first is
+the order of the reference implementation, so imported Ultralytics weights give bitwise-equal
+outputs (:mod:`lucid_yolo.models.weights`).
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ class Attention(nn.Module):
         q = qkv[:, :, : self.key_dim]
         k = qkv[:, :, self.key_dim : 2 * self.key_dim]
         v = qkv[:, :, 2 * self.key_dim :]
-        scores = torch.matmul(q.transpose(-2, -1), k) * self.scale  # (B, heads, N, N)
+        scores = torch.matmul((q * self.scale).transpose(-2, -1), k)  # (B, heads, N, N)
         weights = scores.softmax(dim=-1)
         out = torch.matmul(v, weights.transpose(-2, -1)).reshape(B, C, H, W)
         out = out + self.pe(v.reshape(B, C, H, W))

@@ -24,15 +24,16 @@ key                 shape              meaning
 ``o2m.kpt_scale``   (B, K*2, A)        pose: per keypoint log-scale of the Laplace density (x, y)
 ``o2o.kpt``         (B, K*3, A)        pose
 ``o2o.kpt_scale``   (B, K*2, A)        pose
-``o2m.angle``       (B, 1, A)          obb: angle logit
+``o2m.angle``       (B, 1, A)          obb: rotation, radians (any real number)
 ``o2o.angle``       (B, 1, A)          obb
 ==================  =================  ==========================================================
 
 Decoding (see :mod:`lucid_yolo.models.decode`): anchor points sit at cell centres
 ``(i + 0.5, j + 0.5)`` in stride units; a box is ``(ax - l, ay - t, ax + r, ay + b) * stride``
 (``xyxy`` pixels) with the raw distances used as they are; a keypoint is ``(a + d) * stride``;
-an OBB angle is ``(sigmoid(logit) - 0.25) * pi`` in ``[-pi/4, 3pi/4)`` and its ``(l, t, r, b)``
-distances are measured in the box's rotated frame.
+an OBB angle is the raw output in radians (no squashing, the convention of the Ultralytics YOLO26
+OBB head, so imported weights decode the same boxes; the decoder brings it into the long-edge range
+``[-pi/4, 3pi/4)``) and its ``(l, t, r, b)`` distances are measured in the box's rotated frame.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ and :func:`decode_nms` (one-to-many branch, class-wise NMS; rotated NMS for OBB)
 
 from lucid_yolo.models.decode.dense import (
     anchor_grid,
-    decode_angle,
     decode_dense,
     decode_rboxes,
     distances_to_xywhr,
@@ -38,7 +37,6 @@ __all__ = [
     "rotated_nms",
     # dense decoding
     "anchor_grid",
-    "decode_angle",
     "decode_dense",
     "decode_rboxes",
     "distances_to_xywhr",

@@ -6,7 +6,6 @@ host syncs, so it runs inside an exported graph too.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 
 import torch
@@ -40,11 +39,6 @@ def anchor_grid(
         )
     sizes = [(height // s, width // s) for s in strides]
     return make_anchors(sizes, strides, device=device, dtype=dtype)
-
-
-def decode_angle(logits: Tensor) -> Tensor:
-    """Angle logits → radians in ``[-pi/4, 3pi/4)``: ``(sigmoid(x) − 1/4) · pi``."""
-    return (logits.sigmoid() - 0.25) * math.pi
 
 
 def distances_to_xywhr(distances: Tensor, angles: Tensor, points: Tensor) -> Tensor:
@@ -130,7 +124,7 @@ def decode_dense(
     angle_key = keys.branch_key(branch, keys.ANGLE)
     rboxes: Tensor | None = None
     if angle_key in raw:
-        rboxes = decode_rboxes(distances, decode_angle(raw[angle_key][:, 0]), points)
+        rboxes = decode_rboxes(distances, raw[angle_key][:, 0], points)
         boxes = xywhr_to_xyxy(rboxes)
     else:
         boxes = distances_to_xyxy(distances, points)
@@ -156,4 +150,4 @@ def decode_dense(
     )
 
 
-__all__ = ["anchor_grid", "decode_angle", "decode_dense", "decode_rboxes"]
+__all__ = ["anchor_grid", "decode_dense", "decode_rboxes"]

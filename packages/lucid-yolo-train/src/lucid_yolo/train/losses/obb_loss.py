@@ -1,7 +1,8 @@
 """Oriented-box loss: ProbIoU, L1 on rotated-frame edge distances, and an angle term.
 
-Decoding follows :mod:`lucid_yolo.models.outputs`: the angle is ``(sigmoid(logit) - 0.25) * pi``
-in ``[-pi/4, 3pi/4)`` and the four distances ``(l, t, r, b)`` are measured along the box's own
+Decoding follows :mod:`lucid_yolo.models.outputs`: the angle is the raw output in radians (the
+Ultralytics YOLO26 convention, so fine-tuning imported weights starts from the boxes they predict)
+and the four distances ``(l, t, r, b)`` are measured along the box's own
 axes, so the centre is the anchor plus the rotated offset ``((r - l) / 2, (b - t) / 2)`` and the
 size is ``(l + r, t + b)``.
 
@@ -19,7 +20,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from lucid_yolo.models.decode import decode_angle, distances_to_xywhr, xywhr_to_distances
+from lucid_yolo.models.decode import distances_to_xywhr, xywhr_to_distances
 from lucid_yolo.models.geometry import probiou
 from lucid_yolo.models.outputs import ANGLE, branch_key
 from lucid_yolo.train.assign import RotatedTaskAlignedAssigner, TaskAlignedAssigner
@@ -69,7 +70,7 @@ class OBBLoss(YoloLoss):
         points: Tensor,
         strides: Tensor,
     ) -> Tensor:
-        angle = decode_angle(outputs[branch_key(branch, ANGLE)][:, 0])  # (B, A)
+        angle = outputs[branch_key(branch, ANGLE)][:, 0]  # (B, A) radians
         return distances_to_xywhr(distances * strides, angle, points)
 
     def _gt_boxes(self, batch: Batch) -> Tensor:
