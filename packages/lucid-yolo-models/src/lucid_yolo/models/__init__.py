@@ -12,6 +12,7 @@ from lucid_yolo.models.exceptions import (
     ModelConfigError,
     ModelError,
     UnknownModelError,
+    WeightsError,
 )
 from lucid_yolo.models.export import End2EndModel, export_onnx
 from lucid_yolo.models.heads import Branch, DualHead
@@ -28,6 +29,13 @@ from lucid_yolo.models.registry import (
 )
 from lucid_yolo.models.scales import SCALES, Scale
 from lucid_yolo.models.summary import LayerRow, ModelSummary, model_summary
+from lucid_yolo.models.weights import (
+    ImportedWeights,
+    WeightsReport,
+    load_weights,
+    read_weights,
+    save_reference_weights,
+)
 
 __all__ = [
     # entry point and registry
@@ -73,6 +81,12 @@ __all__ = [
     "distances_to_xyxy",
     "make_anchors",
     "xyxy_to_distances",
+    # pretrained weights (more in lucid_yolo.models.weights)
+    "ImportedWeights",
+    "WeightsReport",
+    "load_weights",
+    "read_weights",
+    "save_reference_weights",
     # output contract
     "outputs",
     # errors
@@ -80,4 +94,5 @@ __all__ = [
     "ModelConfigError",
     "ModelError",
     "UnknownModelError",
+    "WeightsError",
 ]

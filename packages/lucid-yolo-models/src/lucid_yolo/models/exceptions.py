@@ -26,4 +26,10 @@ class ExportError(ModelError):
     """The ONNX export could not be produced or checked."""
 
 
-__all__ = ["ExportError", "ModelConfigError", "ModelError", "UnknownModelError"]
+class WeightsError(ModelError):
+    """A weights file that cannot be read safely, or that does not fit the network it is loaded
+    into (another task or scale, an unknown layout, a global a checkpoint has no business naming).
+    """
+
+
+__all__ = ["ExportError", "ModelConfigError", "ModelError", "UnknownModelError", "WeightsError"]

@@ -59,8 +59,9 @@ def distances_to_xywhr(distances: Tensor, angles: Tensor, points: Tensor) -> Ten
     # centre offset in the box frame, rotated into image axes
     off_u, off_v = (right - left) / 2, (bottom - top) / 2
     cos, sin = torch.cos(angles), torch.sin(angles)
-    cx = points[..., 0] + off_u * cos - off_v * sin
-    cy = points[..., 1] + off_u * sin + off_v * cos
+    # the rotated offset is summed before the anchor is added, the reference's rounding order
+    cx = points[..., 0] + (off_u * cos - off_v * sin)
+    cy = points[..., 1] + (off_u * sin + off_v * cos)
     return torch.stack((cx, cy, left + right, top + bottom, angles), dim=-1)
 
 

@@ -1,0 +1,134 @@
+"""Importing Ultralytics YOLO26 checkpoints: identification, bitwise eval outputs, mismatches."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lucid_yolo.models import YOLO26, WeightsError, create_model, load_weights, read_weights
+from lucid_yolo.models.decode import decode_dense, regularize_rboxes, topk_dense
+from lucid_yolo.models.weights import CLASS_DEPENDENT_PREFIXES
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+TASKS = ("detect", "segment", "pose", "obb")
+
+
+def _checkpoint(task: str) -> Path:
+    return FIXTURES / f"ultralytics-{task}.pt"
+
+
+def _imported(task: str) -> YOLO26:
+    weights = read_weights(_checkpoint(task))
+    model = weights.build()
+    load_weights(model, weights)
+    return model.eval()
+
+
+def _reference(task: str) -> dict[str, torch.Tensor]:
+    saved: dict[str, torch.Tensor] = torch.load(FIXTURES / f"ultralytics-{task}.eval.pt")
+    return saved
+
+
+def test_read_weights_takes_the_network_description_from_the_file() -> None:
+    weights = read_weights(_checkpoint("pose"))
+    assert (weights.task, weights.num_classes, weights.kpt_shape) == ("pose", 1, (4, 3))
+    assert (weights.scale.depth, weights.scale.width, weights.scale.max_channels) == (
+        0.5,
+        0.0625,
+        256,
+    )
+
+
+def test_read_weights_segment_prototype_count() -> None:
+    assert read_weights(_checkpoint("segment")).num_masks == 8
+
+
+def test_read_weights_pose_ignores_the_reference_flow() -> None:
+    weights = read_weights(_checkpoint("pose"))
+    assert weights.dropped
+    assert all(".flow_model." in name for name in weights.dropped)
+
+
+def test_read_weights_carries_class_names() -> None:
+    assert read_weights(_checkpoint("detect")).class_names == ("0", "1", "2")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_imported_eval_outputs_bitwise_equal_reference(task: str) -> None:
+    reference = _reference(task)
+    with torch.no_grad():
+        outputs = _imported(task)(reference["images"].float() / 255)
+    raw_keys = [key for key in reference if key not in ("images", "decoded")]
+    assert len(raw_keys) >= 4
+    for key in raw_keys:
+        assert torch.equal(outputs[key], reference[key]), key
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_imported_detections_bitwise_equal_reference(task: str) -> None:
+    reference = _reference(task)
+    images = reference["images"].float() / 255
+    with torch.no_grad():
+        outputs = _imported(task)(images)
+    decoded = reference["decoded"]  # (B, k, 6 + extra): box, score, class, task values
+    top = topk_dense(decode_dense(outputs, (images.shape[2], images.shape[3])), decoded.shape[1])
+    assert torch.equal(top["scores"], decoded[..., 4])
+    assert torch.equal(top["classes"].to(decoded.dtype), decoded[..., 5])
+    if task == "obb":  # the reference keeps the raw angle; the decoder regularizes it
+        rboxes = regularize_rboxes(torch.cat((decoded[..., :4], decoded[..., 6:7]), dim=-1))
+        assert torch.equal(top["rboxes"], rboxes)
+    else:
+        assert torch.equal(top["boxes"], decoded[..., :4])
+    if task == "pose":
+        keypoints = decoded[..., 6:].reshape(*decoded.shape[:2], 4, 3)
+        assert torch.equal(top["keypoints"], keypoints)
+
+
+def test_load_weights_refuses_another_task_naming_both() -> None:
+    weights = read_weights(_checkpoint("detect"))
+    model = YOLO26("obb", weights.scale, num_classes=3)
+    with pytest.raises(WeightsError, match=r"holds a yolo26 at .* but the model is yolo26-obb"):
+        load_weights(model, weights)
+
+
+def test_load_weights_refuses_another_scale_naming_both() -> None:
+    weights = read_weights(_checkpoint("detect"))
+    with pytest.raises(WeightsError, match=r"custom scale .* but the model is yolo26n;"):
+        load_weights(create_model("yolo26n", num_classes=3), weights)
+
+
+def test_load_weights_other_class_count_keeps_all_but_class_tensors() -> None:
+    weights = read_weights(_checkpoint("detect"))
+    model = YOLO26("detect", weights.scale, num_classes=5)
+    report = load_weights(model, weights)
+    assert report.reinitialised
+    assert all(name.startswith(CLASS_DEPENDENT_PREFIXES) for name in report.reinitialised)
+    state = model.state_dict()
+    kept = [key for key in state if key not in report.reinitialised]
+    assert len(kept) == report.loaded
+    for key in kept:
+        assert torch.equal(state[key], weights.tensors[key].to(state[key].dtype)), key
+    assert "the file has 3 classes and the model 5" in report.summary()
+
+
+def test_read_weights_missing_file() -> None:
+    with pytest.raises(WeightsError, match=r"'nowhere\.pt' does not exist"):
+        read_weights("nowhere.pt")
+
+
+def test_read_weights_foreign_state_dict(tmp_path: Path) -> None:
+    path = tmp_path / "other.pt"
+    torch.save({"encoder.weight": torch.zeros(3, 3)}, path)
+    with pytest.raises(WeightsError, match="no class output conv"):
+        read_weights(path)
+
+
+def test_read_weights_lucid_yolo_state_dict(tmp_path: Path) -> None:
+    model = create_model("yolo26n-obb", num_classes=2, seed=3)
+    path = tmp_path / "ours.pt"
+    torch.save(model.state_dict(), path)
+    weights = read_weights(path)
+    assert (weights.model_name, weights.num_classes) == ("yolo26n-obb", 2)
+    assert all(torch.equal(weights.tensors[k], v) for k, v in model.state_dict().items())

@@ -1,0 +1,61 @@
+"""Write the small Ultralytics checkpoints and eval outputs the CPU tests import.
+
+For each task, a YOLO26 network built by Ultralytics from its YAML at a reduced scale (depth 0.5,
+width 0.0625, channels capped at 256 before the width: the nano topology at a few percent of its
+parameters, so the eight files stay under 3 MB), with small class counts (and 4 keypoints for
+pose, 8 prototypes for segment) so that the importer must take them from the file; BatchNorm
+statistics are made non-trivial, the network is saved as Ultralytics saves a model (``YOLO.save``,
+float16), read back with Ultralytics and run in eval mode on a fixed input. Written to
+``tests/models/fixtures/``:
+
+- ``ultralytics-<task>.pt``: the checkpoint;
+- ``ultralytics-<task>.eval.pt``: ``{"images": (2, 3, 64, 96) uint8, <lucid-yolo output key>:
+  tensor, …, "decoded": the reference's end-to-end detections}`` (a plain tensor dict); the
+  network input is ``images / 255``.
+
+Ultralytics is a test peer, not a dependency: run this in an environment that has it::
+
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /tmp/ulvenv/bin/python \\
+        tools/make_ultralytics_fixture.py
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from ultralytics_peer import build_reference, load_reference, perturb_statistics, reference_outputs
+
+FIXTURE_SCALE = [0.5, 0.0625, 256]
+"""``[depth, width, max_channels]`` of the fixtures."""
+
+FIXTURES = {
+    "detect": {"num_classes": 3},
+    "segment": {"num_classes": 2, "num_masks": 8},
+    "pose": {"num_classes": 1, "kpt_shape": (4, 3)},
+    "obb": {"num_classes": 2},
+}
+IMAGE_SHAPE = (2, 3, 64, 96)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=Path("tests/models/fixtures"))
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    generator = torch.Generator().manual_seed(0)
+    images = torch.randint(0, 256, IMAGE_SHAPE, dtype=torch.uint8, generator=generator)
+    for task, options in FIXTURES.items():
+        wrapper = build_reference(task, "n", scale_override=FIXTURE_SCALE, **options)  # type: ignore[arg-type]
+        perturb_statistics(wrapper)
+        checkpoint = args.out / f"ultralytics-{task}.pt"
+        wrapper.save(checkpoint)
+        outputs = reference_outputs(load_reference(checkpoint), images.float() / 255)
+        torch.save({"images": images, **outputs}, args.out / f"ultralytics-{task}.eval.pt")
+        print(f"{checkpoint}: {checkpoint.stat().st_size / 1e6:.2f} MB")
+
+
+if __name__ == "__main__":
+    main()
