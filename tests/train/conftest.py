@@ -64,16 +64,22 @@ def digested_fit(
     accelerator: str = "gpu",
     imgsz: int = 128,
     max_steps: int = 6,
+    weights: str | None = None,
     **replay: bool,
 ) -> DigestedFit:
-    """A short seeded fit; digests of model, EMA, optimizer (and scaler), per-step loss bits."""
+    """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
+    optimizer (and scaler), per-step loss bits."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
     )
     suffix = {"detect": "", "segment": "-seg"}[task]
     module = YoloModule(
-        f"yolo26n{suffix}", num_classes=data.num_classes, warmup_epochs=0.0, **replay
+        f"yolo26n{suffix}",
+        num_classes=data.num_classes,
+        warmup_epochs=0.0,
+        weights=weights,
+        **replay,
     )
     losses = _LossBits()
     trainer = pl.Trainer(

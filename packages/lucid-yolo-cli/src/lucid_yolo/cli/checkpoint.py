@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lucid_yolo.cli.errors import CliError
-from lucid_yolo.models import YOLO26
+from lucid_yolo.models import TASK_IMAGE_SIZES, YOLO26, load_weights, read_weights
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data import DataError, load_checkpoint_data
 from lucid_yolo.train.data.dataset_yaml import Task
@@ -60,4 +60,17 @@ def load_checkpoint(path: str | Path) -> Deployed:
     return Deployed(net=net, task=module.task, imgsz=saved.imgsz)
 
 
-__all__ = ["Deployed", "load_checkpoint"]
+def load_pretrained(path: str | Path) -> Deployed:
+    """The network of pretrained weights (:func:`lucid_yolo.models.read_weights`) in eval mode,
+    at its task's published input size.
+
+    Raises:
+        lucid_yolo.models.WeightsError: the file is missing, unsafe or not a YOLO26 network.
+    """
+    weights = read_weights(path)
+    net = weights.build()
+    load_weights(net, weights)
+    return Deployed(net=net.eval(), task=weights.task, imgsz=TASK_IMAGE_SIZES[weights.task])
+
+
+__all__ = ["Deployed", "load_checkpoint", "load_pretrained"]

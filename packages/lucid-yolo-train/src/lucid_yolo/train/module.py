@@ -13,10 +13,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
-from lucid_yolo.models import create_model, model_spec
+from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
 from lucid_yolo.replay import merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
@@ -37,6 +38,11 @@ class YoloModule(pl.LightningModule):
         num_classes: classes ``C``; the CLI links it to the data module's class count.
         kpt_shape: pose only: ``(K, 3)``; the CLI links it to the dataset's ``kpt_shape``.
         seed: seed of the initial weights (independent of the global RNG).
+        weights: pretrained weights to start from: an Ultralytics YOLO26 ``.pt``, a state dict or
+            a ``.safetensors`` file (Ultralytics or lucid-yolo names;
+            :func:`lucid_yolo.models.read_weights`). Its task and scale must be ``model``'s; with
+            another class count every tensor but the class branches' is kept. Not saved in the
+            hyperparameters: a checkpoint already holds the weights.
         lr0: initial learning rate of MuSGD.
         lrf: final learning rate as a fraction of ``lr0`` (linear decay).
         momentum: MuSGD momentum.
@@ -63,6 +69,7 @@ class YoloModule(pl.LightningModule):
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
+        lucid_yolo.models.WeightsError: for unreadable ``weights`` or another task or scale.
         TrainConfigError: for out-of-range hyperparameters.
     """
 
@@ -73,6 +80,7 @@ class YoloModule(pl.LightningModule):
         kpt_shape: tuple[int, int] = (17, 3),
         *,
         seed: int = 0,
+        weights: str | None = None,
         lr0: float = 0.01,
         lrf: float = 0.01,
         momentum: float = 0.937,
@@ -98,10 +106,12 @@ class YoloModule(pl.LightningModule):
             raise TrainConfigError(f"max_det must be >= 1, got {max_det!r}")
         if not 0.0 <= val_conf <= 1.0:
             raise TrainConfigError(f"val_conf must be in [0, 1], got {val_conf!r}")
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=["weights"])
         spec = model_spec(model)
         self.task = spec.task
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
+        if weights is not None:
+            rank_zero_info(load_weights(self.net, read_weights(weights)).summary())
         self.ema = ModelEMA(self.net, decay=ema_decay, tau=ema_tau)
         # Registered so that Lightning moves it and checkpoints it; its train/eval mode follows
         # the module's like any submodule (Lightning warns about eval-mode submodules at fit
