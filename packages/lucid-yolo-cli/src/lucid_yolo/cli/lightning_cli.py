@@ -5,7 +5,7 @@ The model name is the single source of the task: the data module reads labels fo
 task, and the model takes its class count and keypoint layout from the dataset. Defaults follow
 the machine: bf16 autocast on a CUDA device, fp32 on the CPU.
 
-``predict`` needs ``--ckpt_path``: LightningCLI replaces the model options by the checkpoint's
+``predict`` needs ``--ckpt_path`` (or ``--model.weights`` with ``--data.yaml``): LightningCLI replaces the model options by the checkpoint's
 hyperparameters, and without ``--data.yaml`` the data module takes the class names, task,
 keypoint layout and image size from the checkpoint too, so only ``--data.source`` is needed.
 The :class:`PredictionWriter` (``--output.*``) writes the results.
@@ -107,7 +107,8 @@ class YoloCLI(LightningCLI):
         subcommand = str(self.config.get("subcommand"))
         if subcommand == "predict":
             config = self.config.predict
-            check_checkpoint(config.ckpt_path)
+            if config.ckpt_path is not None or config.model.weights is None:
+                check_checkpoint(config.ckpt_path)
             self.inference_options = {key: config.model[key] for key in INFERENCE_OPTIONS}
         if isinstance(args, list):
             for line in ignored_option_warnings(
@@ -230,6 +231,11 @@ def _prepare_predict(config: Any, inference_options: dict[str, Any]) -> None:
             raise CliError(
                 "predict needs --data.source: an image or a folder of images (or --data.yaml "
                 "to predict a dataset's test or val split)"
+            )
+        if config.ckpt_path is None:
+            raise CliError(
+                "predict with --model.weights needs --data.yaml: the dataset YAML whose class "
+                "names and count the weights were trained with"
             )
         # no dataset: the class names, task, keypoint layout and image size of the checkpoint
         config.data.yaml = str(config.ckpt_path)
