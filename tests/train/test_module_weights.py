@@ -80,6 +80,7 @@ def test_replayed_fine_tune_is_bitwise_native(
     replayed = fit_digests(
         yaml, "detect", "32-true", 1, weights=weights, capture_network=True, capture_update=True
     )
-    assert replayed.telemetry["replays"] > 0
+    assert replayed.telemetry["replays"] > 0, replayed.telemetry
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert replayed.losses == native.losses
     assert replayed.digests == native.digests
