@@ -5,9 +5,10 @@ The model name is the single source of the task: the data module reads labels fo
 task, and the model takes its class count and keypoint layout from the dataset. Defaults follow
 the machine: bf16 autocast on a CUDA device, fp32 on the CPU.
 
-``predict`` needs ``--ckpt_path`` (or ``--model.weights`` with ``--data.yaml``): LightningCLI replaces the model options by the checkpoint's
-hyperparameters, and without ``--data.yaml`` the data module takes the class names, task,
-keypoint layout and image size from the checkpoint too, so only ``--data.source`` is needed.
+``predict`` needs ``--ckpt_path`` (or ``--model.weights`` with ``--data.yaml``): LightningCLI
+replaces the model options by the checkpoint's hyperparameters, and without ``--data.yaml`` the
+data module takes the class names, task, keypoint layout and image size from the checkpoint too,
+so only ``--data.source`` is needed.
 The :class:`PredictionWriter` (``--output.*``) writes the results.
 
 Example::
