@@ -123,7 +123,8 @@ def compare_decoded(
 ) -> bool:
     """The reference's end-to-end detections against lucid-yolo's decoder on its own outputs:
     scores, classes and boxes (OBB: rotated boxes in the long-edge convention) bitwise equal."""
-    from lucid_yolo.models.decode import decode_dense, regularize_rboxes, topk_dense
+    from lucid_yolo.models.decode import decode_dense, topk_dense
+    from lucid_yolo.models.geometry import normalize_xywhr
 
     decoded = reference["decoded"]
     top = topk_dense(decode_dense(ours, image_size), decoded.shape[1])
@@ -131,7 +132,7 @@ def compare_decoded(
         top["classes"].to(decoded.dtype), decoded[..., 5]
     )
     if task == "obb":
-        reference_rboxes = regularize_rboxes(torch.cat((decoded[..., :4], decoded[..., 6:7]), -1))
+        reference_rboxes = normalize_xywhr(torch.cat((decoded[..., :4], decoded[..., 6:7]), -1))
         return same and torch.equal(top["rboxes"], reference_rboxes)
     same = same and torch.equal(top["boxes"], decoded[..., :4])
     if task == "pose":

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from lucid_yolo.models import YOLO26, WeightsError, create_model, load_weights, read_weights
-from lucid_yolo.models.decode import decode_dense, regularize_rboxes, topk_dense
+from lucid_yolo.models.decode import decode_dense, topk_dense
+from lucid_yolo.models.geometry import normalize_xywhr
 from lucid_yolo.models.weights import CLASS_DEPENDENT_PREFIXES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -77,7 +78,7 @@ def test_imported_detections_bitwise_equal_reference(task: str) -> None:
     assert torch.equal(top["scores"], decoded[..., 4])
     assert torch.equal(top["classes"].to(decoded.dtype), decoded[..., 5])
     if task == "obb":  # the reference keeps the raw angle; the decoder regularizes it
-        rboxes = regularize_rboxes(torch.cat((decoded[..., :4], decoded[..., 6:7]), dim=-1))
+        rboxes = normalize_xywhr(torch.cat((decoded[..., :4], decoded[..., 6:7]), dim=-1))
         assert torch.equal(top["rboxes"], rboxes)
     else:
         assert torch.equal(top["boxes"], decoded[..., :4])
