@@ -126,3 +126,36 @@ def test_replay_step_ema_shares_the_step_pool() -> None:
     ema = ModelEMA(copy.deepcopy(net))
     step = ReplayStep(net, loss_of, _sgd(net), ema=ema)
     assert ema.recorder.pool is step.pool
+
+
+def _skipped_fp16_step(ema_on_skipped_steps: bool) -> ModelEMA:
+    """One fp16 step whose loss is infinite, so GradScaler skips the update."""
+    net = make_net()
+    ema = ModelEMA(net, tau=3.0, graphed=False)
+
+    def infinite_loss(outputs: dict[str, Tensor], target: Tensor) -> Tensor:
+        return loss_of(outputs, target) * float("inf")
+
+    step = ReplayStep(
+        net,
+        infinite_loss,
+        _sgd(net),
+        precision="fp16",
+        ema=ema,
+        ema_on_skipped_steps=ema_on_skipped_steps,
+        enabled=False,
+    )
+    x, target = _data(1)[0]
+    step(x, target)
+    assert step.updater.applied == 0
+    return ema
+
+
+def test_replay_step_skipped_update_does_not_blend_the_ema() -> None:
+    ema = _skipped_fp16_step(ema_on_skipped_steps=False)
+    assert int(ema.updates) == 0
+
+
+def test_replay_step_skipped_update_blends_the_ema_when_asked() -> None:
+    ema = _skipped_fp16_step(ema_on_skipped_steps=True)
+    assert int(ema.updates) == 1

@@ -11,10 +11,9 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
-
-SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
 
 class _LossLog(Callback):
@@ -40,7 +39,7 @@ def _data(yaml: Path, task: str, **kwargs: Any) -> YoloDataModule:
 def _module(data: YoloDataModule, task: str, **kwargs: Any) -> YoloModule:
     shape = data.spec.kpt_shape
     return YoloModule(
-        f"yolo26n{SUFFIX[task]}",
+        f"yolo26n{TASK_SUFFIXES[task]}",
         num_classes=data.num_classes,
         kpt_shape=(17, 3) if shape is None else (shape[0], 3),
         **kwargs,
@@ -160,3 +159,11 @@ def test_module_predict_step_runs_the_ema_network(
         assert torch.equal(got["scores"], ema["scores"])
         assert torch.equal(got["boxes"], ema["boxes"])
         assert not torch.equal(got["scores"], net["scores"])
+
+
+def test_module_ema_is_the_trainer_ema_blended_by_the_update_step() -> None:
+    module = YoloModule("yolo26n", num_classes=2)
+    ema = module.ema
+    assert (ema.decay_on, ema.buffers, ema.recorder.enabled) == ("device", "copy", False)
+    assert ema.live is module.net
+    assert module.ema_net is ema.module

@@ -49,7 +49,11 @@ class ReplayStep:
             with a tensor LR).
         accumulation: micro-batches per optimizer step.
         precision: ``"fp32"``, ``"fp16"`` (autocast + GradScaler) or ``"bf16"`` (autocast).
-        ema: an EMA to update after each optimizer step.
+        ema: an EMA to update after each applied optimizer step.
+        ema_on_skipped_steps: also blend the EMA after a step that fp16's GradScaler skipped
+            (an inf or NaN gradient: the weights did not change, but the average still moves
+            towards them and its ramp advances). ``False``, the default, blends only after
+            applied updates, as the trainer does.
         graph_update: replay the optimizer step too.
         verify_every: run every N-th optimizer step a second time natively and compare digests
             (``0``: never). Costs a snapshot and a native step each time.
@@ -76,6 +80,7 @@ class ReplayStep:
         accumulation: int = 1,
         precision: str = "fp32",
         ema: ModelEMA | None = None,
+        ema_on_skipped_steps: bool = False,
         graph_update: bool = True,
         verify_every: int = 0,
         groups: Mapping[str, Sequence[str]] | None = None,
@@ -100,6 +105,7 @@ class ReplayStep:
         self.device_type = self.pool.device.type
         self.scaler = torch.amp.GradScaler(self.device_type) if precision == "fp16" else None
         self.ema = ema
+        self.ema_on_skipped_steps = ema_on_skipped_steps
         if ema is not None and ema.recorder.pool is None:
             ema.recorder.pool = self.pool
         self.verifier = Verifier(verify_every)
@@ -140,16 +146,19 @@ class ReplayStep:
         return loss.detach()
 
     def _update(self) -> None:
+        applied = True
         if self.scaler is not None:
             # unscale, inf check (a host sync) and scale update stay native (invariant 23,
             # docs/replay-invariants.md).
             # GradScaler only reads param_groups and calls step(): the wrapper duck-types.
+            replays = self.updater.applied
             self.scaler.step(cast(torch.optim.Optimizer, self.updater))
             self.scaler.update()
+            applied = self.updater.applied > replays
         else:
             self.updater.step()
         self.updater.zero_grad()
-        if self.ema is not None:
+        if self.ema is not None and (applied or self.ema_on_skipped_steps):
             self.ema.update()
         self.micro = 0
         self.steps_done += 1
@@ -167,7 +176,7 @@ class ReplayStep:
         tensors = state_tensors(getattr(self.optimizer, "state", {}))
         tensors += scaler_tensors(self.scaler)
         if self.ema is not None:
-            tensors += [*self.ema.module.parameters(), *self.ema.module.buffers()]
+            tensors += [*self.ema.module.parameters(), *self.ema.module.buffers(), self.ema.updates]
         return tensors
 
     def _digest(self) -> dict[str, str]:
@@ -185,10 +194,7 @@ class ReplayStep:
         """Re-run the step just replayed natively from the snapshot; compare digests."""
         assert self._snapshot is not None
         replayed = self._digest()
-        ema_updates = self.ema.updates if self.ema is not None else 0
         self._snapshot.restore()
-        if self.ema is not None:
-            self.ema.updates = ema_updates - 1
         batches, self._pending, self._snapshot = self._pending, [], None
         self.steps_done -= 1
         with self._native():

@@ -176,6 +176,10 @@ class GraphedOptimizer:
         pool: shared memory pool; ``None`` makes a private one.
         enabled: ``False`` always steps natively.
 
+    Attributes:
+        applied: updates applied so far; ``GradScaler.step`` does not call :meth:`step` on a
+            step it skips, so a caller can tell an applied update from a skipped one.
+
     Example:
         >>> lr = torch.tensor(1e-3, device="cuda")
         >>> graphed = GraphedOptimizer(torch.optim.AdamW(params, lr=lr, capturable=True))
@@ -197,6 +201,7 @@ class GraphedOptimizer:
         self._update = update
         self._extra_state = extra_state
         self._static_grads: dict[Hashable, list[Tensor]] = {}
+        self.applied = 0
         self.recorder = UpdateRecorder(
             self._native_step,
             state=self._state_tensors,
@@ -223,6 +228,7 @@ class GraphedOptimizer:
     def step(self) -> None:
         """Apply one update: native during warm-up, else copy-in and launch."""
         self.recorder()
+        self.applied += 1
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Clear the gradients of every parameter, as ``Optimizer.zero_grad``."""

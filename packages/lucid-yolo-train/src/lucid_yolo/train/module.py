@@ -23,7 +23,7 @@ from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
-from lucid_yolo.train.optim import ModelEMA, MuSGD, WarmupLinearSchedule, param_groups
+from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
 from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
 from lucid_yolo.train.update_step import UpdateStep
 
@@ -112,7 +112,7 @@ class YoloModule(pl.LightningModule):
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
         if weights is not None:
             rank_zero_info(load_weights(self.net, read_weights(weights)).summary())
-        self.ema = ModelEMA(self.net, decay=ema_decay, tau=ema_tau)
+        self.ema = trainer_ema(self.net, decay=ema_decay, tau=ema_tau)
         # Registered so that Lightning moves it and checkpoints it; its train/eval mode follows
         # the module's like any submodule (Lightning warns about eval-mode submodules at fit
         # start), and it only ever runs under validation/test/predict, where Lightning sets eval.
@@ -190,7 +190,6 @@ class YoloModule(pl.LightningModule):
         self.update_step = UpdateStep(
             optimizer,
             self.ema,
-            self.net,
             replay=hp["capture_update"],
             max_signatures=hp["max_signatures"],
         )

@@ -15,10 +15,8 @@ applied update, natively and replayed alike.
 
 from __future__ import annotations
 
-from torch import nn
-
-from lucid_yolo.replay import GraphedOptimizer, Telemetry
-from lucid_yolo.train.optim import ModelEMA, MuSGD
+from lucid_yolo.replay import GraphedOptimizer, ModelEMA, Telemetry
+from lucid_yolo.train.optim import MuSGD
 
 
 class UpdateStep:
@@ -26,8 +24,7 @@ class UpdateStep:
 
     Args:
         optimizer: the run's MuSGD; its :attr:`~MuSGD.update_runner` is set to this step.
-        ema: the weight average, blended from ``net`` after each update.
-        net: the trained network.
+        ema: the weight average, blended from the network it was built from after each update.
         replay: record the step as a CUDA graph after one native warm-up step and replay it
             (on the CPU, the replay library's stand-in runs the same bookkeeping natively).
         max_signatures: update recordings kept (one per set of parameters with gradients).
@@ -37,14 +34,12 @@ class UpdateStep:
         self,
         optimizer: MuSGD,
         ema: ModelEMA,
-        net: nn.Module,
         *,
         replay: bool,
         max_signatures: int = 2,
     ) -> None:
         self.optimizer = optimizer
         self.ema = ema
-        self.net = net
         self.replay = replay
         self.graphed = GraphedOptimizer(
             optimizer,
@@ -61,7 +56,7 @@ class UpdateStep:
 
     def _native(self) -> None:
         self.optimizer.apply_update()
-        self.ema.update(self.net)
+        self.ema.update()
 
 
 __all__ = ["UpdateStep"]

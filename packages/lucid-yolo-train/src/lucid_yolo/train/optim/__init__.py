@@ -5,7 +5,7 @@ step and EMA update are exactly what a CUDA-graph update replay records (see
 docs/engineering/musgd-ema.md).
 """
 
-from lucid_yolo.train.optim.ema import ModelEMA
+from lucid_yolo.train.optim.ema import trainer_ema
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
 from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, MuSGD
 from lucid_yolo.train.optim.newton_schulz import NS_COEFFICIENTS, orthogonalise
@@ -25,8 +25,8 @@ __all__ = [
     "WEIGHT",
     # schedule
     "WarmupLinearSchedule",
-    # weight average
-    "ModelEMA",
+    # weight average (lucid_yolo.replay.ModelEMA with the trainer's options)
+    "trainer_ema",
     # errors
     "OptimizerConfigError",
     "OptimizerStateError",
