@@ -12,13 +12,12 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.models import TASKS, YOLO26, create_model
+from lucid_yolo.models.registry import TASK_SUFFIXES
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
 ]
-
-SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
 
 def step(model: YOLO26, images: Tensor) -> dict[str, Tensor]:
@@ -47,7 +46,7 @@ def bits(tensor: Tensor) -> Tensor:
 @pytest.mark.usefixtures("deterministic")
 @pytest.mark.parametrize("task", TASKS)
 def test_cuda_graph_replay_matches_eager_bitwise(task: str) -> None:
-    model = create_model(f"yolo26n{SUFFIX[task]}", num_classes=3).cuda().train()
+    model = create_model(f"yolo26n{TASK_SUFFIXES[task]}", num_classes=3).cuda().train()
     generator = torch.Generator(device="cuda").manual_seed(0)
     static_images = torch.rand(2, 3, 128, 128, device="cuda", generator=generator)
     initial = {k: v.clone() for k, v in model.state_dict().items()}

@@ -14,15 +14,15 @@ from torch import Tensor, nn
 from lucid_yolo.models import TASKS, YOLO26, create_model
 from lucid_yolo.models.decode import decode_end2end
 from lucid_yolo.models.export import TASK_OUTPUTS, End2EndModel, export_onnx
+from lucid_yolo.models.registry import TASK_SUFFIXES
 
 Calibrate = Callable[[nn.Module], nn.Module]
-SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
 
 def calibrated_model(task: str, calibrate: Calibrate) -> YOLO26:
     """A fresh model in eval mode with calibrated BatchNorm statistics, so anchors score
     clearly apart and the top-k order is not decided by float rounding."""
-    model = create_model(f"yolo26n{SUFFIX[task]}", num_classes=3)
+    model = create_model(f"yolo26n{TASK_SUFFIXES[task]}", num_classes=3)
     calibrate(model)
     return model
 

@@ -9,11 +9,11 @@ import torch
 from torch import Tensor, nn
 
 from lucid_yolo.models import TASKS, YOLO26, ModelConfigError, create_model, outputs
+from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.models.scales import SCALES
 
 IMAGE_SIZE = 64
 NUM_ANCHORS = 8 * 8 + 4 * 4 + 2 * 2
-SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
 
 def expected_shapes(task: str, C: int, K: int = 17, M: int = 32) -> dict[str, tuple[int, ...]]:
@@ -33,7 +33,7 @@ def expected_shapes(task: str, C: int, K: int = 17, M: int = 32) -> dict[str, tu
 
 @pytest.mark.parametrize("task", TASKS)
 def test_yolo26_forward_backward_match_output_contract(task: str, images: Tensor) -> None:
-    model = create_model(f"yolo26n{SUFFIX[task]}", num_classes=3)
+    model = create_model(f"yolo26n{TASK_SUFFIXES[task]}", num_classes=3)
     result = model(images)
     assert {k: tuple(v.shape) for k, v in result.items()} == expected_shapes(task, 3)
     torch.stack([t.float().square().mean() for t in result.values()]).sum().backward()
@@ -49,7 +49,7 @@ def test_yolo26_larger_scales_match_output_contract(task: str, scale: str) -> No
     # no values, so any .item(), nonzero or value-dependent branch would raise here: the
     # training forward is free of host syncs.
     with torch.device("meta"):
-        model = create_model(f"yolo26{scale}{SUFFIX[task]}", num_classes=3, seed=None)
+        model = create_model(f"yolo26{scale}{TASK_SUFFIXES[task]}", num_classes=3, seed=None)
         result = model(torch.empty(2, 3, IMAGE_SIZE, IMAGE_SIZE))
     assert {k: tuple(v.shape) for k, v in result.items()} == expected_shapes(task, 3)
     torch.stack([t.float().square().mean() for t in result.values()]).sum().backward()

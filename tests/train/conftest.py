@@ -11,6 +11,7 @@ import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import Callback
 
+from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import state_digest
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
@@ -73,7 +74,7 @@ def digested_fit(
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
     )
-    suffix = {"detect": "", "segment": "-seg"}[task]
+    suffix = TASK_SUFFIXES[task]
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=data.num_classes,

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from lucid_yolo.models import create_model
+from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import first_difference
 from lucid_yolo.train.replay_binding import (
     FEATURE_KEYS,
@@ -116,7 +117,7 @@ def test_loss_region_cpu_fit_equals_native(
 
 @pytest.mark.parametrize("task", ["segment", "pose", "obb"])
 def test_loss_region_refused_where_not_verified(task: str) -> None:
-    suffix = {"segment": "-seg", "pose": "-pose", "obb": "-obb"}[task]
+    suffix = TASK_SUFFIXES[task]
     net = create_model(f"yolo26n{suffix}", num_classes=2)
     expected = f"verified bitwise for \\('detect',\\) only, not '{task}'"
     with pytest.raises(ValueError, match=expected):
