@@ -138,7 +138,8 @@ class ModelEMA:
             for name, t in ema.items()
             if t.is_floating_point() and (self.buffers == "average" or name in parameters)
         ]
-        copied = [name for name in ema if name not in set(averaged)]
+        chosen = set(averaged)
+        copied = [name for name in ema if name not in chosen]
         self._ema_averaged = [ema[name] for name in averaged]
         self._live_averaged = [live[name] for name in averaged]
         self._ema_copied = [ema[name] for name in copied]
