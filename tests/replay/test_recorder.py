@@ -77,6 +77,25 @@ def test_recorder_matches_native_under_cpu_bf16_autocast() -> None:
     assert first_difference(expected, got) is None
 
 
+def test_recorder_matches_native_under_autocast_without_cast_cache() -> None:
+    # mid is used twice: with the cache off eager sums its two gradients in fp32, with the
+    # cache on in bf16; the replay must follow the caller's setting.
+    native, replayed = make_net(shared_twice=True), make_net(shared_twice=True)
+    recorder = RegionRecorder(ModuleRegion(replayed))
+
+    def uncached(forward: Forward) -> Forward:
+        def run(x: Tensor) -> dict[str, Tensor]:
+            with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                return {k: v.float() for k, v in forward(x).items()}
+
+        return run
+
+    expected = _train(native, uncached(native), steps=2, accumulation=2)
+    got = _train(replayed, uncached(recorder), steps=2, accumulation=2)
+    assert first_difference(expected, got) is None
+    assert recorder.telemetry.replays == 3
+
+
 def test_recorder_first_gradient_does_not_alias_static_buffer() -> None:
     net = make_net()
     recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)

@@ -105,22 +105,20 @@ def autocast_cache_emulation(device_type: str) -> Iterator[None]:
 
     Capture needs the cache empty at the boundaries (a cast cached outside would be read from
     stale memory), but eager caches casts of fp32 leaves, which changes how the gradients of a
-    weight used several times are summed. Clearing, enabling, running and clearing again records
+    weight used several times are summed. Clearing the cache, running and clearing again records
     the casts inside the graph and matches eager-with-cache bitwise (docs/replay-invariants.md,
-    invariant 6).
-    No-op when autocast is off for ``device_type``.
+    invariant 6). No-op when autocast is off for ``device_type``, and when the caller runs
+    autocast with ``cache_enabled=False``: eager then casts a weight at every use and sums its
+    gradients in fp32, which forcing the cache on would change to a low-precision sum.
     """
-    if not torch.is_autocast_enabled(device_type):
+    if not (torch.is_autocast_enabled(device_type) and torch.is_autocast_cache_enabled()):
         yield
         return
-    previous = torch.is_autocast_cache_enabled()
     torch.clear_autocast_cache()
-    torch.set_autocast_cache_enabled(True)
     try:
         yield
     finally:
         torch.clear_autocast_cache()
-        torch.set_autocast_cache_enabled(previous)
 
 
 __all__ = ["OpTrail", "autocast_cache_emulation", "capture_with_trail", "describe_failure"]
