@@ -17,6 +17,7 @@ from lucid_yolo.replay import (
     first_difference,
     state_digest,
 )
+from lucid_yolo.replay.update import hyperparameter_key
 
 
 def _pair() -> tuple[nn.Module, nn.Module]:
@@ -96,6 +97,45 @@ def test_graphed_optimizer_new_key_when_gradients_missing() -> None:
     net[2].weight.requires_grad_(False)
     _train(net, graphed, 1)
     assert graphed.telemetry.recordings == 2
+
+
+class _TupleHyperparameter(torch.optim.Optimizer):
+    """Reads a tuple hyperparameter as Adam reads ``betas`` (CPU Adam itself syncs on its step)."""
+
+    def __init__(self, params: object) -> None:
+        super().__init__(params, {"betas": (0.9, 0.999)})  # type: ignore[arg-type]
+
+    @torch.no_grad()
+    def step(self) -> None:  # type: ignore[override]
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.grad is not None:
+                    p.sub_(p.grad * (1.0 - group["betas"][0]))
+
+
+def test_graphed_optimizer_records_again_when_tuple_hyperparameter_changes() -> None:
+    _, net = _pair()
+    optimizer = _TupleHyperparameter(net.parameters())
+    graphed = GraphedOptimizer(optimizer, warmup_steps=0)
+    _train(net, graphed, 1)
+    optimizer.param_groups[0]["betas"] = (0.85, 0.999)
+    _train(net, graphed, 1)
+    assert graphed.telemetry.recordings == 2
+
+
+def test_hyperparameter_key_reads_a_cpu_tensor_of_a_cuda_update_by_value() -> None:
+    lr = torch.tensor(0.1)
+    before = hyperparameter_key(lr, torch.device("cuda"))
+    lr.fill_(0.2)
+    assert hyperparameter_key(lr, torch.device("cuda")) != before
+
+
+def test_hyperparameter_key_reads_a_device_tensor_by_identity() -> None:
+    lr = torch.tensor(0.1)
+    before = hyperparameter_key(lr, torch.device("cpu"))
+    lr.fill_(0.2)
+    assert hyperparameter_key(lr, torch.device("cpu")) == before
+    assert hyperparameter_key(torch.tensor(0.2), torch.device("cpu")) != before
 
 
 def test_graphed_optimizer_float_lr_schedule_hits_signature_limit() -> None:

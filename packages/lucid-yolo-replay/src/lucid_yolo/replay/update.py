@@ -153,6 +153,26 @@ class UpdateRecorder:
         return graph
 
 
+def hyperparameter_key(value: object, device: torch.device) -> Hashable:
+    """What a graphed update bakes of one ``param_groups`` entry, as a hashable key.
+
+    A tensor on the update's device is read in place at every replay, so only its identity
+    matters. Everything else is baked at capture and keyed by value: Python scalars, tuples of
+    them (Adam's ``betas``, which OneCycleLR and CyclicLR rewrite), and tensors held on another
+    device (a CPU tensor enters a CUDA kernel as a scalar argument). Other objects are keyed by
+    type only.
+    """
+    if isinstance(value, Tensor):
+        if value.device.type == device.type:
+            return ("tensor", id(value))
+        return ("value", value.dtype, tuple(value.detach().flatten().tolist()))
+    if isinstance(value, (tuple, list)):
+        return tuple(hyperparameter_key(v, device) for v in value)
+    if isinstance(value, (bool, int, float, str, type(None))):
+        return value
+    return ("object", type(value).__qualname__)
+
+
 class GraphedOptimizer:
     """An optimizer whose ``step()`` replays a recorded graph; drop-in for ``GradScaler.step``.
 
@@ -258,12 +278,14 @@ class GraphedOptimizer:
         return [(p, p.grad) for p in self._params() if p.grad is not None]
 
     def _current_key(self) -> Hashable:
-        grads = tuple(None if p.grad is None else TensorSpec.of(p.grad) for p in self._params())
+        params = self._params()
+        grads = tuple(None if p.grad is None else TensorSpec.of(p.grad) for p in params)
+        device = params[0].device if params else torch.device("cpu")
         hyper = tuple(
             tuple(
-                (k, id(v) if isinstance(v, Tensor) else v)
+                (k, hyperparameter_key(v, device))
                 for k, v in sorted(group.items())
-                if k != "params" and isinstance(v, (Tensor, bool, int, float, str, type(None)))
+                if k != "params"
             )
             for group in self.optimizer.param_groups
         )
@@ -299,4 +321,4 @@ class GraphedOptimizer:
                 buffer.copy_(live)
 
 
-__all__ = ["GraphedOptimizer", "UpdateRecorder"]
+__all__ = ["GraphedOptimizer", "UpdateRecorder", "hyperparameter_key"]
