@@ -357,11 +357,42 @@ def test_recorder_parameter_inside_only_is_not_flagged() -> None:
     assert recorder.retired is None
 
 
+def test_recorder_retires_parameter_shared_outside_region_on_a_later_replay() -> None:
+    net = make_net()
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    for _ in range(2):
+        recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
+    assert recorder.retired is None
+    out = recorder(torch.randn(2, 3, 8, 8))
+    with pytest.warns(ReplayRetiredWarning, match="shared-parameter.*parameter 6 of 10"):
+        (out["a.box"].sum() + net.head_a.weight.square().sum()).backward()
+    assert recorder.retired is not None
+    assert recorder.retired.reason is RetireReason.SHARED_PARAMETER
+
+
+def test_recorder_retires_input_used_inside_and_outside_region() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8, requires_grad=True)
+    features = x * 2.0
+    recorder(features)["a.box"].sum().backward(retain_graph=True)
+    assert recorder.retired is None
+    features = x * 2.0
+    out = recorder(features)
+    with pytest.warns(ReplayRetiredWarning, match="shared-input.*input 0"):
+        (out["a.box"].sum() + features.sum()).backward()
+    assert recorder.retired is not None
+    assert recorder.retired.reason is RetireReason.SHARED_INPUT
+
+
 def test_recorder_second_forward_before_backward_runs_native() -> None:
     recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
     x1, x2 = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8)
-    first, second = recorder(x1), recorder(x2)
+    first = recorder(x1)
+    with pytest.warns(ReplayRetiredWarning, match="retired for this call.*interleaved"):
+        second = recorder(x2)
     assert recorder.telemetry.native_calls["interleaved"] == 1
+    assert recorder.telemetry.retirements[RetireReason.INTERLEAVED] == 1
+    assert recorder.retired is None
     with pytest.warns(ReplayRetiredWarning, match="shared-parameter"):
         (first["a.box"].sum() + second["a.box"].sum()).backward()
 

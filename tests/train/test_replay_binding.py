@@ -11,7 +11,7 @@ import torch
 
 from lucid_yolo.models import create_model
 from lucid_yolo.models.registry import TASK_SUFFIXES
-from lucid_yolo.replay import first_difference
+from lucid_yolo.replay import ReplayRetiredWarning, first_difference
 from lucid_yolo.train.replay_binding import (
     FEATURE_KEYS,
     NetworkRegion,
@@ -122,3 +122,28 @@ def test_loss_region_refused_where_not_verified(task: str) -> None:
     expected = f"verified bitwise for \\('detect',\\) only, not '{task}'"
     with pytest.raises(ValueError, match=expected):
         NetworkReplay(net, task, ReplayOptions(capture_loss=True), torch.nn.Identity())
+
+
+class _SumLoss(torch.nn.Module):
+    """A loss over whatever outputs it gets, to change the loss region's input keys."""
+
+    def forward(
+        self, outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], fraction: Any
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        total = sum(v.sum() for v in outputs.values()) * fraction + batch["x"].sum()
+        return total, {"sum": total.detach()}  # type: ignore[union-attr]
+
+
+def test_loss_region_with_changed_keys_runs_natively_with_a_reason() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayOptions(capture_loss=True), _SumLoss())
+    batch: Any = {"x": torch.ones(2)}
+    fraction = torch.tensor(0.5)
+    replay.loss({"a": torch.ones(2, requires_grad=True)}, batch, fraction)
+    changed = {"a": torch.ones(2, requires_grad=True), "b": torch.ones(2, requires_grad=True)}
+    with pytest.warns(ReplayRetiredWarning, match=r"inputs-changed.*\('a', 'b'\)"):
+        total, _ = replay.loss(changed, batch, fraction)
+    assert float(total.detach()) == 4.0
+    telemetry = replay.telemetry()
+    assert telemetry["native.inputs-changed"] == 1
+    assert telemetry["retired.inputs-changed"] == 1

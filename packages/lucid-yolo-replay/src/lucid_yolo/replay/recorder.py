@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from lucid_yolo.replay._autograd import (
 from lucid_yolo.replay._capture import autocast_cache_emulation
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
+from lucid_yolo.replay._sharing import SharingProbe
 from lucid_yolo.replay._state import StateSnapshot
 from lucid_yolo.replay.exceptions import ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
@@ -51,7 +52,6 @@ class _Recording:
     grad_input_positions: tuple[int, ...]
     params: tuple[nn.Parameter, ...]
     groups: dict[str, tuple[int, ...]]
-    sharing_probe: list[Any] = field(default_factory=list)
     replays: int = 0
 
 
@@ -145,6 +145,7 @@ class RegionRecorder:
         self._recordings: dict[Signature, _Recording] = {}
         self._seen: Counter[Signature] = Counter()
         self._native_signatures: set[Signature] = set()
+        self._sharing = SharingProbe(self.retire)
 
     def _default_device(self) -> torch.device | None:
         params = self.binding.parameters
@@ -181,8 +182,22 @@ class RegionRecorder:
                 return self._native("retired-signature", args)
         tensors = [a for a in args if isinstance(a, Tensor)]
         if not self._may_open(recording, tensors):
-            return self._native("interleaved", args)
+            self.fall_back(
+                RetireReason.INTERLEAVED,
+                "a forward came before the backward of an earlier replayed one; run each "
+                "forward's backward before the next forward, or chain the regions",
+            )
+            return self.region(*args)
         return self._replay(recording, tensors)
+
+    def fall_back(self, reason: RetireReason, detail: str) -> None:
+        """Count one call that runs native for a per-call ``reason``; the caller runs it.
+
+        Counted as ``native.<reason>`` and ``retired.<reason>`` and warned the first time, so
+        that no call falls back without a reason in the telemetry.
+        """
+        self.telemetry.native_calls[reason.value] += 1
+        self._count_retirement(reason, detail)
 
     def retire(self, reason: RetireReason, detail: str) -> None:
         """Stop replaying for good: every later call runs native. Warned once per reason."""
@@ -334,9 +349,6 @@ class RegionRecorder:
     # ------------------------------------------------------------------ replay
 
     def _replay(self, recording: _Recording, inputs: list[Tensor]) -> RegionOutput:
-        for handle in recording.sharing_probe:
-            handle.remove()
-        recording.sharing_probe.clear()
         call = _Call(self, recording, inputs)
         live_targets = [inputs[i] for i in recording.grad_input_positions]
         outputs = _ReplayFunction.apply(call, *live_targets, *recording.params)
@@ -400,38 +412,8 @@ class RegionRecorder:
             route(t, g, private)
             for t, g in zip(live, recording.graphs.static_grads[graded], strict=True)
         )
-        if recording.replays == 1:
-            self._probe_sharing(ctx, recording, routed)
+        self._sharing.arm(ctx.next_functions, routed, recording.params)
         return routed
-
-    def _probe_sharing(
-        self, ctx: Any, recording: _Recording, routed: Sequence[Tensor | None]
-    ) -> None:
-        """Check, on the first replayed backward, that no parameter also gets outside gradient.
-
-        A prehook on the parameter's ``AccumulateGrad`` sees the sum of all incoming gradients;
-        when the region is the only contributor it is the very tensor handed over. A strong
-        reference held until the hook keeps autograd from summing into that tensor in place.
-        """
-        offset = len(recording.grad_input_positions)
-        for k in range(len(recording.params)):
-            handed = routed[offset + k]
-            node = ctx.next_functions[offset + k][0]
-            if handed is None or node is None:
-                continue
-            held = [handed]
-
-            def probe(grad_outputs: Any, held: list[Tensor] = held, k: int = k) -> None:
-                if held and grad_outputs[0] is not None:
-                    if grad_outputs[0].data_ptr() != held[0].data_ptr():
-                        self.retire(
-                            RetireReason.SHARED_PARAMETER,
-                            f"parameter {k} of {len(recording.params)} also receives gradient "
-                            "from outside the region; put every use inside the region",
-                        )
-                    held.clear()
-
-            recording.sharing_probe.append(node.register_prehook(probe))
 
 
 __all__ = ["RegionRecorder"]

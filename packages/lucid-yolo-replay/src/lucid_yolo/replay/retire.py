@@ -41,11 +41,27 @@ class RetireReason(enum.StrEnum):
     """A module needs a host sync inside its forward (e.g. ``BatchNorm(momentum=None)``)."""
     PARITY_MISMATCH = "parity-mismatch"
     """The verifier's shadow native step gave different bits from the replayed step."""
+    SHARED_INPUT = "shared-input"
+    """A tensor input received gradient from inside and outside the region: summation order
+    differs."""
+    INTERLEAVED = "interleaved"
+    """A forward came while a replayed forward of the same pool awaited its backward and was not
+    nested above it (forward, forward, backward): that call runs native."""
+    INPUTS_CHANGED = "inputs-changed"
+    """The caller's named inputs differ from those the region was built for: that call runs
+    native."""
 
     @property
     def permanent(self) -> bool:
-        """Whether the reason retires the whole recorder rather than one signature."""
-        return self not in _PER_SIGNATURE
+        """Whether the reason retires the whole recorder rather than one signature or call."""
+        return self not in _PER_SIGNATURE and self not in _PER_CALL
+
+    @property
+    def scope(self) -> str:
+        """What runs native: ``"for good"``, ``"for this signature"`` or ``"for this call"``."""
+        if self in _PER_CALL:
+            return "for this call"
+        return "for this signature" if self in _PER_SIGNATURE else "for good"
 
 
 _PER_SIGNATURE = frozenset(
@@ -55,6 +71,7 @@ _PER_SIGNATURE = frozenset(
         RetireReason.UNSUPPORTED_INPUT,
     }
 )
+_PER_CALL = frozenset({RetireReason.INTERLEAVED, RetireReason.INPUTS_CHANGED})
 
 
 @dataclass(frozen=True)
@@ -85,9 +102,8 @@ class RetireLog:
         """Count ``reason``; warn with ``detail`` if it is the first of its kind."""
         retirement = Retirement(reason, detail, self.owner)
         if not self.counts[reason]:
-            scope = "for good" if reason.permanent else "for this signature"
             warnings.warn(
-                f"replay retired {scope}: {retirement}", ReplayRetiredWarning, stacklevel=3
+                f"replay retired {reason.scope}: {retirement}", ReplayRetiredWarning, stacklevel=3
             )
         self.counts[reason] += 1
         self.history.append(retirement)

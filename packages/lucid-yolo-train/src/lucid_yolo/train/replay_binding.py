@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from lucid_yolo.models import YOLO26
 from lucid_yolo.models import outputs as keys
-from lucid_yolo.replay import RegionRecorder, ReplayPool, merge_telemetry
+from lucid_yolo.replay import RegionRecorder, ReplayPool, RetireReason, merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -261,8 +261,12 @@ class NetworkReplay:
         region = self.loss_recorder.region
         assert isinstance(region, LossRegion)
         if (region.output_keys, region.batch_keys) != (output_keys, batch_keys):
-            # Another set of outputs or batch fields than the recorded one (not a YOLO26 run's
-            # case): that step's loss runs natively.
+            self.loss_recorder.fall_back(
+                RetireReason.INPUTS_CHANGED,
+                f"the loss got outputs {output_keys!r} and batch fields {batch_keys!r}, its "
+                f"region was built for {region.output_keys!r} and {region.batch_keys!r}; this "
+                "step's loss runs natively",
+            )
             total, terms = self.criterion(outputs, batch, fraction)
             return total, terms
         result = self.loss_recorder(

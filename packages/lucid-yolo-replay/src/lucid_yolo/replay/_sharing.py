@@ -1,0 +1,117 @@
+"""Shared use: a tensor that gets gradient from inside and from outside a replayed region.
+
+Eager autograd sums every use of a tensor in arrival order; a replay hands over the region's uses
+already summed inside the graph, so an outside use changes the association of the sum and the
+bits (REPLAY_NOTES.md "Gradients", invariant 5). Neither kind of target can be vetted once for
+good: a parameter may be used outside from some step on, and an input is a new activation on
+every call. So every replayed backward arms a probe on each target's gradient node.
+
+A prehook on that node sees the sum of all incoming gradients; when the region is the only
+contributor it is the very tensor handed over. A strong reference to the handed tensor, held
+until the hook runs, keeps autograd from summing another contribution into it in place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from torch import Tensor, nn
+from torch.utils.hooks import RemovableHandle
+
+from lucid_yolo.replay.retire import RetireReason
+
+Retire = Callable[[RetireReason, str], None]
+"""The recorder's ``retire(reason, detail)``."""
+Edge = tuple[Any, int]
+"""An autograd edge: the node a target's gradient flows into, and the input slot on it."""
+
+
+class SharingProbe:
+    """Retires the recorder when a replayed target also receives gradient from outside.
+
+    Parameters keep one hook for the life of the recorder: holding the ``AccumulateGrad`` node
+    keeps autograd reusing it, so the hook sees every later backward (native ones find nothing
+    armed and pass). Inputs get a one-shot hook per replay, removed at the next one.
+
+    Args:
+        retire: called with the reason and a detail naming the target.
+    """
+
+    def __init__(self, retire: Retire) -> None:
+        self._retire = retire
+        self._armed: dict[int, list[Tensor]] = {}
+        self._nodes: list[Any] = []
+        self._input_hooks: list[RemovableHandle] = []
+
+    def arm(
+        self,
+        edges: Sequence[Edge],
+        handed: Sequence[Tensor | None],
+        params: Sequence[nn.Parameter],
+    ) -> None:
+        """Arm a check on each target that is handed a gradient by this backward.
+
+        Args:
+            edges: ``ctx.next_functions`` of the replay node: the inputs' edges, then the
+                parameters'.
+            handed: the gradients handed to those edges, in the same order.
+            params: the parameters, the tail of the targets.
+        """
+        self.disarm_inputs()
+        num_inputs = len(edges) - len(params)
+        for k, ((node, slot), grad) in enumerate(zip(edges, handed, strict=True)):
+            if node is None or grad is None:
+                continue
+            if k < num_inputs:
+                held = [grad]
+                check = self._check(held, slot, RetireReason.SHARED_INPUT, _input_detail(k))
+                self._input_hooks.append(node.register_prehook(check))
+                continue
+            index = k - num_inputs
+            key = id(params[index])
+            if key not in self._armed:
+                self._armed[key] = []
+                detail = _parameter_detail(index, len(params))
+                node.register_prehook(
+                    self._check(self._armed[key], slot, RetireReason.SHARED_PARAMETER, detail)
+                )
+                self._nodes.append(node)
+            self._armed[key][:] = [grad]
+
+    def disarm_inputs(self) -> None:
+        """Remove the previous replay's input hooks (their nodes may still be alive)."""
+        for handle in self._input_hooks:
+            handle.remove()
+        self._input_hooks.clear()
+
+    def _check(
+        self, held: list[Tensor], slot: int, reason: RetireReason, detail: str
+    ) -> Callable[[Sequence[Tensor | None]], None]:
+        def probe(grad_outputs: Sequence[Tensor | None]) -> None:
+            if not held:
+                return
+            incoming = grad_outputs[slot]
+            if incoming is not None and incoming.data_ptr() != held[0].data_ptr():
+                self._retire(reason, detail)
+            held.clear()
+
+        return probe
+
+
+
+def _parameter_detail(index: int, count: int) -> str:
+    return (
+        f"parameter {index} of {count} also receives gradient from outside the region; put "
+        "every use inside the region"
+    )
+
+
+def _input_detail(index: int) -> str:
+    return (
+        f"input {index} also receives gradient from outside the region (an activation used "
+        "inside and outside it); use only the region's outputs outside it"
+    )
+
+
+__all__ = ["SharingProbe"]
