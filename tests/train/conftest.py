@@ -46,6 +46,7 @@ class DigestedFit:
     losses: list[str]
     telemetry: dict[str, int]
     ema_updates: int
+    module: YoloModule
 
 
 class _LossBits(Callback):
@@ -108,7 +109,11 @@ def digested_fit(
     if scaler is not None:
         state["scaler"] = scaler.state_dict()
     return DigestedFit(
-        state_digest(state), losses.losses, module.replay_telemetry(), int(module.ema.updates)
+        state_digest(state),
+        losses.losses,
+        module.replay_telemetry(),
+        int(module.ema.updates),
+        module,
     )
 
 

@@ -48,3 +48,17 @@ def test_update_step_blends_ema_once_per_update_under_accumulation(
     assert len(replayed.losses) == 6
     assert replayed.ema_updates == 3
     assert replayed.telemetry["replays"] == 2
+
+
+def test_update_step_joins_the_network_replay_pool(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset("detect")
+    fit = fit_digests(
+        yaml, "detect", "32-true", 1, capture_network=True, capture_update=True, **CPU_FIT
+    )
+    module = fit.module
+    assert module.update_step is not None
+    assert module.replay.network is not None
+    assert module.update_step.graphed.recorder.pool is module.replay.network.pool
+    assert fit.telemetry["retirements"] == 0

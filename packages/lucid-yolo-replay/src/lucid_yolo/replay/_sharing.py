@@ -99,7 +99,6 @@ class SharingProbe:
         return probe
 
 
-
 def _parameter_detail(index: int, count: int) -> str:
     return (
         f"parameter {index} of {count} also receives gradient from outside the region; put "

@@ -192,6 +192,7 @@ class YoloModule(pl.LightningModule):
             self.ema,
             replay=hp["capture_update"],
             max_signatures=hp["max_signatures"],
+            pool=self.replay.shared_pool(self.device),
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)

@@ -277,6 +277,14 @@ class NetworkReplay:
         terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
         return result[TOTAL], terms
 
+    def shared_pool(self, device: torch.device) -> ReplayPool:
+        """The one memory pool of every graph of the step, for the update graph to join.
+
+        Call it once the network sits on ``device`` (Lightning's ``configure_optimizers`` runs
+        after the move); it builds the network recorders on the way.
+        """
+        return self._bind(device)
+
     def _bind(self, device: torch.device) -> ReplayPool:
         """Build the network recorders and their shared pool on first use, once the network sits
         on its training device (a recording keys on parameter storage, which moving the network

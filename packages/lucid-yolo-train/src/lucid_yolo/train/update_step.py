@@ -15,7 +15,7 @@ applied update, natively and replayed alike.
 
 from __future__ import annotations
 
-from lucid_yolo.replay import GraphedOptimizer, ModelEMA, Telemetry
+from lucid_yolo.replay import GraphedOptimizer, ModelEMA, ReplayPool, Telemetry
 from lucid_yolo.train.optim import MuSGD
 
 
@@ -28,6 +28,8 @@ class UpdateStep:
         replay: record the step as a CUDA graph after one native warm-up step and replay it
             (on the CPU, the replay library's stand-in runs the same bookkeeping natively).
         max_signatures: update recordings kept (one per set of parameters with gradients).
+        pool: the memory pool the step's other graphs use (graph memory is held for good, so
+            every graph of a step shares one pool); ``None`` makes a private one.
     """
 
     def __init__(
@@ -37,6 +39,7 @@ class UpdateStep:
         *,
         replay: bool,
         max_signatures: int = 2,
+        pool: ReplayPool | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.ema = ema
@@ -46,6 +49,7 @@ class UpdateStep:
             update=self._native,
             extra_state=ema.state_tensors,
             max_signatures=max_signatures,
+            pool=pool,
             enabled=replay,
         )
         optimizer.update_runner = self.graphed.step
