@@ -45,4 +45,4 @@ for iteration in range(12):
     lr.fill_(0.05 * (1 - iteration / 12))
 
 print(f"last loss {loss.item():.4f}")
-print(step.telemetry())
+print(step.telemetry.as_dict())

@@ -84,7 +84,7 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
         "step_ms": step_ms,
         "img_s": args.batch * 1000.0 / step_ms,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
-        "replays": float(module.replay_telemetry().get("replays", 0)),
+        "replays": float(module.replay_telemetry.replays),
     }
 
 

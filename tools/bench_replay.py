@@ -68,7 +68,7 @@ def main() -> None:
     for _ in range(args.rounds):
         for mode, step in steps.items():
             results[mode] += _time_steps(step, x, target, args.steps)
-    print("telemetry", steps["replay"].telemetry())
+    print("telemetry", steps["replay"].telemetry.as_dict())
     for mode, times in results.items():
         print(
             f"{mode}: median {statistics.median(times):.3f} ms [{min(times):.3f}, {max(times):.3f}]"

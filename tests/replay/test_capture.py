@@ -42,11 +42,18 @@ def test_describe_failure_for_out_of_memory() -> None:
     assert "out of memory" in describe_failure(torch.cuda.OutOfMemoryError("x"), None)
 
 
-def test_autocast_cache_emulation_enables_and_restores_cache() -> None:
+def test_autocast_cache_emulation_keeps_the_cache_off_when_the_caller_has_it_off() -> None:
     with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
         with autocast_cache_emulation("cpu"):
-            assert torch.is_autocast_cache_enabled()
+            assert not torch.is_autocast_cache_enabled()
         assert not torch.is_autocast_cache_enabled()
+
+
+def test_autocast_cache_emulation_keeps_the_cache_on_when_the_caller_has_it_on() -> None:
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        with autocast_cache_emulation("cpu"):
+            assert torch.is_autocast_cache_enabled()
+        assert torch.is_autocast_cache_enabled()
 
 
 def test_autocast_cache_emulation_is_noop_without_autocast() -> None:

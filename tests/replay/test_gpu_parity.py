@@ -310,7 +310,7 @@ def _step_digest(replay: bool, precision: str) -> tuple[dict[str, str], dict[str
         step(x, torch.randn(4, 4, 16, 16, device="cuda", generator=gen))
     torch.cuda.synchronize()
     digest = state_digest([net, grads_of(net), optimizer, step.scaler, ema])
-    return digest, step.telemetry()
+    return digest, step.telemetry.as_dict()
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])

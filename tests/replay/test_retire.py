@@ -36,10 +36,27 @@ def test_retire_log_warns_for_each_new_reason() -> None:
         (RetireReason.UNSUPPORTED_INPUT, False),
         (RetireReason.PARITY_MISMATCH, True),
         (RetireReason.SHARED_PARAMETER, True),
+        (RetireReason.SHARED_INPUT, True),
+        (RetireReason.INTERLEAVED, False),
+        (RetireReason.INPUTS_CHANGED, False),
     ],
 )
 def test_retire_reason_scope(reason: RetireReason, permanent: bool) -> None:
     assert reason.permanent is permanent
+
+
+@pytest.mark.parametrize(
+    ("reason", "scope"),
+    [
+        (RetireReason.FORWARD_ALTERED, "for good"),
+        (RetireReason.CAPTURE_FAILED, "for this signature"),
+        (RetireReason.INTERLEAVED, "for this call"),
+    ],
+)
+def test_retire_reason_scope_is_warned(reason: RetireReason, scope: str) -> None:
+    assert reason.scope == scope
+    with pytest.warns(ReplayRetiredWarning, match=f"retired {scope}: net: {reason.value}"):
+        RetireLog("net").record(reason, "detail")
 
 
 def test_retire_reason_values_are_kebab_case() -> None:

@@ -64,7 +64,7 @@ def test_replay_step_matches_hand_written_loop(accumulation: int) -> None:
     expected = _native_loop(make_net(), batches, accumulation)
     got, step = _replay_loop(make_net(), batches, accumulation)
     assert first_difference(expected, got) is None
-    assert step.telemetry()["replays"] > 0
+    assert step.telemetry.as_dict()["replays"] > 0
 
 
 def test_replay_step_verifier_passes_when_replay_is_exact() -> None:
@@ -72,8 +72,8 @@ def test_replay_step_verifier_passes_when_replay_is_exact() -> None:
     expected = _native_loop(make_net(), batches, 2)
     got, step = _replay_loop(make_net(), batches, 2, verify_every=1)
     assert first_difference(expected, got) is None
-    assert step.telemetry()["verified"] == 3
-    assert step.telemetry()["parity_mismatches"] == 0
+    assert step.telemetry.as_dict()["verified"] == 3
+    assert step.telemetry.as_dict()["parity_mismatches"] == 0
 
 
 def test_replay_step_verifier_retires_on_mismatch_and_keeps_native_result(
@@ -92,7 +92,7 @@ def test_replay_step_verifier_retires_on_mismatch_and_keeps_native_result(
     with pytest.warns(ReplayRetiredWarning, match=r"parity-mismatch.*'model\.head_b\.bias'"):
         got, step = _replay_loop(make_net(), batches, 1, verify_every=1)
     assert first_difference(expected, got) is None
-    assert step.telemetry()["parity_mismatches"] == 1
+    assert step.telemetry.as_dict()["parity_mismatches"] == 1
     recorder = step.region.recorder
     assert recorder.retired is not None
     assert recorder.retired.reason is RetireReason.PARITY_MISMATCH

@@ -47,6 +47,9 @@ class DigestedFit:
     telemetry: dict[str, int]
     ema_updates: int
     module: YoloModule
+    regions: dict[str, dict[str, int]]
+    """Telemetry per recorder, by name (``network``, ``segment-heads``, ``loss``, ``optimizer
+    MuSGD``)."""
 
 
 class _LossBits(Callback):
@@ -111,9 +114,10 @@ def digested_fit(
     return DigestedFit(
         state_digest(state),
         losses.losses,
-        module.replay_telemetry(),
+        module.replay_telemetry.as_dict(),
         int(module.ema.updates),
         module,
+        {r.name: r.telemetry.as_dict() for r in module.replay_recorders()},
     )
 
 

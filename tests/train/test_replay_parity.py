@@ -18,6 +18,7 @@ from lucid_yolo.replay import first_difference
 
 pytestmark = [
     pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     # Lightning's advice on loader workers and logging intervals for a deliberately tiny fit.
     pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"),
 ]
@@ -58,11 +59,26 @@ def test_replayed_fit_is_bitwise_native(
     yaml = tiny_dataset(task)
     native = fit_digests(yaml, task, precision, accumulate)
     replayed = fit_digests(yaml, task, precision, accumulate, **replay)
-    assert replayed.telemetry["replays"] > 0, replayed.telemetry
+    micro_batches = len(replayed.losses)
+    expected = {
+        "network": micro_batches - 1,
+        "segment-heads": micro_batches - 1,
+        "loss": micro_batches - 1,
+        "optimizer MuSGD": replayed.ema_updates - 1,
+    }
+    names = {
+        "capture_network": "network",
+        "capture_segment_heads": "segment-heads",
+        "capture_loss": "loss",
+        "capture_update": "optimizer MuSGD",
+    }
+    regions = {names[option] for option, on in replay.items() if on}
+    assert set(replayed.regions) == regions
+    for name in regions:
+        assert replayed.regions[name]["replays"] == expected[name], (name, replayed.regions)
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses
-    assert torch.cuda.is_available()
 
 
 def test_replayed_update_under_grad_scaler_is_bitwise_native(
@@ -74,7 +90,24 @@ def test_replayed_update_under_grad_scaler_is_bitwise_native(
     native = fit_digests(yaml, "detect", "16-mixed", 1, max_steps=24)
     replayed = fit_digests(yaml, "detect", "16-mixed", 1, max_steps=24, capture_update=True)
     assert native.ema_updates == replayed.ema_updates >= 3, replayed.telemetry
-    assert replayed.telemetry["replays"] == replayed.ema_updates - 1
+    assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses
+
+
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
+def test_replayed_fit_with_verifier_finds_no_difference(
+    precision: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset("detect")
+    replay: dict[str, Any] = {"capture_network": True, "capture_loss": True}
+    native = fit_digests(yaml, "detect", precision, 2)
+    verified = fit_digests(
+        yaml, "detect", precision, 2, capture_update=True, verify_every=2, **replay
+    )
+    assert verified.telemetry["verified"] == 2, verified.telemetry
+    assert verified.telemetry["parity_mismatches"] == 0, verified.telemetry
+    assert verified.regions["network"]["replays"] == len(verified.losses) - 1
+    assert first_difference(native.digests, verified.digests) is None
+    assert native.losses == verified.losses

@@ -29,7 +29,7 @@ def test_update_step_cpu_replay_equals_native_fit(
     yaml = tiny_dataset("detect")
     native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
     replayed = fit_digests(yaml, "detect", "32-true", 1, capture_update=True, **CPU_FIT)
-    assert native.telemetry == {}
+    assert native.telemetry["replays"] == native.telemetry["recordings"] == 0
     assert replayed.telemetry["recordings"] == 1
     assert replayed.telemetry["replays"] == 3
     assert replayed.telemetry["retirements"] == 0

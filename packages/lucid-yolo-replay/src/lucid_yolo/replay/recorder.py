@@ -141,7 +141,7 @@ class RegionRecorder:
         self.binding = Binding(region.region_modules())
         self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
         self.pool = pool if pool is not None else ReplayPool(self._default_device())
-        self.telemetry = Telemetry()
+        self._telemetry = Telemetry()
         self.retire_log = RetireLog(name)
         self.retired: Retirement | None = None
         self._recordings: dict[Signature, _Recording] = {}
@@ -198,7 +198,7 @@ class RegionRecorder:
         Counted as ``native.<reason>`` and ``retired.<reason>`` and warned the first time, so
         that no call falls back without a reason in the telemetry.
         """
-        self.telemetry.native_calls[reason.value] += 1
+        self._telemetry.native_calls[reason.value] += 1
         self._count_retirement(reason, detail)
 
     def retire(self, reason: RetireReason, detail: str) -> None:
@@ -212,16 +212,21 @@ class RegionRecorder:
         self._native_signatures.clear()
 
     @property
+    def telemetry(self) -> Telemetry:
+        """Counters of this recorder (:class:`~lucid_yolo.replay.telemetry.Telemetry`)."""
+        return self._telemetry
+
+    @property
     def recordings(self) -> int:
         """Signatures currently recorded."""
         return len(self._recordings)
 
     def _count_retirement(self, reason: RetireReason, detail: str) -> Retirement:
-        self.telemetry.retirements[reason] += 1
+        self._telemetry.retirements[reason] += 1
         return self.retire_log.record(reason, detail)
 
     def _native(self, cause: str, args: Sequence[Any]) -> RegionOutput:
-        self.telemetry.native_calls[cause] += 1
+        self._telemetry.native_calls[cause] += 1
         return self.region(*args)
 
     def _may_open(self, recording: _Recording, inputs: Sequence[Tensor]) -> bool:
@@ -259,8 +264,8 @@ class RegionRecorder:
             return None
         # Warm-up ran real forwards: undo BN statistics and RNG advance, in place (invariant 1).
         snapshot.restore()
-        self.telemetry.recordings += 1
-        self.telemetry.pool_bytes = self.pool.pool_bytes()
+        self._telemetry.recordings += 1
+        self._telemetry.pool_bytes = self.pool.pool_bytes()
         self._recordings[signature] = recording
         return recording
 
@@ -368,8 +373,8 @@ class RegionRecorder:
         call.inputs = [call.inputs[i] for i in recording.grad_input_positions]
         recording.graphs.launch_forward()
         recording.replays += 1
-        self.telemetry.replays += 1
-        self.telemetry.graph_launches += 1
+        self._telemetry.replays += 1
+        self._telemetry.graph_launches += 1
         outputs = tuple(
             o.clone() if self.clone_outputs else o.detach() for o in recording.graphs.static_outputs
         )
@@ -394,7 +399,7 @@ class RegionRecorder:
             if any(grads[i] is not None for i in indices)
         )
         for name in recording.groups.keys() - graded:
-            self.telemetry.ungraded[name] += 1
+            self._telemetry.ungraded[name] += 1
         # Copy-in of the incoming gradients; an output without one reads zeros, as autograd's
         # materialised gradient would be.
         with torch.no_grad():
@@ -405,7 +410,7 @@ class RegionRecorder:
                 else:
                     static.copy_(grad)
         recording.graphs.launch_backward(graded)
-        self.telemetry.graph_launches += 1
+        self._telemetry.graph_launches += 1
         if call.token is not None:
             call.token.closed = True
         # Other open forwards' backward graphs will run before AccumulateGrad reads our static

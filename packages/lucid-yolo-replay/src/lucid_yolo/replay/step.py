@@ -23,7 +23,7 @@ from lucid_yolo.replay.pool import ReplayPool
 from lucid_yolo.replay.protocols import RegionOutput, UpdateOptimizer
 from lucid_yolo.replay.recorder import RegionRecorder
 from lucid_yolo.replay.retire import RetireReason
-from lucid_yolo.replay.telemetry import merge_telemetry
+from lucid_yolo.replay.telemetry import Telemetry, merge_telemetry
 from lucid_yolo.replay.update import GraphedOptimizer, UpdateRecorder
 from lucid_yolo.replay.verifier import (
     TrainingSnapshot,
@@ -126,15 +126,16 @@ class ReplayStep:
             self._verify()
         return loss
 
-    def telemetry(self) -> dict[str, int]:
-        """Region, update and EMA counters merged, plus verifier counts."""
+    @property
+    def telemetry(self) -> Telemetry:
+        """Region, update and EMA counters merged, with the verifier's counts."""
         parts = [self.region.telemetry, self.updater.telemetry]
         if self.ema is not None:
             parts.append(self.ema.telemetry)
-        flat = merge_telemetry(*parts).as_dict()
-        flat["verified"] = self.verifier.verified
-        flat["parity_mismatches"] = self.verifier.mismatches
-        return flat
+        total = merge_telemetry(*parts)
+        total.verified = self.verifier.verified
+        total.parity_mismatches = self.verifier.mismatches
+        return total
 
     def _micro_batch(self, args: tuple[Any, ...], target: Any) -> Tensor:
         with self._autocast():

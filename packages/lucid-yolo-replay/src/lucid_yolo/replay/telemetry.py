@@ -24,6 +24,10 @@ class Telemetry:
         retirements: retirements by reason.
         pool_bytes: bytes of the recorder's graph pool after its last capture (0 on CPU).
         ungraded: replayed backwards in which a prediction group received no gradient, by group.
+        verified: optimizer steps the verifier re-ran natively and compared.
+        parity_mismatches: verified steps whose native digest differed from the replayed one.
+        mismatch_key: the first differing digest key of the first mismatch (``""`` if none).
+        mismatch_step: the optimizer step of that mismatch (``-1`` if none).
     """
 
     recordings: int = 0
@@ -33,10 +37,21 @@ class Telemetry:
     retirements: Counter[RetireReason] = field(default_factory=Counter)
     pool_bytes: int = 0
     ungraded: Counter[str] = field(default_factory=Counter)
+    verified: int = 0
+    parity_mismatches: int = 0
+    mismatch_key: str = ""
+    mismatch_step: int = -1
+
+    def record_mismatch(self, key: str, step: int) -> None:
+        """Count a verifier mismatch; the first one's key and step are kept."""
+        self.parity_mismatches += 1
+        if not self.mismatch_key:
+            self.mismatch_key, self.mismatch_step = key, step
 
     def as_dict(self, prefix: str = "") -> dict[str, int]:
         """Flatten to ``{prefix + name: count}``; causes and reasons become ``native.<cause>``
-        and ``retired.<reason>`` keys so every value is an ``int``."""
+        and ``retired.<reason>`` keys so every value is an ``int``; the verifier's counts follow
+        once it has run (the mismatch key is text: read it from :attr:`mismatch_key`)."""
         flat = {
             "recordings": self.recordings,
             "replays": self.replays,
@@ -48,11 +63,17 @@ class Telemetry:
         flat.update({f"native.{cause}": n for cause, n in sorted(self.native_calls.items())})
         flat.update({f"retired.{r.value}": n for r, n in sorted(self.retirements.items())})
         flat.update({f"ungraded.{group}": n for group, n in sorted(self.ungraded.items())})
+        if self.verified:
+            flat.update(verified=self.verified, parity_mismatches=self.parity_mismatches)
+        if self.parity_mismatches:
+            flat["mismatch_step"] = self.mismatch_step
         return {prefix + key: value for key, value in flat.items()}
 
 
 def merge_telemetry(*parts: Telemetry) -> Telemetry:
     """Sum the counters of several recorders (e.g. network region, update, EMA).
+
+    The first part with a mismatch gives the mismatch key and step.
 
     ``pool_bytes`` takes the largest value: recorders of one step usually share one pool.
     """
@@ -65,6 +86,10 @@ def merge_telemetry(*parts: Telemetry) -> Telemetry:
         total.retirements.update(part.retirements)
         total.pool_bytes = max(total.pool_bytes, part.pool_bytes)
         total.ungraded.update(part.ungraded)
+        total.verified += part.verified
+        total.parity_mismatches += part.parity_mismatches
+        if part.mismatch_key and not total.mismatch_key:
+            total.mismatch_key, total.mismatch_step = part.mismatch_key, part.mismatch_step
     return total
 
 

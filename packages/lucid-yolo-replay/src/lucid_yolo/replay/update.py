@@ -74,7 +74,7 @@ class UpdateRecorder:
         self.max_signatures = max_signatures
         self.enabled = enabled
         self.pool = pool
-        self.telemetry = Telemetry()
+        self._telemetry = Telemetry()
         self.retire_log = RetireLog(name)
         self.retired: Retirement | None = None
         self._graphs: dict[Hashable, UpdateGraph] = {}
@@ -101,17 +101,22 @@ class UpdateRecorder:
         if self.before_launch is not None:
             self.before_launch(key)
         graph.launch()
-        self.telemetry.replays += 1
-        self.telemetry.graph_launches += 1
+        self._telemetry.replays += 1
+        self._telemetry.graph_launches += 1
         return None
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """Counters of this recorder (:class:`~lucid_yolo.replay.telemetry.Telemetry`)."""
+        return self._telemetry
 
     def retire(self, reason: RetireReason, detail: str) -> None:
         """Stop replaying for good; warned once per reason."""
-        self.telemetry.retirements[reason] += 1
+        self._telemetry.retirements[reason] += 1
         self.retired = self.retire_log.record(reason, detail)
 
     def _native(self, cause: str) -> None:
-        self.telemetry.native_calls[cause] += 1
+        self._telemetry.native_calls[cause] += 1
         self.body()
 
     def _pool(self) -> ReplayPool:
@@ -124,7 +129,7 @@ class UpdateRecorder:
         pool = self._pool()
         if len(self._graphs) >= self.max_signatures:
             self._native_keys.add(key)
-            self.telemetry.retirements[RetireReason.SIGNATURE_LIMIT] += 1
+            self._telemetry.retirements[RetireReason.SIGNATURE_LIMIT] += 1
             self.retire_log.record(
                 RetireReason.SIGNATURE_LIMIT,
                 f"{len(self._graphs)} update signatures recorded; a Python-scalar "
@@ -143,12 +148,12 @@ class UpdateRecorder:
                 torch.cuda.synchronize(pool.device)
             snapshot.restore(after_failed_capture=True)
             self._native_keys.add(key)
-            self.telemetry.retirements[RetireReason.CAPTURE_FAILED] += 1
+            self._telemetry.retirements[RetireReason.CAPTURE_FAILED] += 1
             self.retire_log.record(RetireReason.CAPTURE_FAILED, str(error))
             return None
         snapshot.restore()
-        self.telemetry.recordings += 1
-        self.telemetry.pool_bytes = pool.pool_bytes()
+        self._telemetry.recordings += 1
+        self._telemetry.pool_bytes = pool.pool_bytes()
         self._graphs[key] = graph
         return graph
 

@@ -8,7 +8,7 @@ region, so the native path and the replayed path run the same module code.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
@@ -18,13 +18,14 @@ from torch import Tensor
 from typing_extensions import override
 
 from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
-from lucid_yolo.replay import merge_telemetry
+from lucid_yolo.replay import RegionRecorder, Telemetry, UpdateRecorder, merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
 from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
+from lucid_yolo.train.step_verifier import StepVerifier, training_digest, training_state
 from lucid_yolo.train.update_step import UpdateStep
 
 PhaseMarker = Callable[[str], None]
@@ -66,6 +67,9 @@ class YoloModule(pl.LightningModule):
         capture_update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.update_step`).
         max_signatures: distinct input signatures recorded per region before it retires.
+        verify_every: every N-th optimizer step also runs as a native shadow step and the two
+            results are compared bitwise; the first difference retires every region with
+            ``parity-mismatch`` (:mod:`lucid_yolo.train.step_verifier`). ``0`` never verifies.
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
@@ -98,6 +102,7 @@ class YoloModule(pl.LightningModule):
         capture_loss: bool = False,
         capture_update: bool = False,
         max_signatures: int = 4,
+        verify_every: int = 0,
     ) -> None:
         super().__init__()
         if lr0 <= 0.0:
@@ -140,6 +145,7 @@ class YoloModule(pl.LightningModule):
         self.loss_progress: Tensor
         self.register_buffer("loss_progress", torch.zeros(()), persistent=False)
         self.update_step: UpdateStep | None = None
+        self.step_verifier = StepVerifier(verify_every)
         self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
         self.phase_marker: PhaseMarker | None = None
 
@@ -157,21 +163,81 @@ class YoloModule(pl.LightningModule):
 
     @override
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        images = batch["images"].float().div_(255.0)
-        outputs = self.replay(images)
-        if self.phase_marker is not None:
-            self.phase_marker("network")
-        total: Tensor
-        terms: dict[str, Tensor]
-        self.loss_progress.fill_(self._epoch_fraction())
-        total, terms = self.replay.loss(outputs, batch, self.loss_progress)
-        batch_size = images.shape[0]
+        total, terms = self._loss(batch)
+        batch_size = batch["images"].shape[0]
         self.log("train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size)
         self.log_dict(
             {f"train/{name}": value for name, value in terms.items() if "/" not in name},
             batch_size=batch_size,
         )
         return total
+
+    def _loss(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
+        """Forward and loss of one micro-batch: ``(total, terms)``."""
+        images = batch["images"].float().div_(255.0)
+        outputs = self.replay(images)
+        if self.phase_marker is not None:
+            self.phase_marker("network")
+        self.loss_progress.fill_(self._epoch_fraction())
+        return self.replay.loss(outputs, batch, self.loss_progress)
+
+    @override
+    def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        if self.step_verifier.schedule.every:
+            self.step_verifier.start_micro_batch(
+                batch,
+                first_of_step=batch_idx % self.trainer.accumulate_grad_batches == 0,
+                steps_done=self.global_step,
+                net=self.net,
+                state=lambda: training_state(self._optimizer(), self.ema, self._scaler()),
+            )
+
+    @override
+    def optimizer_step(self, *args: Any, **kwargs: Any) -> None:
+        super().optimizer_step(*args, **kwargs)
+        if self.step_verifier.armed:
+            # Lightning counts the step as completed only after this hook returns.
+            self.step_verifier.finish_step(
+                step=self.global_step + 1,
+                digest=lambda: training_digest(
+                    self.net, self._optimizer(), self.ema, self._scaler()
+                ),
+                native_step=self._native_step,
+                recorders=self.replay_recorders(),
+                device=self.device,
+            )
+
+    def _native_step(self, batches: Sequence[Batch]) -> None:
+        """Lightning's closure and optimizer step over ``batches``, replay off (the shadow)."""
+        optimizer, strategy = self._optimizer(), self.trainer.strategy
+
+        def micro_batch(batch: Batch, first: bool) -> Tensor:
+            with self.trainer.precision_plugin.train_step_context():
+                loss = self._loss(batch)[0] / self.trainer.accumulate_grad_batches
+            if first:
+                optimizer.zero_grad()
+            strategy.backward(loss, optimizer)
+            return loss
+
+        *head, last = batches
+        for i, batch in enumerate(head):
+            micro_batch(batch, i == 0)
+        strategy.optimizer_step(optimizer, closure=lambda: micro_batch(last, not head))
+
+    def _optimizer(self) -> torch.optim.Optimizer:
+        optimizer: torch.optim.Optimizer = self.trainer.optimizers[0]
+        return optimizer
+
+    def _scaler(self) -> torch.amp.GradScaler | None:
+        scaler: torch.amp.GradScaler | None = getattr(self.trainer.precision_plugin, "scaler", None)
+        return scaler
+
+    def replay_recorders(self) -> list[RegionRecorder | UpdateRecorder]:
+        """Every recorder that replays part of the step: regions in use, then the update."""
+        recorders: list[RegionRecorder | UpdateRecorder] = list(self.replay.recorders())
+        if self.update_step is not None and self.update_step.replay:
+            recorders.append(self.update_step.graphed.recorder)
+        return recorders
 
     @override
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
@@ -226,8 +292,8 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
-        telemetry = self.replay_telemetry()
-        if telemetry and not self.trainer.sanity_checking:
+        if self.replay_recorders() and not self.trainer.sanity_checking:
+            telemetry = self.replay_telemetry.as_dict()
             self.log_dict({f"replay/{k}": float(v) for k, v in telemetry.items()})
 
     @override
@@ -261,13 +327,11 @@ class YoloModule(pl.LightningModule):
         if "class_names" in checkpoint:
             self.names = tuple(checkpoint["class_names"])
 
-    def replay_telemetry(self) -> dict[str, int]:
-        """Summed counters of every replayed region and of the update (empty when none is)."""
-        parts = [r.telemetry for r in self.replay.recorders()]
-        update = None if self.update_step is None else self.update_step.telemetry()
-        if update is not None:
-            parts.append(update)
-        return merge_telemetry(*parts).as_dict() if parts else {}
+    @property
+    def replay_telemetry(self) -> Telemetry:
+        """Summed counters of every replayed region, the update and the verifier."""
+        parts = [r.telemetry for r in self.replay_recorders()]
+        return merge_telemetry(*parts, self.step_verifier.telemetry)
 
     def _evaluate(self, batch: Batch) -> None:
         images = batch["images"].float().div_(255.0)

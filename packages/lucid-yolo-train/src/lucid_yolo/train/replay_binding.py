@@ -27,7 +27,7 @@ from torch import Tensor, nn
 
 from lucid_yolo.models import YOLO26
 from lucid_yolo.models import outputs as keys
-from lucid_yolo.replay import RegionRecorder, ReplayPool, RetireReason, merge_telemetry
+from lucid_yolo.replay import RegionRecorder, ReplayPool, RetireReason, Telemetry, merge_telemetry
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -312,12 +312,10 @@ class NetworkReplay:
         """The region recorders in use (none when replay is off)."""
         return [r for r in (self.network, self.segment_heads, self.loss_recorder) if r is not None]
 
-    def telemetry(self) -> dict[str, int]:
-        """Summed counters of every recorder (empty when replay is off)."""
-        recorders = self.recorders()
-        if not recorders:
-            return {}
-        return merge_telemetry(*(r.telemetry for r in recorders)).as_dict()
+    @property
+    def telemetry(self) -> Telemetry:
+        """Summed counters of every recorder (all zero when replay is off)."""
+        return merge_telemetry(*(r.telemetry for r in self.recorders()))
 
 
 __all__ = [

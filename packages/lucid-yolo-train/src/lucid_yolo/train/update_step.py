@@ -54,9 +54,10 @@ class UpdateStep:
         )
         optimizer.update_runner = self.graphed.step
 
-    def telemetry(self) -> Telemetry | None:
-        """The update recorder's counters, or ``None`` when the step is not replayed."""
-        return self.graphed.telemetry if self.replay else None
+    @property
+    def telemetry(self) -> Telemetry:
+        """The update recorder's counters (native calls only when the step is not replayed)."""
+        return self.graphed.telemetry
 
     def _native(self) -> None:
         self.optimizer.apply_update()
