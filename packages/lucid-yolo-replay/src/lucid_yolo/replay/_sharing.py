@@ -2,7 +2,7 @@
 
 Eager autograd sums every use of a tensor in arrival order; a replay hands over the region's uses
 already summed inside the graph, so an outside use changes the association of the sum and the
-bits (REPLAY_NOTES.md "Gradients", invariant 5). Neither kind of target can be vetted once for
+bits (docs/replay-invariants.md, invariant 5). Neither kind of target can be vetted once for
 good: a parameter may be used outside from some step on, and an input is a new activation on
 every call. So every replayed backward arms a probe on each target's gradient node.
 
