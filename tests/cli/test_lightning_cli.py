@@ -36,6 +36,14 @@ def test_fit_print_config_shows_resolved_options(
     assert f"yaml: {tiny_data}" in out
 
 
+def test_fit_accepts_verify_every(tiny_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["fit", "--data.yaml", str(tiny_data), "--model.verify_every", "3", "--print_config"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    assert exit_info.value.code == 0
+    assert "verify_every: 3" in capsys.readouterr().out
+
+
 def test_validate_checkpoint_logs_box_map(
     cli: CliRunner, trained: Trained, tiny_fit: tuple[str, ...]
 ) -> None:

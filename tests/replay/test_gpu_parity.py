@@ -89,6 +89,8 @@ class Setup:
     shared_twice: bool = False
     inf_step: int | None = None
     scheduler: bool = False
+    autocast_cache: bool = True
+    cycled_betas: bool = False
 
 
 def _optimizer(kind: str, net: nn.Module) -> torch.optim.Optimizer:
@@ -125,7 +127,7 @@ def _train(setup: Setup, replay: bool) -> dict[str, str]:
             x = torch.randn(4, 3, 16, 16, device="cuda", generator=gen)
             target = torch.randn(4, 4, 16, 16, device="cuda", generator=gen)
             torch.manual_seed(1000 + 10 * step + micro)
-            with _autocast(setup.precision):
+            with _autocast(setup.precision, setup.autocast_cache):
                 loss = loss_of(forward(x), target) / accumulation
             if setup.inf_step == step:
                 loss = loss * math.inf
@@ -138,6 +140,10 @@ def _train(setup: Setup, replay: bool) -> dict[str, str]:
         else:
             stepper.step()
         stepper.zero_grad()
+        if setup.cycled_betas:
+            # What OneCycleLR and CyclicLR do to Adam's betas: a tuple rewritten every step.
+            for group in optimizer.param_groups:
+                group["betas"] = (0.85 if step % 2 == 0 else 0.9, 0.999)
         if scheduler is not None:
             scheduler.step()
         if ema is not None:
@@ -157,11 +163,11 @@ def _train(setup: Setup, replay: bool) -> dict[str, str]:
 
 
 @contextlib.contextmanager
-def _autocast(precision: str) -> Iterator[None]:
+def _autocast(precision: str, cache: bool = True) -> Iterator[None]:
     if precision == "fp32":
         yield
         return
-    with torch.autocast("cuda", dtype=DTYPES[precision]):
+    with torch.autocast("cuda", dtype=DTYPES[precision], cache_enabled=cache):
         yield
 
 
@@ -191,6 +197,17 @@ def test_gpu_accumulation_change_after_recording_matches_native() -> None:
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])
 def test_gpu_parameter_used_twice_matches_native(precision: str) -> None:
     _assert_parity(Setup(accumulation=(2, 2, 2), precision=precision, shared_twice=True))
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gpu_parameter_used_twice_without_autocast_cache_matches_native(precision: str) -> None:
+    _assert_parity(
+        Setup(accumulation=(2, 2, 2), precision=precision, shared_twice=True, autocast_cache=False)
+    )
+
+
+def test_gpu_update_replay_adamw_with_cycled_betas_matches_native() -> None:
+    _assert_parity(Setup(optimizer="adamw", graph_update=True, cycled_betas=True))
 
 
 def test_gpu_update_replay_sgd_matches_native() -> None:
@@ -322,3 +339,27 @@ def test_gpu_replay_step_with_verifier_matches_native(precision: str) -> None:
     assert telemetry["parity_mismatches"] == 0
     assert telemetry["recordings"] >= 2
     assert telemetry["pool_bytes"] > 0
+
+
+def _train_partial_group(replay: bool) -> dict[str, str]:
+    net = make_net("cuda")
+    region: Callable[[Tensor], dict[str, Tensor]] = net
+    if replay:
+        groups = {"heads": ["a.box", "b.box"]}
+        region = RegionRecorder(ModuleRegion(net, groups))  # type: ignore[assignment]
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.02, momentum=0.9, weight_decay=5e-4)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for step in range(4):
+        x = torch.randn(4, 3, 16, 16, device="cuda", generator=gen)
+        torch.manual_seed(step)
+        region(x)["a.box"].square().mean().backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    torch.cuda.synchronize()
+    return state_digest([net, optimizer])
+
+
+def test_gpu_group_used_in_part_matches_native() -> None:
+    # head_b feeds only the unused b.box: eager leaves its .grad None, so SGD's weight decay
+    # and momentum must not move it in the replay either.
+    assert first_difference(_train_partial_group(False), _train_partial_group(True)) is None

@@ -58,9 +58,14 @@ class StepVerifier:
 
     def __init__(self, every: int) -> None:
         self.schedule = Verifier(every)
-        self.telemetry = Telemetry()
+        self._telemetry = Telemetry()
         self._snapshot: TrainingSnapshot | None = None
         self._batches: list[Batch] = []
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """Steps verified and the first mismatch (the regions' counters live with them)."""
+        return self._telemetry
 
     @property
     def armed(self) -> bool:
@@ -123,11 +128,11 @@ class StepVerifier:
         # The shadow run drew what the replayed run drew; the data pipeline's draws made
         # between micro-batches must not be rewound.
         after_step_rng.restore()
-        self.telemetry.verified += 1
+        self._telemetry.verified += 1
         differing = first_difference(digest(), replayed)
         if differing is None:
             return
-        self.telemetry.record_mismatch(differing, step)
+        self._telemetry.record_mismatch(differing, step)
         detail = f"{differing!r} differs after step {step}; continuing natively"
         for recorder in recorders:
             recorder.retire(RetireReason.PARITY_MISMATCH, detail)
