@@ -41,7 +41,7 @@ class _Fitness(Callback):
     def __init__(self) -> None:
         self.per_epoch: list[float] = []
 
-    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
         if not trainer.sanity_checking:
             self.per_epoch.append(round(float(trainer.callback_metrics[FITNESS]), 4))
 
