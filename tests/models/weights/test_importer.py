@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,19 @@ from lucid_yolo.models.geometry import normalize_xywhr
 from lucid_yolo.models.weights import CLASS_DEPENDENT_PREFIXES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
+FIXTURE_THREADS = 1
+"""Intra-op threads the fixture outputs were computed with (tools/make_ultralytics_fixture.py):
+CPU kernels split reductions by thread count, so bits match only at the same count."""
+
+
+@pytest.fixture(autouse=True)
+def fixture_threads() -> Iterator[None]:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(FIXTURE_THREADS)
+    yield
+    torch.set_num_threads(saved)
+
+
 TASKS = ("detect", "segment", "pose", "obb")
 
 
