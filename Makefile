@@ -1,4 +1,5 @@
-# lucid-yolo developer commands. `make help` lists them; `make gate` runs what CI runs.
+# lucid-yolo developer commands. `make help` lists them; `make gate` is what CI runs (.ci/run is
+# `make setup` then `make gate`), so the list of checks lives here only.
 .DEFAULT_GOAL := help
 UV ?= uv
 PYTEST_ARGS ?=
@@ -35,4 +36,4 @@ contracts: ## import-linter layering contracts
 docs: ## build the docs site, warnings are errors
 	$(UV) run mkdocs build --strict
 
-gate: lint typecheck contracts test docs ## everything CI runs
+gate: lint typecheck contracts test docs ## everything CI runs (.ci/run: setup, then this)

@@ -46,3 +46,8 @@ for iteration in range(12):
 
 print(f"last loss {loss.item():.4f}")
 print(step.telemetry.as_dict())
+if device == "cpu":
+    print(
+        "no CUDA device: nothing was graphed; the counters above are the CPU stand-in's, "
+        "which runs every step eagerly through the same bookkeeping"
+    )

@@ -11,7 +11,7 @@ RUNS=/tmp/cli-runs
 mkdir -p "$OUT" "$RUNS"
 cli() { timeout "${CLI_TIMEOUT:-240}" python3 -m lucid_yolo.cli "$@"; }
 step() { echo "== $*"; }
-ckpt() { ls "$RUNS/$1"/lightning_logs/version_0/checkpoints/"$2".ckpt; }
+ckpt() { ls "$RUNS/$1"/detect/fit1/checkpoints/"$2".ckpt; }
 
 step fit quickstart, native, deterministic
 cli fit --config quickstart --trainer.default_root_dir "$RUNS/native" --trainer.deterministic true \
@@ -40,7 +40,7 @@ first=$(ls "$RUNS/predict"/*.json | head -n 1)
 cp "$first" "$OUT/predict_first.json"
 cp "${first%.json}.png" "$OUT/predict_first.png"
 step export
-cli export --checkpoint "$(ckpt replay best)" --format onnx --out "$RUNS/model.onnx" 2>&1 | tail -n 3
+cli export --ckpt_path "$(ckpt replay best)" --format onnx --out "$RUNS/model.onnx" 2>&1 | tail -n 3
 step info
 cli info yolo26n-seg 2>&1 | tail -n 4
 step fit segment-n, network + segment-head replay, 2 short epochs

@@ -1,8 +1,8 @@
 """Shared fixtures of the CLI tests: a tiny dataset and one trained checkpoint per session.
 
 The checkpoint comes from a real ``lucid-yolo fit`` subprocess. xdist workers each hold their own
-session, so the fit runs once under a file lock in the folder all workers share and the others
-reuse its result.
+session, so the fit runs once per test run under a file lock in the folder all its workers share
+and the others reuse its result.
 """
 
 from __future__ import annotations
@@ -54,8 +54,6 @@ TINY_FIT = (
     "2",
     "--trainer.limit_val_batches",
     "1",
-    "--trainer.enable_model_summary",
-    "false",
 )
 """Settings that make a fit take seconds: 64 px, 2 steps, 1 validation batch."""
 
@@ -121,7 +119,10 @@ class Trained:
 @pytest.fixture(scope="session")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
     """One ``lucid-yolo fit`` of the tiny dataset, shared by every worker of the session."""
-    shared = tmp_path_factory.getbasetemp().parent / "cli-trained"
+    # xdist workers' base folders share a parent that belongs to this run; without xdist that
+    # parent holds every run's folder, so the run's own base folder is used
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cli-trained"
     shared.mkdir(exist_ok=True)
     result_file = shared / "result.json"
     with (shared / "lock").open("w") as lock:
@@ -129,7 +130,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         if not result_file.is_file():
             data = make_tiny(shared / "tiny")
             done = run_cli("fit", "--data.yaml", str(data), *TINY_FIT, cwd=shared)
-            checkpoint = shared / "runs/lightning_logs/version_0/checkpoints/best.ckpt"
+            checkpoint = shared / "runs/detect/fit1/checkpoints/best.ckpt"
             result_file.write_text(
                 json.dumps(
                     {

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING
 import pytest
 import yaml
 
+from lucid_yolo.cli import data
 from lucid_yolo.cli.main import main
+from lucid_yolo.models import TASKS
+
+
+def test_data_task_choices_are_the_models_tasks() -> None:
+    assert data.TASKS == TASKS
 
 if TYPE_CHECKING:
     from conftest import CliRunner

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, plain_parser
+from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, main, plain_parser
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
 
@@ -88,3 +88,59 @@ def test_training_guide_lists_module_defaults() -> None:
         default = parameter.default
         if isinstance(default, int | float) and not isinstance(default, bool):
             assert f"| `{name}` | {default} |" in guide, f"default of {name} differs"
+
+
+ROOT = DOCS.parent
+QUOTING_PAGES = (
+    "README.md",
+    "docs/getting-started.md",
+    "docs/cli-reference.md",
+    "docs/deployment.md",
+    "packages/lucid-yolo-cli/README.md",
+)
+"""Pages that quote ``lucid-yolo`` commands for the user to type."""
+
+
+def _quoted_commands() -> list[tuple[str, list[str]]]:
+    """Every ``lucid-yolo ...`` command line in the code blocks of :data:`QUOTING_PAGES`."""
+    found = []
+    for page in QUOTING_PAGES:
+        text = (ROOT / page).read_text().replace("\\\n", " ")
+        for block in text.split("```")[1::2]:
+            for line in block.splitlines():
+                command = line.split("#", 1)[0].split("lucid-yolo ", 1)
+                if len(command) == 2 and not line.lstrip().startswith(("lucid-yolo:", "final")):
+                    found.append((page, command[1].split()))
+    return found
+
+
+def test_quoted_plain_commands_parse() -> None:
+    parser = plain_parser()
+    for _page, words in _quoted_commands():
+        if words[0] not in LIGHTNING_COMMANDS:
+            parser.parse_args(words)  # exits (failing the test) on an unknown option
+
+
+def test_quoted_lightning_flags_exist(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        main(["fit", "--help"])
+    help_text = capsys.readouterr().out
+    for page, words in _quoted_commands():
+        if words[0] in LIGHTNING_COMMANDS:
+            for word in words:
+                if word.startswith("--"):
+                    assert f"{word} " in help_text or f"{word}\n" in help_text, (page, word)
+
+
+def test_readme_test_command_is_what_ci_runs() -> None:
+    readme = (ROOT / "README.md").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    command = 'uv run pytest -n auto -m "not gpu"'
+    assert command in readme
+    assert '$(UV) run pytest -n auto -m "not gpu" $(PYTEST_ARGS)' in makefile
+    assert (ROOT / ".ci/run").read_text().rstrip().endswith("make setup\nmake gate")
+
+
+@pytest.mark.parametrize("readme", sorted(ROOT.glob("packages/*/README.md")), ids=str)
+def test_package_readme_stands_alone(readme: Path) -> None:
+    assert "](../" not in readme.read_text(), f"{readme} links outside its package"

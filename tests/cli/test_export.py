@@ -15,22 +15,39 @@ if TYPE_CHECKING:
 
 
 def test_export_onnx_of_trained_checkpoint_loads(
-    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    trained: Trained, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "model.onnx"
-    assert main(["export", "--checkpoint", str(trained.checkpoint), "--out", str(out)]) == 0
+    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(out)]) == 0
     model = onnx.load(str(out))
     onnx.checker.check_model(model)
     assert [o.name for o in model.graph.output] == ["boxes", "scores", "classes"]
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [1, 3, 64, 64]
-    assert f"to {out}" in capsys.readouterr().out
+    out_text, err_text = capfd.readouterr()
+    assert f"to {out}" in out_text
+    assert "torchvision" not in err_text
+
+
+def test_export_old_checkpoint_flag_warns_and_works(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "model.onnx"
+    assert main(["export", "--checkpoint", str(trained.checkpoint), "--out", str(out)]) == 0
+    assert out.is_file()
+    err = capsys.readouterr().err
+    assert err == "lucid-yolo: warning: --checkpoint is deprecated; use --ckpt_path\n"
+
+
+def test_export_without_checkpoint_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["export"]) == 2
+    assert "export needs exactly one of --ckpt_path" in capsys.readouterr().err
 
 
 def test_export_unsupported_format_names_supported(
     trained: Trained, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = ["export", "--checkpoint", str(trained.checkpoint), "--format", "tflite"]
+    argv = ["export", "--ckpt_path", str(trained.checkpoint), "--format", "tflite"]
     assert main(argv) == 2
     assert "--format 'tflite' is not supported; supported: onnx" in capsys.readouterr().err
 
@@ -38,10 +55,10 @@ def test_export_unsupported_format_names_supported(
 def test_export_missing_checkpoint_is_an_error(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main(["export", "--checkpoint", str(tmp_path / "none.ckpt")]) == 2
+    assert main(["export", "--ckpt_path", str(tmp_path / "none.ckpt")]) == 2
     assert "no such file" in capsys.readouterr().err
 
 
 def test_export_imgsz_must_be_multiple_of_32(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["export", "--checkpoint", "x", "--imgsz", "100"]) == 2
+    assert main(["export", "--ckpt_path", "x", "--imgsz", "100"]) == 2
     assert "--imgsz 100 must be a positive multiple of 32" in capsys.readouterr().err

@@ -15,13 +15,54 @@ from lucid_yolo.cli.main import main
 if TYPE_CHECKING:
     from conftest import CliRunner, Trained
 
-FINAL = re.compile(r"^final: box mAP50-95 [0-9.]+ mAP50 [0-9.]+ \| checkpoint: \S+\.ckpt$", re.M)
+FINAL = re.compile(
+    r"^final: best epoch \d+ of 0-\d+: box mAP50-95 [0-9.]+ mAP50 [0-9.]+ "
+    r"\| checkpoint: \S+/checkpoints/best\.ckpt$",
+    re.M,
+)
+NOISE = (
+    "litlogger",
+    "LeafSpec",
+    "log_every_n_steps",
+    "Total FLOPs",
+    "GPU available",
+    "Seed set",
+    "does not have many workers",
+    "`Trainer.fit` stopped",
+    "lightning_logs",
+)
+"""Lines Lightning prints on its own (issue 18, point 7); a lucid-yolo run shows none of them."""
 
 
 def test_fit_tiny_run_prints_final_line_and_saves_checkpoint(trained: Trained) -> None:
     assert trained.returncode == 0, trained.stderr[-2000:]
     assert FINAL.search(trained.stdout), trained.stdout[-2000:]
     assert trained.checkpoint.is_file()
+
+
+def test_fit_prints_none_of_lightnings_own_lines(trained: Trained) -> None:
+    output = trained.stdout + trained.stderr
+    for noise in NOISE:
+        assert noise not in output, f"{noise!r} in the output of a fit"
+
+
+def test_fit_summary_counts_flops_at_the_run_size(trained: Trained) -> None:
+    assert "yolo26n: detect, 5 classes" in trained.stdout
+    assert re.search(
+        r"^training: +[0-9,]+ parameters, [0-9.]+ GFLOPs at 64 px$", trained.stdout, re.M
+    )
+
+
+def test_fit_prints_the_time_left_after_each_epoch(trained: Trained) -> None:
+    assert re.search(
+        r"^epoch 1 of 1 done: \d+:\d\d elapsed, about 0:00 left$", trained.stdout, re.M
+    )
+
+
+def test_fit_names_its_run_folder_first(trained: Trained) -> None:
+    first = trained.stdout.splitlines()[0]
+    assert first == "lucid-yolo fit: yolo26n on cpu, precision 32-true, run folder runs/detect/fit1"
+    assert not (trained.workdir / "runs/lightning_logs").exists()
 
 
 def test_fit_print_config_shows_resolved_options(
@@ -82,8 +123,52 @@ def test_test_checkpoint_logs_box_map_at_the_trained_size(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test/box/mAP50-95" in done.stdout
-    (saved,) = (tmp_path / "runs").glob("lightning_logs/version_*/config.yaml")
+    saved = tmp_path / "runs/detect/test1/config.yaml"
     assert "imgsz: 64" in saved.read_text()
+
+
+def test_validate_checkpoint_scores_at_the_trained_size(
+    cli: CliRunner, trained: Trained, tmp_path: Path
+) -> None:
+    argv = ["--config", "detect-n", "--data.yaml", str(trained.data), "--data.workers", "0"]
+    done = cli("validate", *argv, "--ckpt_path", str(trained.checkpoint))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "imgsz: 64" in (tmp_path / "runs/detect/validate1/config.yaml").read_text()
+    fit_map = re.search(r"box mAP50-95 ([0-9.]+)", trained.stdout)
+    validate_map = re.search(r"val/box/mAP50-95\W+([0-9.]+)", done.stdout)
+    assert fit_map is not None
+    assert validate_map is not None, done.stdout
+    assert float(validate_map.group(1)) == pytest.approx(float(fit_map.group(1)), abs=5e-5)
+
+
+def test_each_run_gets_the_next_numbered_folder(
+    cli: CliRunner, trained: Trained, tmp_path: Path
+) -> None:
+    argv = ["--data.yaml", str(trained.data), "--data.workers", "0", "--ckpt_path"]
+    for number in (1, 2):
+        done = cli("validate", *argv, str(trained.checkpoint))
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert f"run folder runs/detect/validate{number}\n" in done.stdout
+        assert (tmp_path / f"runs/detect/validate{number}/config.yaml").is_file()
+    assert "dirpath" not in done.stderr
+    assert not (tmp_path / "runs/lightning_logs").exists()
+
+
+def test_fit_flag_overrides_one_quickstart_setting(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data.imgsz", "96", "--print_config"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "imgsz: 96" in out
+    assert "max_epochs: 12" in out
+    assert "batch_size: 8" in out
+
+
+def test_fit_without_an_end_is_refused(tiny_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["fit", "--config", "detect-n", "--data.yaml", str(tiny_data)]
+    assert main([*argv, "--trainer.max_epochs", "null"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("lucid-yolo: error: the run has no end: set --trainer.max_epochs N")
 
 
 @pytest.mark.slow
@@ -111,7 +196,7 @@ def test_fit_logs_and_checkpoints_follow_default_root_dir(
         str(root),
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    run = root / "lightning_logs/version_0"
+    run = root / "detect/fit1"
     assert (run / "metrics.csv").is_file()
     assert (run / "checkpoints/best.ckpt").is_file()
     last = torch.load(run / "checkpoints/last.ckpt", weights_only=True, map_location="cpu")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +29,20 @@ def test_main_help_lists_every_command(capsys: pytest.CaptureFixture[str]) -> No
     out = capsys.readouterr().out
     for name in (*PLAIN_COMMANDS, *LIGHTNING_COMMANDS):
         assert f"    {name} " in out
+
+
+def test_main_help_loads_neither_torch_nor_lightning() -> None:
+    probe = (
+        "import sys, contextlib, io\n"
+        "from lucid_yolo.cli.main import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+        "    main(['--help'])\n"
+        "print(sorted(m for m in ('torch', 'lightning') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert done.stdout == "[]\n", done.stderr
 
 
 def test_main_without_command_prints_help_and_fails(capsys: pytest.CaptureFixture[str]) -> None:

@@ -41,9 +41,9 @@ def test_predict_folder_writes_one_record_per_image(
     argv += ["--data.workers", "0", "--trainer.enable_progress_bar", "false"]
     assert main([*argv, "--model.val_conf", "0", "--model.max_det", "5"]) == 0
     out = capsys.readouterr().out
-    assert out.endswith("predicted 2 image(s), 10 detection(s): runs/predict\n")
+    assert out.endswith("predicted 2 image(s), 10 detection(s): runs/detect/predict1\n")
     for image in sorted(images.iterdir()):
-        record = json.loads((tmp_path / "runs/predict" / f"{image.stem}.json").read_text())
+        record = json.loads((tmp_path / "runs/detect/predict1" / f"{image.stem}.json").read_text())
         assert set(record) == {"image", "height", "width", "detections"}
         assert record["image"] == str(image)
         assert (record["height"], record["width"]) == (64, 64)
@@ -124,18 +124,18 @@ def test_predict_task_fields_in_source_pixels(
 @pytest.mark.filterwarnings(IN_PROCESS_WARNINGS[1])
 def test_predict_draw_writes_overlay_at_source_size(tmp_path: Path) -> None:
     assert _predict(tmp_path, "yolo26n", "--output.draw", "true") == 0
-    overlay = cv2.imread(str(tmp_path / "runs/predict/wide.png"))
+    overlay = cv2.imread(str(tmp_path / "runs/detect/predict1/wide.png"))
     assert overlay is not None
     assert overlay.shape == (48, 80, 3)
-    assert (tmp_path / "runs/predict/wide.json").is_file()
+    assert (tmp_path / "runs/detect/predict1/wide.json").is_file()
 
 
 @pytest.mark.filterwarnings(IN_PROCESS_WARNINGS[0])
 @pytest.mark.filterwarnings(IN_PROCESS_WARNINGS[1])
 def test_predict_without_draw_writes_no_overlay(tmp_path: Path) -> None:
     assert _predict(tmp_path, "yolo26n") == 0
-    assert (tmp_path / "runs/predict/wide.json").is_file()
-    assert not (tmp_path / "runs/predict/wide.png").exists()
+    assert (tmp_path / "runs/detect/predict1/wide.json").is_file()
+    assert not (tmp_path / "runs/detect/predict1/wide.png").exists()
 
 
 def test_predict_help_lists_checkpoint_source_and_output(

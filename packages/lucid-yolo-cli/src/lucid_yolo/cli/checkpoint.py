@@ -43,20 +43,20 @@ def load_checkpoint(path: str | Path) -> Deployed:
     file = Path(path).expanduser()
     if not file.is_file():
         raise CliError(
-            f"--checkpoint {str(path)!r}: no such file; pass a .ckpt written by `lucid-yolo fit` "
-            "(e.g. runs/lightning_logs/version_0/checkpoints/best.ckpt)"
+            f"--ckpt_path {str(path)!r}: no such file; pass a .ckpt written by `lucid-yolo fit` "
+            "(e.g. runs/detect/fit1/checkpoints/best.ckpt)"
         )
     try:
         saved = load_checkpoint_data(file, YoloDataModule.__qualname__)
         module = YoloModule.load_from_checkpoint(file, map_location="cpu", weights_only=True)
     except (DataError, KeyError, RuntimeError, pickle.UnpicklingError, EOFError) as error:
         raise CliError(
-            f"--checkpoint {str(path)!r} is not a lucid-yolo checkpoint ({error}); pass a .ckpt "
+            f"--ckpt_path {str(path)!r} is not a lucid-yolo checkpoint ({error}); pass a .ckpt "
             "written by `lucid-yolo fit`"
         ) from error
     net = module.ema_net.eval()
     if not isinstance(net, YOLO26):
-        raise CliError(f"--checkpoint {str(path)!r} holds a {type(net).__name__}, not a YOLO26")
+        raise CliError(f"--ckpt_path {str(path)!r} holds a {type(net).__name__}, not a YOLO26")
     return Deployed(net=net, task=module.task, imgsz=saved.imgsz)
 
 

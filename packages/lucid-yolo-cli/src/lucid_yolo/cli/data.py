@@ -3,7 +3,8 @@
 ``check`` reads a whole dataset and lists every problem with ``file:line`` (exit 1 when there is
 an error, a problem ``fit`` refuses, so it can gate a pipeline; warnings alone exit 0); ``synth``
 writes the synthetic shapes set the quickstart trains on; ``convert`` moves between the
-Ultralytics layout and COCO json.
+Ultralytics layout and COCO json. The training package (and torch) is imported when a command
+runs, not when its parser is built.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import argparse
 from pathlib import Path
 
 from lucid_yolo.cli.errors import CliError
-from lucid_yolo.train.data.check import check_dataset
-from lucid_yolo.train.data.dataset_yaml import TASKS
-from lucid_yolo.train.data.formats import coco_to_ultralytics, ultralytics_to_coco
-from lucid_yolo.train.data.synthetic import generate_synthetic
 
 CONVERSIONS = ("coco", "ultralytics")
 """Targets of ``data convert --to``."""
+TASKS = ("detect", "segment", "pose", "obb")
+"""``--task`` choices: ``lucid_yolo.models.TASKS``, spelled out so that building the parser does
+not import torch (a test keeps the two equal)."""
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -74,6 +74,8 @@ def _add_check(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def run_check(args: argparse.Namespace) -> int:
     """Print the report of ``args.path``; 1 when it has errors, else 0."""
+    from lucid_yolo.train.data.check import check_dataset
+
     if not Path(args.path).expanduser().exists():
         raise CliError(f"{args.path!r}: no such file or folder; pass a data.yaml, .json or folder")
     report = check_dataset(
@@ -108,6 +110,8 @@ def _add_synth(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 def run_synth(args: argparse.Namespace) -> int:
     """Generate the set; prints the written data.yaml."""
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
     if args.train < 0 or args.val < 0 or args.imgsz < 64 or args.max_objects < 1:
         raise CliError(
             f"--train {args.train!r} and --val {args.val!r} must be >= 0, --imgsz {args.imgsz!r} "
@@ -159,6 +163,8 @@ def _add_convert(actions: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
 def run_convert(args: argparse.Namespace) -> int:
     """Convert; prints what was written."""
+    from lucid_yolo.train.data.formats import coco_to_ultralytics, ultralytics_to_coco
+
     if args.to == "coco":
         if args.data is None or args.split:
             raise CliError("--to coco takes --data path/to/data.yaml and no --split")
@@ -187,4 +193,4 @@ def _require(path: str) -> None:
         raise CliError(f"{path!r}: no such file; check the path")
 
 
-__all__ = ["CONVERSIONS", "add_parser", "run_check", "run_convert", "run_synth"]
+__all__ = ["CONVERSIONS", "TASKS", "add_parser", "run_check", "run_convert", "run_synth"]

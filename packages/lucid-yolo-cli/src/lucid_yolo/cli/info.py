@@ -1,10 +1,11 @@
-"""``lucid-yolo info MODEL``: layers, parameters and GFLOPs of a registered model."""
+"""``lucid-yolo info MODEL``: layers, parameters and GFLOPs of a registered model.
+
+The models package (and torch) is imported when the command runs, not when its parser is built.
+"""
 
 from __future__ import annotations
 
 import argparse
-
-from lucid_yolo.models import create_model, list_models, model_spec, model_summary
 
 
 def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,7 +16,10 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         description="Print the layer table, parameters and GFLOPs of a registered model, for "
         "training (as built) and for inference (BatchNorm folded, end-to-end branch only).",
     )
-    parser.add_argument("model", help=f"registered name, one of: {', '.join(list_models())}")
+    parser.add_argument(
+        "model",
+        help="registered name: yolo26{n,s,m,l,x} with an optional -seg, -pose or -obb suffix",
+    )
     parser.add_argument("--imgsz", type=int, default=None, help="input size (default: the task's)")
     parser.add_argument("--num-classes", type=int, default=80, help="classes (default: 80)")
     parser.set_defaults(handler=run)
@@ -23,6 +27,8 @@ def add_parser(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     """Print the summary of ``args.model``."""
+    from lucid_yolo.models import create_model, model_spec, model_summary
+
     spec = model_spec(args.model)
     size = args.imgsz or spec.image_size
     model = create_model(args.model, num_classes=args.num_classes)

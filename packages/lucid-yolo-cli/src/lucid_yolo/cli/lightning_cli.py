@@ -13,8 +13,11 @@ The :class:`PredictionWriter` (``--output.*``) writes the results.
 
 Example::
 
-    uv run lucid-yolo predict --ckpt_path runs/lightning_logs/version_0/checkpoints/best.ckpt \
+    uv run lucid-yolo predict --ckpt_path runs/detect/fit1/checkpoints/best.ckpt \
         --data.source path/to/images --output.draw true
+
+Every command writes into its own folder, ``runs/<task>/<command><N>``
+(:mod:`lucid_yolo.cli.run_folder`), and says which at its start.
 """
 
 from __future__ import annotations
@@ -24,20 +27,25 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from typing_extensions import override
 
 from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
 from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.final_report import FITNESS, ValidationHistory, final_line
+from lucid_yolo.cli.fit_summary import FitModelSummary
+from lucid_yolo.cli.help_format import PlainHelpFormatter
 from lucid_yolo.cli.ignored_options import ignored_option_warnings
 from lucid_yolo.cli.prediction_writer import PredictionWriter
+from lucid_yolo.cli.quiet import quiet_lightning
+from lucid_yolo.cli.run_folder import next_run_folder
+from lucid_yolo.cli.time_left import TimeLeft
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import EpochSummary, PhaseTimer
 from lucid_yolo.train.data import DataError, load_checkpoint_data
 
-FITNESS = "val/fitness"
 RUNS = "runs"
 """Default folder of logs and checkpoints (``--trainer.default_root_dir``)."""
 PREDICT_CONF = 0.25
@@ -57,24 +65,35 @@ def kpt_shape_of(data: YoloDataModule) -> tuple[int, int]:
     return (17, 3) if shape is None else (shape[0], 3)
 
 
-def trainer_defaults() -> dict[str, Any]:
-    """Trainer defaults for this machine."""
+def trainer_defaults(subcommand: str) -> dict[str, Any]:
+    """Trainer defaults for this machine and ``subcommand``.
+
+    Only ``fit`` checkpoints: in the other commands a checkpoint callback (ours or Lightning's
+    default one) would only warn that its folder changed when the evaluated checkpoint restores
+    its state.
+    """
     cuda = torch.cuda.is_available()
-    return {
-        "precision": "bf16-mixed" if cuda else "32-true",
-        "default_root_dir": RUNS,
-        "logger": {
-            "class_path": "lightning.pytorch.loggers.CSVLogger",
-            "init_args": {"save_dir": RUNS},
-        },
-        "callbacks": [
+    callbacks: list[Callback] = [PhaseTimer(), EpochSummary()]
+    if subcommand == "fit":
+        callbacks = [
             # best.ckpt follows the fitness; last.ckpt is rewritten every epoch so that a run can
             # resume from where it stopped (Lightning's save_last only copies on a new best).
             ModelCheckpoint(monitor=FITNESS, mode="max", filename="best"),
             ModelCheckpoint(filename="last", enable_version_counter=False),
-            PhaseTimer(),
-            EpochSummary(),
-        ],
+            FitModelSummary(),
+            ValidationHistory(),
+            *callbacks,
+            TimeLeft(),
+        ]
+    return {
+        "precision": "bf16-mixed" if cuda else "32-true",
+        "default_root_dir": RUNS,
+        "enable_checkpointing": subcommand == "fit",
+        "logger": {
+            "class_path": "lightning.pytorch.loggers.CSVLogger",
+            "init_args": {"save_dir": RUNS},
+        },
+        "callbacks": callbacks,
     }
 
 
@@ -91,6 +110,10 @@ class YoloCLI(LightningCLI):
             "data", "model.kpt_shape", compute_fn=kpt_shape_of, apply_on="instantiate"
         )
         parser.set_defaults({"data.yaml": SYNTHETIC})
+        for action in parser._actions:
+            if action.dest == "data.yaml":
+                # required by YoloDataModule, but the CLI always has a value: the default above
+                action.required = False
         parser.add_lightning_class_args(PredictionWriter, "output")
 
     @override
@@ -132,13 +155,22 @@ class YoloCLI(LightningCLI):
             # training steps, so evaluating or predicting runs the network natively anywhere.
             config.model.capture_network = config.model.capture_segment_heads = False
             config.model.capture_update = config.model.capture_loss = False
+        if self.subcommand == "fit":
+            _require_epoch_limit(config.trainer)
         if str(config.data.yaml) == SYNTHETIC:
             config.data.yaml = str(embedded_dataset(task_of(config.model.model)))
         logger_args = getattr(config.trainer.logger, "init_args", None)
         if logger_args is not None and getattr(logger_args, "save_dir", None) == RUNS:
-            # The default CSV logger follows --trainer.default_root_dir, so logs and checkpoints
-            # stay together wherever the user points the run.
-            logger_args.save_dir = config.trainer.default_root_dir
+            # The default CSV logger writes to runs/<task>/<command><N> under
+            # --trainer.default_root_dir, so that logs and checkpoints stay together.
+            folder = next_run_folder(
+                config.trainer.default_root_dir,
+                task_of(config.model.model),
+                str(self.subcommand),
+            )
+            logger_args.save_dir = str(folder.parent)
+            logger_args.name = ""
+            logger_args.version = folder.name
         if config.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(RichProgressBar())
         replay = (
@@ -172,32 +204,29 @@ class YoloCLI(LightningCLI):
                 root = root.__cause__
             raise CliError(f"invalid option value: {root}") from error
 
+    @override
+    def after_instantiate_classes(self) -> None:
+        """Print the one line that says what runs where: model, device, precision, folder."""
+        super().after_instantiate_classes()
+        trainer = self.trainer
+        model = self.config_init[str(self.subcommand)]["model"].hparams["model"]
+        print(
+            f"lucid-yolo {self.subcommand}: {model} on {trainer.strategy.root_device.type}, "
+            f"precision {trainer.precision}, run folder {trainer.log_dir}",
+            flush=True,
+        )
+
     def after_fit(self) -> None:
         """Print the final metrics line and where the checkpoint is."""
-        print(final_line(self.trainer), flush=True)
+        callbacks = self.trainer_defaults["callbacks"]
+        history = next(cb for cb in callbacks if isinstance(cb, ValidationHistory))
+        print(final_line(self.trainer, history.epochs), flush=True)
 
     def after_predict(self) -> None:
         """Print how many images and detections were written, and where."""
         writer = self.config_init["predict"]["output"]
         if isinstance(writer, PredictionWriter):
             print(writer.summary(), flush=True)
-
-
-def final_line(trainer: Any) -> str:
-    """``final: <kind> mAP50-95 x mAP50 y | checkpoint: path`` from the last validation."""
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
-    parts = []
-    for key in sorted(metrics):
-        if key.endswith("/mAP50-95"):
-            kind = key.split("/")[1]
-            map50 = metrics.get(f"val/{kind}/mAP50", 0.0)
-            parts.append(f"{kind} mAP50-95 {metrics[key]:.4f} mAP50 {map50:.4f}")
-    callback = trainer.checkpoint_callback
-    path = ""
-    if callback is not None:
-        path = callback.best_model_path or callback.last_model_path
-    summary = ", ".join(parts) if parts else "no validation metrics"
-    return f"final: {summary} | checkpoint: {path or 'none saved'}"
 
 
 def _num_classes(data: YoloDataModule) -> int:
@@ -213,7 +242,7 @@ def check_checkpoint(path: str | None) -> None:
     if path is None:
         raise CliError(
             "predict needs --ckpt_path: a .ckpt written by `lucid-yolo fit` "
-            "(e.g. runs/lightning_logs/version_0/checkpoints/best.ckpt)"
+            "(e.g. runs/detect/fit1/checkpoints/best.ckpt)"
         )
     if not Path(path).is_file():
         raise CliError(f"--ckpt_path {path!r}: no such file; check the path")
@@ -245,6 +274,19 @@ def _prepare_predict(config: Any, inference_options: dict[str, Any]) -> None:
         config.return_predictions = False
 
 
+def _require_epoch_limit(trainer: Any) -> None:
+    """Refuse a ``fit`` with no limit unless asked: Lightning would train for 1000 epochs.
+
+    Raises:
+        CliError: none of ``max_epochs``, ``max_steps`` and ``max_time`` is set.
+    """
+    if trainer.max_epochs is None and trainer.max_steps in (None, -1) and trainer.max_time is None:
+        raise CliError(
+            "the run has no end: set --trainer.max_epochs N (or --trainer.max_steps, "
+            "--trainer.max_time), or --trainer.max_epochs -1 to train until stopped"
+        )
+
+
 def _evaluate_at_trained_size(config: Any) -> None:
     """Evaluate a checkpoint at the input size it was trained at unless ``--data.imgsz`` says.
 
@@ -265,27 +307,32 @@ def run_lightning(args: list[str]) -> None:
     # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
     # console script has already read them (and resolved config names), so hide them.
     argv, sys.argv = sys.argv, sys.argv[:1]
+    per_command = {"formatter_class": PlainHelpFormatter, "default_env": True}
     try:
-        YoloCLI(
-            YoloModule,
-            YoloDataModule,
-            trainer_defaults=trainer_defaults(),
-            seed_everything_default=0,
-            save_config_kwargs={"overwrite": True},
-            parser_kwargs={"default_env": True, "prog": "lucid-yolo"},
-            args=args,
-        )
+        with quiet_lightning():
+            YoloCLI(
+                YoloModule,
+                YoloDataModule,
+                trainer_defaults=trainer_defaults(args[0]),
+                seed_everything_default=0,
+                save_config_kwargs={"overwrite": True},
+                parser_kwargs={
+                    "prog": "lucid-yolo",
+                    **per_command,
+                    args[0]: per_command,
+                },
+                args=args,
+            )
     finally:
         sys.argv = argv
 
 
 __all__ = [
-    "FITNESS",
     "INFERENCE_OPTIONS",
     "PREDICT_CONF",
+    "RUNS",
     "YoloCLI",
     "check_checkpoint",
-    "final_line",
     "kpt_shape_of",
     "run_lightning",
     "task_of",

@@ -2,14 +2,18 @@
 
 ``fit``, ``validate``, ``test`` and ``predict`` go to LightningCLI (``--config``, dotted flags,
 ``--print_config``); ``info``, ``data`` and ``export`` are plain commands.
-``lucid-yolo fit`` with no further argument runs the packaged ``quickstart`` config: the nano
-detector on the embedded synthetic dataset.
+``lucid-yolo fit`` without ``--config`` runs the packaged ``quickstart`` config (the nano detector
+on the embedded synthetic dataset) with the given flags on top, so that one flag changes one
+setting of the quickstart.
+
+Torch and Lightning load only once a command runs: ``lucid-yolo --help`` and the plain commands'
+help stay quick, and each command imports what it needs.
 
 Example::
 
     uv run lucid-yolo fit
     uv run lucid-yolo fit --config detect-s --data.yaml path/to/data.yaml
-    uv run lucid-yolo predict --ckpt_path runs/lightning_logs/version_0/checkpoints/best.ckpt \
+    uv run lucid-yolo predict --ckpt_path runs/detect/fit1/checkpoints/best.ckpt \\
         --data.source path/to/images
     uv run lucid-yolo info yolo26n-seg
 """
@@ -24,11 +28,8 @@ from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.warning_lines import warning_lines
-from lucid_yolo.models import ModelError
-from lucid_yolo.train.exceptions import TrainError
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
-USER_ERRORS: tuple[type[Exception], ...] = (CliError, TrainError, ModelError, FileNotFoundError)
 
 _Registrar = Callable[["argparse._SubParsersAction[argparse.ArgumentParser]"], None]
 PLAIN_COMMANDS: dict[str, _Registrar] = {
@@ -36,6 +37,14 @@ PLAIN_COMMANDS: dict[str, _Registrar] = {
     "data": data.add_parser,
     "export": export.add_parser,
 }
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """The errors printed as one line without a traceback: the user can fix what they say."""
+    from lucid_yolo.models import ModelError
+    from lucid_yolo.train.exceptions import TrainError
+
+    return (CliError, TrainError, ModelError, FileNotFoundError)
 
 
 def plain_parser() -> argparse.ArgumentParser:
@@ -54,6 +63,14 @@ def plain_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def lightning_args(command: str, rest: list[str]) -> list[str]:
+    """The LightningCLI arguments of ``command``: ``fit`` without a config starts from the
+    quickstart, and packaged config names become their files."""
+    has_config = any(arg in ("--config", "-c") or arg.startswith("--config=") for arg in rest)
+    base = ["--config", QUICKSTART] if command == "fit" and not has_config else []
+    return [command, *expand_config_names([*base, *rest])]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the ``lucid-yolo`` command line; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
@@ -66,8 +83,7 @@ def _run(args: list[str]) -> int:
         if args and args[0] in LIGHTNING_COMMANDS:
             from lucid_yolo.cli.lightning_cli import run_lightning
 
-            rest = args[1:] or (["--config", QUICKSTART] if args[0] == "fit" else [])
-            run_lightning([args[0], *expand_config_names(rest)])
+            run_lightning(lightning_args(args[0], args[1:]))
             return 0
         parser = plain_parser()
         namespace = parser.parse_args(args)
@@ -77,9 +93,18 @@ def _run(args: list[str]) -> int:
             return 2
         code: int = handler(namespace)
         return code
-    except USER_ERRORS as error:
+    except Exception as error:
+        if not isinstance(error, user_errors()):
+            raise
         print(f"lucid-yolo: error: {error}", file=sys.stderr)
         return 2
 
 
-__all__ = ["LIGHTNING_COMMANDS", "PLAIN_COMMANDS", "USER_ERRORS", "main", "plain_parser"]
+__all__ = [
+    "LIGHTNING_COMMANDS",
+    "PLAIN_COMMANDS",
+    "lightning_args",
+    "main",
+    "plain_parser",
+    "user_errors",
+]

@@ -86,6 +86,41 @@ def record(image: Path, size: tuple[int, int], found: list[Detection]) -> dict[s
     return {"image": str(image), "height": size[0], "width": size[1], "detections": found}
 
 
+LABEL_FONT = cv2.FONT_HERSHEY_SIMPLEX
+
+
+def label_box(
+    text_size: tuple[int, int],
+    anchor: tuple[int, int],
+    image_size: tuple[int, int],
+    taken: list[tuple[int, int, int, int]],
+) -> tuple[int, int, int, int]:
+    """Where a label goes: above its box's top-left corner, inside the image, clear of others.
+
+    Args:
+        text_size: ``(width, height)`` of the label, padding included.
+        anchor: ``(x1, y1)`` of the detection's box.
+        image_size: ``(height, width)`` of the image.
+        taken: labels already placed, ``(x1, y1, x2, y2)``.
+
+    Returns:
+        ``(x1, y1, x2, y2)`` of the label: above the box when there is room, else just inside its
+        top; shifted left to stay in the image; moved down below any label it would cover.
+    """
+    width, height = text_size
+    image_h, image_w = image_size
+    x1 = min(max(anchor[0], 0), max(image_w - width, 0))
+    y1 = anchor[1] - height if anchor[1] - height >= 0 else max(anchor[1], 0)
+    moved = True
+    while moved:
+        moved = False
+        for ox1, oy1, ox2, oy2 in taken:
+            if x1 < ox2 and ox1 < x1 + width and y1 < oy2 and oy1 < y1 + height:
+                y1, moved = oy2, True
+    y1 = min(y1, max(image_h - height, 0))
+    return x1, y1, x1 + width, y1 + height
+
+
 def draw(
     image: npt.NDArray[np.uint8], predictions: dict[str, Tensor], names: tuple[str, ...]
 ) -> npt.NDArray[np.uint8]:
@@ -97,10 +132,15 @@ def draw(
         names: class names, index = class id.
 
     Returns:
-        (H, W, 3) uint8 BGR: masks blended, boxes (or rotated boxes), keypoints and labels drawn.
+        (H, W, 3) uint8 BGR: masks blended, boxes (or rotated boxes) and keypoints drawn, then
+        one label per detection (name and score, dark text on the class colour) inside the image,
+        best detections' labels placed first.
     """
     canvas = image.copy()
-    thickness = max(1, round(max(canvas.shape[:2]) / 400))
+    image_size = (canvas.shape[0], canvas.shape[1])
+    thickness = max(1, round(max(image_size) / 400))
+    font_scale = max(0.35, max(image_size) / 1600)
+    labels: list[tuple[str, tuple[int, int], tuple[int, int, int]]] = []
     for i in range(int(predictions["scores"].shape[0])):
         class_id = int(predictions["classes"][i])
         colour = colour_of(class_id)
@@ -120,9 +160,25 @@ def draw(
                 if visible >= KEYPOINT_MIN_VISIBILITY:
                     cv2.circle(canvas, (round(x), round(y)), thickness + 1, colour, -1)
         name = names[class_id] if 0 <= class_id < len(names) else str(class_id)
-        label = f"{name} {float(predictions['scores'][i]):.2f}"
-        cv2.putText(canvas, label, (x1, max(y1 - 3, 10)), cv2.FONT_HERSHEY_SIMPLEX, 0.4, colour, 1)
+        labels.append((f"{name} {float(predictions['scores'][i]):.2f}", (x1, y1), colour))
+    taken: list[tuple[int, int, int, int]] = []
+    for text, anchor, colour in labels:
+        (text_w, text_h), baseline = cv2.getTextSize(text, LABEL_FONT, font_scale, 1)
+        box = label_box((text_w + 2, text_h + baseline + 2), anchor, image_size, taken)
+        taken.append(box)
+        cv2.rectangle(canvas, box[:2], (box[2] - 1, box[3] - 1), colour, -1)
+        origin = (box[0] + 1, box[3] - baseline - 1)
+        cv2.putText(canvas, text, origin, LABEL_FONT, font_scale, (0, 0, 0), 1, cv2.LINE_AA)
     return canvas
 
 
-__all__ = ["KEYPOINT_MIN_VISIBILITY", "Detection", "colour_of", "detections", "draw", "record"]
+__all__ = [
+    "KEYPOINT_MIN_VISIBILITY",
+    "LABEL_FONT",
+    "Detection",
+    "colour_of",
+    "detections",
+    "draw",
+    "label_box",
+    "record",
+]

@@ -23,15 +23,13 @@ from lucid_yolo.cli.prediction_output import detections, draw, record
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.batch import Batch
 
-PREDICT_DIR = "predict"
-"""Output folder under ``--trainer.default_root_dir`` when ``--output.dir`` is not given."""
-
 
 class PredictionWriter(BasePredictionWriter):
     """Write ``DIR/<image stem>.json`` per predicted image, and ``DIR/<image stem>.png`` overlays.
 
     Args:
-        dir: output folder; ``None``: ``<trainer.default_root_dir>/predict`` (``runs/predict``).
+        dir: output folder; ``None``: the run's folder (``trainer.log_dir``, e.g.
+            ``runs/detect/predict1``), next to its ``config.yaml``.
         draw: also write the image with its predictions drawn (PNG, source resolution).
 
     Raises:
@@ -48,7 +46,7 @@ class PredictionWriter(BasePredictionWriter):
         super().__init__(write_interval="batch")
         self.dir = None if dir is None else Path(dir)
         self.draw = draw
-        self.out = Path(PREDICT_DIR)
+        self.out = Path()
         self.images = 0
         self.detections = 0
 
@@ -63,7 +61,7 @@ class PredictionWriter(BasePredictionWriter):
                 f"outputs after the data module's images), got {type(pl_module).__name__} and "
                 f"{type(data).__name__}"
             )
-        self.out = self.dir or Path(trainer.default_root_dir) / PREDICT_DIR
+        self.out = self.dir or Path(trainer.log_dir or trainer.default_root_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.images = self.detections = 0
 
@@ -112,4 +110,4 @@ def _datamodule(trainer: pl.Trainer) -> object:
     return getattr(trainer, "datamodule", None)
 
 
-__all__ = ["PREDICT_DIR", "PredictionWriter"]
+__all__ = ["PredictionWriter"]

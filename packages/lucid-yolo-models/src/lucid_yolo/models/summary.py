@@ -77,15 +77,17 @@ class ModelSummary:
             lines.append(
                 f"{row.name:<28} {row.kind:<14} {row.params:>12,} {row.gflops:>9.2f}{mark}"
             )
-        lines.append(
-            f"training:  {self.train_params:,} parameters, {self.train_gflops:.1f} GFLOPs "
-            f"at {self.image_size} px"
-        )
-        lines.append(
-            f"inference: {self.infer_params:,} parameters, {self.infer_gflops:.1f} GFLOPs "
-            f"at {self.image_size} px (BatchNorm folded, end-to-end branch only)"
-        )
+        lines += self.totals()
         return "\n".join(lines)
+
+    def totals(self) -> list[str]:
+        """The two total lines: training (as built) and inference (as exported)."""
+        return [
+            f"training:  {self.train_params:,} parameters, {self.train_gflops:.1f} GFLOPs "
+            f"at {self.image_size} px",
+            f"inference: {self.infer_params:,} parameters, {self.infer_gflops:.1f} GFLOPs "
+            f"at {self.image_size} px (BatchNorm folded, end-to-end branch only)",
+        ]
 
 
 def _macs(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> int:

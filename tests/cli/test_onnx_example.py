@@ -1,0 +1,54 @@
+"""The deployment page's onnxruntime example finds the boxes ``lucid-yolo predict`` writes."""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from lucid_yolo.cli.main import main
+
+if TYPE_CHECKING:
+    from conftest import Trained
+
+EXAMPLE = Path(__file__).parents[2] / "docs" / "onnx_example.py"
+PREDICT_WARNINGS = (
+    "ignore:The '.*dataloader' does not have many workers:UserWarning",
+    "ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning",
+)
+
+
+@pytest.mark.filterwarnings(PREDICT_WARNINGS[0])
+@pytest.mark.filterwarnings(PREDICT_WARNINGS[1])
+def test_onnx_example_matches_predict(
+    trained: Trained,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    image = next(iter(sorted((trained.data.parent / "images" / "val").iterdir())))
+    model = tmp_path / "model.onnx"
+    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(model)]) == 0
+    argv = ["predict", "--ckpt_path", str(trained.checkpoint), "--data.source", str(image)]
+    argv += ["--data.workers", "0", "--trainer.enable_progress_bar", "false"]
+    assert main([*argv, "--model.val_conf", "0.0", "--model.max_det", "5"]) == 0
+    record = json.loads((tmp_path / "runs/detect/predict1" / f"{image.stem}.json").read_text())
+    capsys.readouterr()
+
+    drawn = tmp_path / "drawn.png"
+    monkeypatch.setattr(sys, "argv", ["onnx_example.py", str(model), str(image)])
+    monkeypatch.setattr(sys, "argv", [*sys.argv, "--conf", "0", "--draw", str(drawn)])
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    found = [json.loads(line) for line in capsys.readouterr().out.splitlines()][:5]
+
+    assert drawn.is_file()
+    assert len(record["detections"]) == 5
+    for ours, theirs in zip(found, record["detections"], strict=True):
+        assert ours["class_id"] == theirs["class_id"]
+        assert ours["score"] == pytest.approx(theirs["score"], abs=1e-4)
+        assert ours["box"] == pytest.approx(theirs["box"], abs=0.05)
