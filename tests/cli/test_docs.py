@@ -55,7 +55,7 @@ def test_plain_commands_cover_registered_ones() -> None:
 def test_cli_reference_lists_every_option_of(command: str) -> None:
     section = _section((DOCS / "cli-reference.md").read_text(), command)
     for action in _plain_commands()[command]._actions:
-        if isinstance(action, argparse._HelpAction):
+        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
             continue
         name = action.option_strings[0] if action.option_strings else action.dest.upper()
         assert f"| `{name}" in section, f"{name} of `lucid-yolo {command}` is not documented"
@@ -102,14 +102,16 @@ QUOTING_PAGES = (
 
 
 def _quoted_commands() -> list[tuple[str, list[str]]]:
-    """Every ``lucid-yolo ...`` command line in the code blocks of :data:`QUOTING_PAGES`."""
+    """Every ``lucid-yolo ...`` command line in the ``bash`` blocks of :data:`QUOTING_PAGES`."""
     found = []
     for page in QUOTING_PAGES:
         text = (ROOT / page).read_text().replace("\\\n", " ")
         for block in text.split("```")[1::2]:
+            if not block.startswith("bash\n"):
+                continue
             for line in block.splitlines():
                 command = line.split("#", 1)[0].split("lucid-yolo ", 1)
-                if len(command) == 2 and not line.lstrip().startswith(("lucid-yolo:", "final")):
+                if len(command) == 2:
                     found.append((page, command[1].split()))
     return found
 

@@ -2,8 +2,10 @@
 
 Lightning logs device availability, the seed, a cloud-logging advertisement and "stopped:
 max_epochs reached" at INFO, and warns about a logging interval longer than a small epoch, a
-loader with few workers (the data module already caps workers at the CPU count) and its own use
-of a deprecated torch pytree API. None of it is actionable for a ``lucid-yolo`` user, whose run
+loader with few workers (the data module already caps workers at the CPU count), its own use
+of a deprecated torch pytree API, and, when ``validate``/``test``/``predict`` load a checkpoint,
+about the checkpoint callbacks of the ``fit`` that wrote it (they have nothing to do there).
+None of it is actionable for a ``lucid-yolo`` user, whose run
 summary comes from :mod:`lucid_yolo.cli.lightning_cli`. The filters apply only while the command
 runs, from the command line's entry, so library users of ``lucid_yolo.train`` keep Lightning's
 behaviour.
@@ -23,6 +25,7 @@ HIDDEN_WARNINGS = (
     r"The number of training batches \(\d+\) is smaller than the logging interval",
     r"The '\w+' does not have many workers",
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+    r"Be aware that when using `ckpt_path`, callbacks used to create the checkpoint",
     r".*only one JsonargparseDeprecationWarning per type",
 )
 """Message patterns (regular expressions matched at the start) of the warnings hidden."""
