@@ -14,12 +14,12 @@ from lucid_yolo.cli import data
 from lucid_yolo.cli.main import main
 from lucid_yolo.models import TASKS
 
+if TYPE_CHECKING:
+    from conftest import CliRunner
+
 
 def test_data_task_choices_are_the_models_tasks() -> None:
     assert data.TASKS == TASKS
-
-if TYPE_CHECKING:
-    from conftest import CliRunner
 
 
 def test_data_synth_writes_dataset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
