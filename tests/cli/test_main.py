@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from lucid_yolo.cli import data
 from lucid_yolo.cli.main import LIGHTNING_COMMANDS, PLAIN_COMMANDS, main
+from lucid_yolo.train.data import synthetic
 from lucid_yolo.train.exceptions import TrainConfigError
 
 HELP_COMMANDS = [
@@ -176,6 +176,7 @@ def test_main_train_error_is_one_line_error(
     def refuse(*args: object, **kwargs: object) -> Path:
         raise TrainConfigError("imgsz=7 is too small; use 64 or more")
 
-    monkeypatch.setattr(data, "generate_synthetic", refuse)
+    # `data synth` imports the generator when it runs, from its home module
+    monkeypatch.setattr(synthetic, "generate_synthetic", refuse)
     assert main(["data", "synth", "--out", str(tmp_path)]) == 2
     assert capsys.readouterr().err == "lucid-yolo: error: imgsz=7 is too small; use 64 or more\n"
