@@ -37,7 +37,7 @@ def test_predict_from_pretrained_weights(
     argv += ["--trainer.enable_progress_bar", "false", "--model.val_conf", "0"]
     assert main([*argv, "--model.max_det", "3"]) == 0
     assert "predicted 2 image(s), 6 detection(s)" in capsys.readouterr().out
-    record = json.loads(next((tmp_path / "runs/predict").glob("*.json")).read_text())
+    record = json.loads(next((tmp_path / "runs/detect/predict1").glob("*.json")).read_text())
     assert len(record["detections"]) == 3
 
 
