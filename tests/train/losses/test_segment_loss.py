@@ -35,6 +35,19 @@ def test_instance_mask_loss_by_hand() -> None:
     assert loss.item() == pytest.approx(math.log(2))
 
 
+def test_instance_mask_loss_pixels_normalisation_weighs_large_instances_more() -> None:
+    logits = torch.zeros(1, 2, 4, 4)
+    target = torch.zeros(1, 2, 4, 4)
+    target[0, 1] = 1.0
+    logits[0, 1] = 20.0  # the large instance is right, the small one costs ln 2 per pixel
+    boxes = torch.tensor([[[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 4.0, 4.0]]])
+    weight = torch.ones(1, 2)
+    per_instance = instance_mask_loss(logits, target, boxes, weight, "instance")
+    per_pixel = instance_mask_loss(logits, target, boxes, weight, "pixels")
+    assert per_instance.item() == pytest.approx(math.log(2) / 2, rel=1e-6)
+    assert per_pixel.item() == pytest.approx(math.log(2) / 17, rel=1e-5)
+
+
 def test_instance_mask_loss_ignores_pixels_outside_box() -> None:
     logits = torch.full((1, 1, 4, 4), -20.0)
     logits[..., 3, 3] = 20.0  # confidently wrong, but outside the box

@@ -90,8 +90,10 @@ class Evaluator:
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from."""
-        for i, detections in enumerate(self._decode(outputs, batch)):
-            self.metric.update([self._predictions(detections, batch, i)], [self.targets(batch, i)])
+        for i, detections in enumerate(self.decode(outputs, batch)):
+            self.metric.update(
+                [self.image_predictions(detections, batch, i)], [self.targets(batch, i)]
+            )
 
     def compute(self) -> dict[str, float]:
         """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95)."""
@@ -103,8 +105,8 @@ class Evaluator:
     def predictions(self, outputs: dict[str, Tensor], batch: Batch) -> list[dict[str, Tensor]]:
         """Per image, the decoded predictions in source pixels as a dict of CPU tensors."""
         result = []
-        for i, detections in enumerate(self._decode(outputs, batch)):
-            record = self._predictions(detections, batch, i)
+        for i, detections in enumerate(self.decode(outputs, batch)):
+            record = self.image_predictions(detections, batch, i)
             fields = {
                 "boxes": record.boxes,
                 "scores": record.scores,
@@ -118,7 +120,8 @@ class Evaluator:
             result.append(entry)
         return result
 
-    def _decode(self, outputs: dict[str, Tensor], batch: Batch) -> list[Detections]:
+    def decode(self, outputs: dict[str, Tensor], batch: Batch) -> list[Detections]:
+        """Per image, the deployed path's detections in input pixels (masks as coefficients)."""
         height, width = batch["images"].shape[-2:]
         float_outputs = {k: v.float() for k, v in outputs.items()}
         return decode_end2end(
@@ -130,7 +133,8 @@ class Evaluator:
             assemble_masks_at_input=False,
         )
 
-    def _predictions(self, detections: Detections, batch: Batch, i: int) -> ImagePredictions:
+    def image_predictions(self, detections: Detections, batch: Batch, i: int) -> ImagePredictions:
+        """Image ``i``'s decoded detections in source pixels, as the metric scores them."""
         scale_pad = batch["scale_pad"][i].to(detections.boxes)
         height, width = (int(v) for v in batch["orig_sizes"][i])
         boxes = _source_boxes(detections.boxes, scale_pad, height, width)

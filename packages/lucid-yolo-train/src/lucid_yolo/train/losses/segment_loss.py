@@ -14,7 +14,7 @@ the lowest-scored are left out of this term (they still train the box and class 
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -24,6 +24,8 @@ from lucid_yolo.models.outputs import MASK_COEF, PROTOS, SEMANTIC
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses.loss_base import BranchContext, YoloLoss
+
+MaskNormalisation = Literal["instance", "pixels"]
 
 
 def crop_weights(boxes: Tensor, height: int, width: int) -> Tensor:
@@ -44,24 +46,37 @@ def crop_weights(boxes: Tensor, height: int, width: int) -> Tensor:
     return (inside_y[..., :, None] & inside_x[..., None, :]).to(boxes.dtype)
 
 
-def instance_mask_loss(logits: Tensor, target: Tensor, boxes: Tensor, weight: Tensor) -> Tensor:
-    """Box-cropped, area-normalised mask BCE averaged over the weighted instances.
+def instance_mask_loss(
+    logits: Tensor,
+    target: Tensor,
+    boxes: Tensor,
+    weight: Tensor,
+    normalisation: MaskNormalisation = "instance",
+) -> Tensor:
+    """Box-cropped mask BCE, normalised per instance (default) or over all cropped pixels.
 
     Args:
         logits: (B, S, h, w) predicted mask logits.
         target: (B, S, h, w) 0/1 target masks.
         boxes: (B, S, 4) ``xyxy`` in pixels of the mask map.
         weight: (B, S) 1 for samples that count, 0 for padding.
+        normalisation: ``"instance"``: each instance's BCE summed over its box and divided by
+            the box area, then averaged over instances, so large and small objects weigh the
+            same (YOLACT §3.2 / YOLOv8-seg); ``"pixels"``: summed over every counted instance's
+            box and divided by the total box area, so each pixel weighs the same (an
+            experiment of issue 13).
 
     Returns:
-        () mean over counted samples of ``sum(BCE * crop) / box area``.
+        () the normalised loss.
     """
     height, width = logits.shape[-2:]
     crop = crop_weights(boxes, height, width)
     area = ((boxes[..., 2] - boxes[..., 0]) * (boxes[..., 3] - boxes[..., 1])).clamp(min=1)
     bce = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
-    per_instance = (bce * crop).sum((-2, -1)) / area  # (B, S)
-    return (per_instance * weight).sum() / weight.sum().clamp(min=1)
+    summed = (bce * crop).sum((-2, -1))  # (B, S)
+    if normalisation == "pixels":
+        return (summed * weight).sum() / (area * weight).sum().clamp(min=1)
+    return (summed / area * weight).sum() / weight.sum().clamp(min=1)
 
 
 def semantic_target(
@@ -117,16 +132,29 @@ class SegmentationLoss(YoloLoss):
     Args:
         num_classes: ``C``.
         mask_samples: positive anchors per image whose masks are assembled (static count).
+        mask_normalisation: how the mask BCE is normalised (:func:`instance_mask_loss`).
         **kwargs: the arguments of :class:`~lucid_yolo.train.losses.loss_base.YoloLoss`.
     """
 
     task: ClassVar[str] = "segment"
 
-    def __init__(self, num_classes: int, *, mask_samples: int = 256, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        *,
+        mask_samples: int = 256,
+        mask_normalisation: MaskNormalisation = "instance",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(num_classes, **kwargs)
         if mask_samples < 1:
             raise TrainConfigError(f"mask_samples={mask_samples!r}: sample at least one anchor")
+        if mask_normalisation not in ("instance", "pixels"):
+            raise TrainConfigError(
+                f"mask_normalisation={mask_normalisation!r}: use 'instance' or 'pixels'"
+            )
         self.mask_samples = mask_samples
+        self.mask_normalisation: MaskNormalisation = mask_normalisation
 
     def _task_terms(self, ctx: BranchContext) -> dict[str, Tensor]:
         coef = ctx.output(MASK_COEF)  # (B, M, A)
@@ -144,7 +172,8 @@ class SegmentationLoss(YoloLoss):
         target = masks.gather(1, gt_index[..., None, None].expand(B, samples, height, width))
         scale = ctx.batch["images"].shape[-1] / width
         boxes = ctx.targets.boxes.gather(1, index[..., None].expand(B, samples, 4)) / scale
-        return {"mask": instance_mask_loss(logits, target.float(), boxes, weight)}
+        mask = instance_mask_loss(logits, target.float(), boxes, weight, self.mask_normalisation)
+        return {"mask": mask}
 
     def _shared_terms(self, outputs: dict[str, Tensor], batch: Batch) -> dict[str, Tensor]:
         logits = outputs[SEMANTIC]
@@ -159,6 +188,7 @@ class SegmentationLoss(YoloLoss):
 
 
 __all__ = [
+    "MaskNormalisation",
     "SegmentationLoss",
     "crop_weights",
     "instance_mask_loss",
