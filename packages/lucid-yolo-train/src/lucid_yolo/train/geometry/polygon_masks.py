@@ -45,9 +45,11 @@ def polygon_mask(polygon: npt.ArrayLike, height: int, width: int) -> BoolMask:
         return mask
     x0, y0 = points[:, 0], points[:, 1]
     x1, y1 = np.roll(x0, -1), np.roll(y0, -1)
-    row_lo = max(int(np.floor(points[:, 1].min() - 0.5)), 0)
-    row_hi = min(int(np.ceil(points[:, 1].max() + 0.5)), height)
-    if row_lo >= row_hi:
+    row_lo = max(int(np.floor(y0.min() - 0.5)), 0)
+    row_hi = min(int(np.ceil(y0.max() + 0.5)), height)
+    col_lo = max(int(np.floor(x0.min() - 0.5)), 0)
+    col_hi = min(int(np.ceil(x0.max() + 0.5)), width)
+    if row_lo >= row_hi or col_lo >= col_hi:
         return mask
     centre_y = np.arange(row_lo, row_hi, dtype=np.float64)[:, None] + 0.5  # (R, 1)
     # half-open in y: an edge covers centre rows in [min(y0, y1), max(y0, y1)), so a vertex on
@@ -55,11 +57,14 @@ def polygon_mask(polygon: npt.ArrayLike, height: int, width: int) -> BoolMask:
     crosses = (centre_y >= np.minimum(y0, y1)) & (centre_y < np.maximum(y0, y1))  # (R, E)
     dy = np.where(y1 != y0, y1 - y0, 1.0)
     cross_x = x0 + (centre_y - y0) / dy * (x1 - x0)  # (R, E)
-    first_inside = np.clip(np.ceil(cross_x - 0.5), 0, width).astype(np.int64)  # (R, E)
+    first_inside = np.clip(np.ceil(cross_x - 0.5), col_lo, col_hi).astype(np.int64) - col_lo
     rows, edges = np.nonzero(crosses)
-    toggles = np.zeros((row_hi - row_lo, width + 1), dtype=np.int32)
-    np.add.at(toggles, (rows, first_inside[rows, edges]), 1)
-    mask[row_lo:row_hi] = (np.cumsum(toggles[:, :width], axis=1) & 1).astype(np.bool_)
+    span = col_hi - col_lo + 1  # one spare column takes toggles right of the last pixel
+    toggles = np.bincount(
+        rows * span + first_inside[rows, edges], minlength=(row_hi - row_lo) * span
+    )
+    parity = np.cumsum(toggles.reshape(row_hi - row_lo, span)[:, :-1], axis=1) & 1  # (R, C)
+    mask[row_lo:row_hi, col_lo:col_hi] = parity.astype(np.bool_)
     return mask
 
 
