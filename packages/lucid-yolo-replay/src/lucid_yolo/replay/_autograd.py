@@ -70,35 +70,6 @@ def route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
     return static
 
 
-def reachable_targets(
-    outputs: Sequence[Tensor], targets: Sequence[Tensor]
-) -> tuple[frozenset[int], ...]:
-    """Per output, the positions of the targets its gradient reaches through autograd.
-
-    A target that no output with a gradient reaches keeps ``.grad`` as it was in eager
-    autograd (``None`` on the first micro-batch), while a backward graph hands it the
-    gradient of zero grad outputs: zeros. The recorder hands ``None`` to targets outside the
-    union of the reached sets, as autograd would.
-    """
-    position = {id(t): k for k, t in enumerate(targets)}
-    reach = []
-    for output in outputs:
-        frontier = [output.grad_fn] if output.grad_fn is not None else []
-        seen: set[int] = set()
-        found: set[int] = set()
-        while frontier:
-            node = frontier.pop()
-            if id(node) in seen:
-                continue
-            seen.add(id(node))
-            variable = getattr(node, "variable", None)
-            if variable is not None and id(variable) in position:
-                found.add(position[id(variable)])
-            frontier.extend(n for n, _ in node.next_functions if n is not None)
-        reach.append(frozenset(found))
-    return tuple(reach)
-
-
 def depends_on(inputs: Sequence[Tensor], node_id: int) -> bool:
     """Whether an input's autograd history reaches the node ``node_id`` (bounded walk)."""
     frontier = [t.grad_fn for t in inputs if t.grad_fn is not None]
@@ -129,11 +100,4 @@ def unsupported_module(modules: Sequence[nn.Module]) -> str | None:
     return None
 
 
-__all__ = [
-    "depends_on",
-    "gradient_patterns",
-    "reachable_targets",
-    "route",
-    "swapped",
-    "unsupported_module",
-]
+__all__ = ["depends_on", "gradient_patterns", "route", "swapped", "unsupported_module"]

@@ -39,9 +39,7 @@ class GroupedRegion(Region, Protocol):
 
     A group whose loss term is absent from a step (its outputs get no gradient) is filled with
     zeros in the replayed backward, as autograd does for an unused output, and the recorder
-    counts such steps per group in its telemetry (``ungraded.<group>``). A parameter or input
-    that only unused outputs reach is handed no gradient (its ``.grad`` stays ``None``), as in
-    eager autograd.
+    counts such steps per group in its telemetry (``ungraded.<group>``).
     """
 
     def prediction_groups(self) -> Mapping[str, Sequence[str]]:

@@ -22,7 +22,6 @@ from torch import Tensor, nn
 from lucid_yolo.replay._autograd import (
     depends_on,
     gradient_patterns,
-    reachable_targets,
     route,
     swapped,
     unsupported_module,
@@ -53,7 +52,6 @@ class _Recording:
     grad_input_positions: tuple[int, ...]
     params: tuple[nn.Parameter, ...]
     groups: dict[str, tuple[int, ...]]
-    reach: tuple[frozenset[int], ...]
     replays: int = 0
 
 
@@ -309,7 +307,6 @@ class RegionRecorder:
             outputs = forward()
             groups = layout_slot[0].group_indices(self.groups)
             differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
-            reach = reachable_targets(outputs, targets)
             patterns = gradient_patterns(groups, differentiable) if targets else {}
             with torch.no_grad():
                 static_grad_outputs = {i: torch.zeros_like(outputs[i]) for i in differentiable}
@@ -352,7 +349,6 @@ class RegionRecorder:
             grad_input_positions=grad_input_positions,
             params=params,
             groups=groups,
-            reach=reach,
         )
 
     # ------------------------------------------------------------------ replay
@@ -417,16 +413,9 @@ class RegionRecorder:
         # buffers and may reuse their memory: hand private copies then.
         private = bool(self.pool.open_forwards())
         live = (*call.inputs, *recording.params)
-        # A group used in part: targets that only its unused outputs reach keep .grad as
-        # autograd leaves it (None), not the zeros the pattern's graph computed for them.
-        reached = frozenset().union(
-            *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
-        )
         routed = tuple(
-            route(t, g, private) if k in reached else None
-            for k, (t, g) in enumerate(
-                zip(live, recording.graphs.static_grads[graded], strict=True)
-            )
+            route(t, g, private)
+            for t, g in zip(live, recording.graphs.static_grads[graded], strict=True)
         )
         self._sharing.arm(ctx.next_functions, routed, recording.params)
         return routed
