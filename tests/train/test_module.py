@@ -66,14 +66,14 @@ def test_module_fit_reduces_loss(tiny_dataset: Callable[[str], Path], tmp_path: 
     log = _LossLog()
     trainer = _trainer(
         tmp_path,
-        max_steps=24,
+        max_steps=40,
         limit_train_batches=1,
         limit_val_batches=0,
         enable_checkpointing=False,
         callbacks=[log],
     )
     trainer.fit(module, data)
-    assert len(log.losses) == 24
+    assert len(log.losses) == 40
     assert sum(log.losses[-4:]) < 0.8 * sum(log.losses[:4]), log.losses
 
 

@@ -71,6 +71,9 @@ def test_module_fine_tunes_and_checkpoint_round_trips(
 
 
 @pytest.mark.gpu
+# The fits load in the main process on purpose (same batches for both); Lightning suggests more
+# workers on a many-core GPU host.
+@pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
 def test_replayed_fine_tune_is_bitwise_native(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any], tmp_path: Path
 ) -> None:
