@@ -22,6 +22,7 @@ import numpy as np
 from lucid_yolo.train.data.augment.letterbox import resize_long_side
 from lucid_yolo.train.data.augment.sample import UInt8Array
 from lucid_yolo.train.data.errors import ImageReadError, path_text
+from lucid_yolo.train.data.progress import Progress
 from lucid_yolo.train.exceptions import TrainConfigError
 
 
@@ -99,22 +100,27 @@ class ImageCache:
         self.nbytes += image.nbytes
         return True
 
-    def fill(self, paths: Sequence[Path], threads: int = 4) -> int:
+    def fill(
+        self, paths: Sequence[Path], threads: int = 4, label: str = "data: caching images"
+    ) -> int:
         """Decode and cache images in order until the budget is spent.
 
         Args:
             paths: image files, position = dataset index.
             threads: decoding threads (OpenCV releases the GIL while decoding).
+            label: what the progress lines of a long fill say (:class:`.Progress`).
 
         Returns:
             The number of images cached.
         """
+        progress = Progress(label, len(paths))
         with ThreadPoolExecutor(max_workers=max(1, threads)) as pool:
             for index, (image, size) in enumerate(
                 pool.map(lambda p: load_image(p, self.imgsz), paths)
             ):
                 if not self.put(index, image, size):
                     break
+                progress.advance()
         return len(self._images)
 
 

@@ -292,9 +292,15 @@ class YoloDataModule(L.LightningDataModule):
         cache: ImageCache | DiskImageCache | None = None
         if choice.mode == "ram":
             cache = ImageCache(self.imgsz, choice.budget)
-            cache.fill(paths, threads=max(1, self.workers))
+            cache.fill(paths, max(1, self.workers), f"data: {split}: caching images")
         elif choice.mode == "disk":
-            cache = DiskImageCache(self.cache_dir, paths, self.imgsz, threads=max(1, self.workers))
+            cache = DiskImageCache(
+                self.cache_dir,
+                paths,
+                self.imgsz,
+                max(1, self.workers),
+                f"data: {split}: writing the disk cache",
+            )
             state = "reused" if cache.reused else "written"
             rank_zero_info(f"data: {split}: disk cache {state} at {cache.directory}")
         kpt_shape = self.spec.kpt_shape

@@ -28,6 +28,7 @@ import numpy as np
 from lucid_yolo.train.data.augment.sample import UInt8Array
 from lucid_yolo.train.data.cache import load_image
 from lucid_yolo.train.data.errors import DatasetConfigError
+from lucid_yolo.train.data.progress import Progress
 
 CACHE_VERSION = 1
 """Bumped whenever the decoded pixels or the file layout change, so old folders are not reused."""
@@ -63,6 +64,7 @@ class DiskImageCache:
         paths: image files, position = dataset index.
         imgsz: long side the images are resized to.
         threads: decoding threads for a build (OpenCV releases the GIL while decoding).
+        label: what the progress lines of a long build say (:class:`.Progress`).
 
     Attributes:
         directory: this split's cache folder.
@@ -73,12 +75,19 @@ class DiskImageCache:
         ImageReadError: an image cannot be decoded during a build.
     """
 
-    def __init__(self, root: Path, paths: Sequence[Path], imgsz: int, threads: int = 4) -> None:
+    def __init__(
+        self,
+        root: Path,
+        paths: Sequence[Path],
+        imgsz: int,
+        threads: int = 4,
+        label: str = "data: writing the disk cache",
+    ) -> None:
         self.imgsz = imgsz
         self.directory = root / fingerprint(paths, imgsz)
         self.reused = self.directory.is_dir()
         if not self.reused:
-            self._build(paths, threads)
+            self._build(paths, threads, Progress(label, len(paths)))
         self._index: np.ndarray[Any, np.dtype[np.int64]] = np.load(self.directory / INDEX)
         self._pixels: np.memmap[Any, np.dtype[np.uint8]] | None = None
 
@@ -112,7 +121,7 @@ class DiskImageCache:
             self._pixels = np.memmap(self.directory / PIXELS, dtype=np.uint8, mode="r")
         return self._pixels
 
-    def _build(self, paths: Sequence[Path], threads: int) -> None:
+    def _build(self, paths: Sequence[Path], threads: int, progress: Progress) -> None:
         self.directory.parent.mkdir(parents=True, exist_ok=True)
         building = self.directory.with_name(f"{self.directory.name}.building-{os.getpid()}")
         shutil.rmtree(building, ignore_errors=True)
@@ -139,6 +148,7 @@ class DiskImageCache:
                     rows[i] = (offset, h, w, source_h, source_w)
                     pixels.write(np.ascontiguousarray(image).tobytes())
                     offset += h * w * 3
+                    progress.advance()
             np.save(building / INDEX, rows)
             os.replace(building, self.directory)
         except OSError:
