@@ -111,3 +111,17 @@ def test_load_dataset_yaml_syntax_error_is_one_line_with_file_and_line(tmp_path:
 def test_load_dataset_yaml_missing_file(tmp_path: Path) -> None:
     with pytest.raises(DatasetConfigError, match=r"nope\.yaml: cannot read the dataset YAML"):
         load_dataset_yaml(tmp_path / "nope.yaml")
+
+
+def test_load_dataset_yaml_never_builds_python_objects(tmp_path: Path) -> None:
+    marker = tmp_path / "ran"
+    path = _yaml(
+        tmp_path,
+        f"names: !!python/object/apply:os.system ['touch {marker}']\n"
+        "train: images/train\nval: images/val\n",
+    )
+    with pytest.raises(
+        DatasetConfigError, match=r"not valid YAML .*could not determine a constructor"
+    ):
+        load_dataset_yaml(path)
+    assert not marker.exists()

@@ -22,6 +22,7 @@ Every command writes into its own folder, ``runs/<task>/<command><N>``
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
 from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
@@ -43,7 +45,13 @@ from lucid_yolo.cli.run_folder import next_run_folder
 from lucid_yolo.cli.time_left import TimeLeft
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import YoloDataModule, YoloModule
-from lucid_yolo.train.callbacks import EpochSummary, PhaseTimer
+from lucid_yolo.train.callbacks import (
+    AtomicCheckpointIO,
+    EpochSummary,
+    PhaseTimer,
+    RngState,
+    SigtermCheckpoint,
+)
 from lucid_yolo.train.data import DataError, load_checkpoint_data
 
 RUNS = "runs"
@@ -84,16 +92,22 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             ValidationHistory(),
             *callbacks,
             TimeLeft(),
+            # SIGTERM writes last.ckpt at the batch boundary; with the generators' state and the
+            # loader's position in it, `fit --ckpt_path last.ckpt` continues bit for bit
+            SigtermCheckpoint(),
+            RngState(),
         ]
     return {
         "precision": "bf16-mixed" if cuda else "32-true",
         "default_root_dir": RUNS,
-        "enable_checkpointing": subcommand == "fit",
         "logger": {
             "class_path": "lightning.pytorch.loggers.CSVLogger",
             "init_args": {"save_dir": RUNS},
         },
         "callbacks": callbacks,
+        # checkpoints written atomically beside their target, read back weights-only
+        # (as a class path: jsonargparse validates trainer plugins against a union of classes)
+        "plugins": [{"class_path": f"{AtomicCheckpointIO.__module__}.AtomicCheckpointIO"}],
     }
 
 
@@ -323,6 +337,15 @@ def run_lightning(args: list[str]) -> None:
                 },
                 args=args,
             )
+    except SIGTERMException:
+        # Lightning stopped the fit at a batch boundary and SigtermCheckpoint saved last.ckpt;
+        # the shell convention for "terminated by signal N" is status 128 + N
+        print(
+            "lucid-yolo: stopped by SIGTERM; resume with --ckpt_path <checkpoints>/last.ckpt",
+            file=sys.stderr,
+            flush=True,
+        )
+        raise SystemExit(128 + signal.SIGTERM) from None
     finally:
         sys.argv = argv
 

@@ -1,12 +1,25 @@
-"""Lightning callbacks of the trainer: step-phase timing and the per-epoch summary."""
+"""Lightning callbacks and checkpoint IO of the trainer.
 
+Step-phase timing and the per-epoch summary; atomic checkpoints, the SIGTERM save and the random
+generators' state, which together let a fit resume where it stopped.
+"""
+
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, atomic_save
 from lucid_yolo.train.callbacks.epoch_summary import EpochSummary, replay_line, validation_table
 from lucid_yolo.train.callbacks.phase_timer import PHASES, PhaseTimer
+from lucid_yolo.train.callbacks.rng_state import RngState
+from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
 
 __all__ = [
+    # reporting
     "EpochSummary",
     "PHASES",
     "PhaseTimer",
     "replay_line",
     "validation_table",
+    # checkpoints
+    "AtomicCheckpointIO",
+    "RngState",
+    "SigtermCheckpoint",
+    "atomic_save",
 ]

@@ -48,6 +48,7 @@ from lucid_yolo.train.data.resources import (
     cpu_count,
     user_cache_dir,
 )
+from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.data.sampler import EpochSampler
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -161,6 +162,8 @@ class YoloDataModule(L.LightningDataModule):
         self.allow_unlabelled = allow_unlabelled
         self.seed = seed
         self.counters = DataCounters(self.workers)
+        self._train_loader: ResumableLoader | None = None
+        self._train_position: dict[str, int] | None = None
         self.datasets: dict[str, YoloDataset] = {}
 
     @property
@@ -191,7 +194,13 @@ class YoloDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader[Targets]:
         dataset = self._dataset("train")
         dataset.close_mosaic_epoch = self._close_mosaic_epoch()
-        return self._loader(dataset, self.batch_size, train=True)
+        loader = self._loader(dataset, self.batch_size, train=True)
+        if isinstance(loader, ResumableLoader):
+            if self._train_position is not None:
+                loader.load_state_dict(self._train_position)
+                self._train_position = None
+            self._train_loader = loader
+        return loader
 
     @override
     def val_dataloader(self) -> DataLoader[Targets]:
@@ -219,18 +228,27 @@ class YoloDataModule(L.LightningDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Dataset metadata saved in checkpoints (class names, task, keypoint layout, size)."""
+        """Dataset metadata saved in checkpoints (class names, task, keypoint layout, size), and
+        where the training loader stopped (:class:`ResumableLoader`)."""
         return {
             "names": list(self.spec.names),
             "task": self.spec.task,
             "imgsz": self.imgsz,
             "kpt_shape": None if self.spec.kpt_shape is None else list(self.spec.kpt_shape),
             "flip_idx": None if self.spec.flip_idx is None else list(self.spec.flip_idx),
+            "train_position": None
+            if self._train_loader is None
+            else self._train_loader.state_dict(),
         }
 
     @override
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Check a checkpoint's metadata against this dataset.
+        """Check a checkpoint's metadata against this dataset; keep its training position.
+
+        Lightning restores a data module before the model's ``configure_optimizers`` asks for
+        the training loader (``estimated_stepping_batches``), and that loader is the fit's, so
+        the position is handed to it in :meth:`train_dataloader`. (Lightning's own restore of a
+        stateful loader comes after the loader exists and never reaches it in that order.)
 
         Raises:
             DatasetConfigError: the checkpoint was trained on other classes or another task.
@@ -242,6 +260,7 @@ class YoloDataModule(L.LightningDataModule):
                 f"but {self._where} has task {self.spec.task!r} and classes "
                 f"{list(self.spec.names)!r}; resume with the same dataset YAML"
             )
+        self._train_position = state_dict.get("train_position")
 
     @property
     def _where(self) -> str:
@@ -340,7 +359,9 @@ class YoloDataModule(L.LightningDataModule):
             # with opencv-python-headless 5.0 when the synthetic set was generated in-process).
             # Shrinking the pool in the parent before the workers fork avoids it.
             cv2.setNumThreads(1)
-        return DataLoader(
+        # the training loader saves its position in checkpoints, so a fit resumes mid-epoch
+        loader = ResumableLoader if train else DataLoader
+        return loader(
             dataset,
             batch_size=batch_size,
             sampler=sampler,

@@ -11,6 +11,10 @@ Under DDP Lightning wraps a custom sampler in its ``DistributedSamplerWrapper`` 
 iteration that was not preceded by ``set_epoch`` advances the epoch by itself, and augmentation
 does not repeat across epochs either way. (On 2.5 a resumed DDP run counts those epochs from 0
 again.)
+
+A fit resumed mid-epoch starts the epoch's order part-way: :meth:`EpochSampler.resume_at` makes
+the next iteration skip the indices already trained on, so the rest of the epoch is the same
+samples in the same order as without the interruption (issue 15).
 """
 
 from __future__ import annotations
@@ -35,12 +39,24 @@ class EpochSampler(Sampler[tuple[int, int]]):
         self.shuffle = shuffle
         self.seed = seed
         self.epoch = 0
+        self.start = 0
         self._epoch_given = True
 
     def set_epoch(self, epoch: int) -> None:
         """Select the epoch whose order and augmentation the next iteration produces."""
         self.epoch = epoch
         self._epoch_given = True
+
+    def resume_at(self, epoch: int, start: int) -> None:
+        """Make the next iteration epoch ``epoch``'s order from position ``start`` on.
+
+        Raises:
+            ValueError: ``start`` outside ``[0, length]``.
+        """
+        if not 0 <= start <= self.length:
+            raise ValueError(f"start={start!r} must be in [0, {self.length}] (the dataset size)")
+        self.set_epoch(epoch)
+        self.start = start
 
     def __len__(self) -> int:
         return self.length
@@ -54,7 +70,8 @@ class EpochSampler(Sampler[tuple[int, int]]):
             order = torch.randperm(self.length, generator=generator).tolist()
         else:
             order = list(range(self.length))
-        return ((self.epoch, i) for i in order)
+        start, self.start = self.start, 0
+        return ((self.epoch, i) for i in order[start:])
 
 
 __all__ = ["EpochSampler"]
