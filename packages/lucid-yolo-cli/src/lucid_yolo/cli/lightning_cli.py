@@ -97,7 +97,7 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             SigtermCheckpoint(),
             RngState(),
         ]
-    return {
+    defaults: dict[str, Any] = {
         "precision": "bf16-mixed" if cuda else "32-true",
         "default_root_dir": RUNS,
         "logger": {
@@ -105,10 +105,14 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             "init_args": {"save_dir": RUNS},
         },
         "callbacks": callbacks,
-        # checkpoints written atomically beside their target, read back weights-only
-        # (as a class path: jsonargparse validates trainer plugins against a union of classes)
-        "plugins": [{"class_path": f"{AtomicCheckpointIO.__module__}.AtomicCheckpointIO"}],
     }
+    if subcommand == "fit":
+        # checkpoints written atomically beside their target, read back weights-only (as a
+        # class path: jsonargparse validates trainer plugins against a union of classes)
+        defaults["plugins"] = [
+            {"class_path": f"{AtomicCheckpointIO.__module__}.AtomicCheckpointIO"}
+        ]
+    return defaults
 
 
 class YoloCLI(LightningCLI):
