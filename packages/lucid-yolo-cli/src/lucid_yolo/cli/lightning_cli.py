@@ -99,6 +99,7 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
         ]
     defaults: dict[str, Any] = {
         "precision": "bf16-mixed" if cuda else "32-true",
+        "enable_checkpointing": subcommand == "fit",
         "default_root_dir": RUNS,
         "logger": {
             "class_path": "lightning.pytorch.loggers.CSVLogger",
