@@ -140,7 +140,9 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     command = 'uv run pytest -n auto -m "not gpu"'
     assert command in readme
     assert '$(UV) run pytest -n auto -m "not gpu" $(PYTEST_ARGS)' in makefile
-    assert (ROOT / ".ci/run").read_text().rstrip().endswith("make setup\nmake gate")
+    ci = (ROOT / ".ci/run").read_text().rstrip()
+    assert ci.endswith("uv sync --locked --all-packages\nmake gate")
+    assert "$(UV) sync --locked --all-packages" in makefile
 
 
 @pytest.mark.parametrize("readme", sorted(ROOT.glob("packages/*/README.md")), ids=str)

@@ -7,10 +7,10 @@ marker file is written last.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from lucid_yolo.models import TASKS, Task
+from lucid_yolo.train.data.resources import user_cache_dir
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 SYNTHETIC = "synthetic"
@@ -24,18 +24,12 @@ NUM_VAL = 16
 IMAGE_SIZE = 320
 
 
-def cache_root() -> Path:
-    """``$XDG_CACHE_HOME/lucid-yolo`` (default ``~/.cache/lucid-yolo``)."""
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "lucid-yolo"
-
-
 def embedded_dataset(task: str, root: Path | None = None) -> Path:
     """The ``data.yaml`` of the embedded synthetic dataset of ``task``, generated if missing."""
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}: expected one of {TASKS!r}")
     checked: Task = task
-    folder = (root or cache_root()) / f"synthetic-{checked}-v{VERSION}"
+    folder = (root or user_cache_dir()) / f"synthetic-{checked}-v{VERSION}"
     marker = folder / ".complete"
     if not marker.is_file():
         generate_synthetic(
@@ -45,4 +39,4 @@ def embedded_dataset(task: str, root: Path | None = None) -> Path:
     return folder / "data.yaml"
 
 
-__all__ = ["SYNTHETIC", "cache_root", "embedded_dataset"]
+__all__ = ["SYNTHETIC", "embedded_dataset"]

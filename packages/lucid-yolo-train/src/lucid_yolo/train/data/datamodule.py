@@ -151,7 +151,7 @@ class YoloDataModule(L.LightningDataModule):
         self.val_batch_size = val_batch_size or batch_size
         worker_choice = choose_workers(workers, cpu_count())
         self.workers = worker_choice.workers
-        self.loading_plan = [worker_choice.reason]
+        self._worker_line: str | None = worker_choice.reason
         self.max_instances = max_instances
         self.augment = augment or AugmentConfig()
         self.cache = cache
@@ -340,8 +340,8 @@ class YoloDataModule(L.LightningDataModule):
 
     def _announce(self, line: str) -> None:
         """Print a loading decision once, the workers' with the first split."""
-        if self.loading_plan:
-            line = f"{line}; {self.loading_plan.pop()}"
+        if self._worker_line is not None:
+            line, self._worker_line = f"{line}; {self._worker_line}", None
         rank_zero_info(f"data: {line}")
 
     def _close_mosaic_epoch(self) -> int | None:
