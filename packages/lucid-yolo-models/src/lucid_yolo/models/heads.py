@@ -1,10 +1,12 @@
 """Dual prediction heads: one-to-many (dense training signal) and one-to-one (end-to-end).
 
 Each head is a set of named :class:`Branch` es (box, cls, and per task mask coefficients,
-keypoints or angle). A branch runs a small conv trunk on each level and ends in one 1×1 conv
-whose output channels are split into named outputs, so a trunk can feed several outputs (pose:
-keypoints and their scales). Outputs are flattened over the levels into ``(B, C, A)`` and keyed as
-in :mod:`lucid_yolo.models.outputs`.
+keypoints or angle). A branch runs a small conv trunk on each level and ends in one 1×1 conv per
+named output, so a trunk can feed several outputs (pose: keypoints and their scales). One conv per
+output, not one conv split by rows, is the reference's layout: on CUDA a conv of another width may
+run another kernel, and imported pose weights then gave outputs differing in the last bits.
+Outputs are flattened over the levels into ``(B, C, A)`` and keyed as in
+:mod:`lucid_yolo.models.outputs`.
 
 The one-to-one branch set is a copy of the one-to-many set (identical at initialisation) and
 reads *detached* features: its loss then trains only its own convs, while backbone and neck learn
@@ -30,12 +32,12 @@ NOMINAL_IMAGE_SIZE = 640
 
 
 class Branch(nn.Module):
-    """A per-level conv trunk and a 1×1 output conv split into named outputs.
+    """A per-level conv trunk and one 1×1 output conv per named output.
 
     Args:
         trunks: one trunk per level, mapping that level's features to ``trunk_channels``.
         trunk_channels: channels the trunks produce.
-        outputs: ``(name, channels)`` of each output, in channel order.
+        outputs: ``(name, channels)`` of each output.
         bias_priors: initial output bias per level, by output name (others keep the default
             initialisation).
     """
@@ -50,26 +52,27 @@ class Branch(nn.Module):
         super().__init__()
         self.names = tuple(name for name, _ in outputs)
         self.sizes = tuple(size for _, size in outputs)
-        convs = [nn.Conv2d(trunk_channels, sum(self.sizes), 1) for _ in trunks]
+        convs = [
+            {name: nn.Conv2d(trunk_channels, size, 1) for name, size in outputs} for _ in trunks
+        ]
         with torch.no_grad():
             for name, values in (bias_priors or {}).items():
-                start = sum(self.sizes[: self.names.index(name)])
-                stop = start + self.sizes[self.names.index(name)]
-                for conv, value in zip(convs, values, strict=True):
-                    bias = conv.bias
+                for level, value in zip(convs, values, strict=True):
+                    bias = level[name].bias
                     assert bias is not None
-                    bias[start:stop].fill_(value)
+                    bias.fill_(value)
         self.trunk = nn.ModuleList(trunks)
-        self.out = nn.ModuleList(convs)
+        self.out = nn.ModuleList(nn.ModuleDict(level) for level in convs)
 
     def forward(self, features: Sequence[Tensor]) -> dict[str, Tensor]:
         """Levels ``(B, c_l, H_l, W_l)`` → ``{name: (B, channels, A)}``, ``A = Σ H_l W_l``."""
-        flat = [
-            out(trunk(x)).flatten(2)
-            for trunk, out, x in zip(self.trunk, self.out, features, strict=True)
-        ]
-        merged = torch.cat(flat, dim=2)  # (B, Σ sizes, A)
-        return dict(zip(self.names, torch.split(merged, list(self.sizes), dim=1), strict=True))
+        flat: dict[str, list[Tensor]] = {name: [] for name in self.names}
+        for trunk, out, x in zip(self.trunk, self.out, features, strict=True):
+            hidden = trunk(x)
+            assert isinstance(out, nn.ModuleDict)
+            for name in self.names:
+                flat[name].append(out[name](hidden).flatten(2))  # (B, channels, H_l W_l)
+        return {name: torch.cat(levels, dim=2) for name, levels in flat.items()}
 
 
 def _two_convs(in_channels: int, channels: int) -> nn.Module:

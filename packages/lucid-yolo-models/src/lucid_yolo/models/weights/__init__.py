@@ -20,7 +20,7 @@ from lucid_yolo.models.weights.importer import (
     model_name,
     read_weights,
 )
-from lucid_yolo.models.weights.reference_names import Piece, layer_prefixes, reference_names
+from lucid_yolo.models.weights.reference_names import layer_prefixes, reference_names
 from lucid_yolo.models.weights.safetensors_file import read_safetensors, write_safetensors
 
 __all__ = [
@@ -36,7 +36,6 @@ __all__ = [
     "reference_state_dict",
     "save_reference_weights",
     # the naming rule
-    "Piece",
     "layer_prefixes",
     "reference_names",
     # file formats

@@ -27,13 +27,7 @@ safetensors."""
 def reference_state_dict(model: YOLO26) -> dict[str, Tensor]:
     """``model``'s state dict under the reference's names (tensors detached, on the CPU)."""
     state = model.state_dict()
-    result: dict[str, Tensor] = {}
-    for key, pieces in reference_names(model).items():
-        tensor = state[key].detach().cpu()
-        for piece in pieces:
-            part = tensor if len(pieces) == 1 else tensor[piece.start : piece.start + piece.rows]
-            result[piece.name] = part.clone()
-    return result
+    return {name: state[key].detach().cpu().clone() for key, name in reference_names(model).items()}
 
 
 def save_reference_weights(model: YOLO26, path: str | Path) -> Path:

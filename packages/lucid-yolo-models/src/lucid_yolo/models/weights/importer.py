@@ -211,10 +211,10 @@ def _head_shape(
         mask_rows = rows(".proto.cv3.conv.weight")
         task_rows = rows(".cv4.0.2.weight")
     else:
-        num_classes = rows("head.o2m.cls.out.0.weight")
-        kpt_rows = rows(f"head.o2m.{keys.KPT}.out.0.weight")
+        num_classes = rows(f"head.o2m.cls.out.0.{keys.CLS}.weight")
+        kpt_rows = rows(f"head.o2m.{keys.KPT}.out.0.{keys.KPT}.weight")
         mask_rows = rows("protos.cv3.conv.weight")
-        task_rows = rows(f"head.o2m.{keys.ANGLE}.out.0.weight")
+        task_rows = rows(f"head.o2m.{keys.ANGLE}.out.0.{keys.ANGLE}.weight")
     if num_classes is None:
         raise WeightsError(
             f"{source!r} has no class output conv; it is not a YOLO26 detect, segment, pose or "
@@ -224,13 +224,12 @@ def _head_shape(
     if mask_rows is not None:
         return "segment", num_classes, default_kpt, mask_rows
     if kpt_rows is not None:
-        if reference and kpt_rows % 3:
+        if kpt_rows % 3:
             raise WeightsError(
                 f"{source!r}: {kpt_rows} keypoint rows are not (x, y, visibility) triples; "
                 "lucid-yolo pose models need kpt_shape (K, 3)"
             )
-        # lucid-yolo's single output conv also holds the 2 scale rows of every keypoint
-        num_keypoints = kpt_rows // 3 if reference else kpt_rows // 5
+        num_keypoints = kpt_rows // 3
         return "pose", num_classes, (num_keypoints, 3), default_masks
     if task_rows is not None:
         return "obb", num_classes, default_kpt, default_masks
@@ -268,16 +267,12 @@ def _convert(
     shapes = {key: tuple(t.shape) for key, t in model.state_dict().items()}
     ours: dict[str, Tensor] = {}
     used: set[str] = set()
-    for key, pieces in reference_names(model).items():
-        parts: list[Tensor] = []
-        for piece in pieces:
-            part = tensors.get(piece.name)
-            expected = (piece.rows, *shapes[key][1:]) if shapes[key] else ()
-            if part is None or tuple(part.shape) != expected:
-                return None
-            parts.append(part)
-            used.add(piece.name)
-        ours[key] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    for key, name in reference_names(model).items():
+        tensor = tensors.get(name)
+        if tensor is None or tuple(tensor.shape) != shapes[key]:
+            return None
+        ours[key] = tensor
+        used.add(name)
     head = f"model.{max(int(k.split('.')[1]) for k in used if k.startswith('model.'))}."
     unused = [key for key in tensors if key not in used]
     if any(not key.startswith(tuple(head + p for p in REFERENCE_ONLY_PREFIXES)) for key in unused):

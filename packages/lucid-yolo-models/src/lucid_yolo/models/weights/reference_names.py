@@ -11,9 +11,8 @@ The mapping is derived from the network's structure, the same rule for every tas
   ``cv4`` (the task branch); the one-to-one copies carry a ``one2one_`` prefix. A branch's trunk
   and output conv are one sequence there (``cv2.<level>.0``, ``.1``, output ``.2``); the class
   trunk's four convs are grouped in depthwise + pointwise pairs (``cv3.<level>.<pair>.<0|1>``). A
-  branch with several outputs (pose: keypoints and their scales) has one output conv per output
-  in the reference, ``cv4_kpts`` and ``cv4_sigma``, whose rows are the row blocks of lucid-yolo's
-  single output conv.
+  branch with several outputs (pose: keypoints and their scales) has its output convs apart from
+  the trunk there, one list per output: ``cv4_kpts`` and ``cv4_sigma``.
 - **Prototypes** (``model.23.proto``): the same modules, three renamed (:data:`PROTO_NAMES`).
 
 Reference tensors with no counterpart here (the pose head's RealNVP flow, used only by the
@@ -22,8 +21,6 @@ reference's keypoint loss) are listed by :data:`REFERENCE_ONLY_PREFIXES`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 from torch import nn
@@ -50,7 +47,7 @@ TASK_BRANCH_CONV: Final = "cv4"
 ONE_TO_ONE_PREFIX: Final = "one2one_"
 
 OUTPUT_SUFFIXES: Final = {keys.KPT: "kpts", keys.KPT_SCALE: "sigma"}
-"""Reference output conv suffix of each output of a multi-output branch."""
+"""Reference output conv suffix of each output of a multi-output branch (``cv4_kpts``)."""
 
 PROTO_NAMES: Final = {"refine": "feat_refine", "fuse": "feat_fuse", "semantic": "semseg"}
 """Prototype submodules named differently in the reference (the others keep their names)."""
@@ -58,21 +55,6 @@ PROTO_NAMES: Final = {"refine": "feat_refine", "fuse": "feat_fuse", "semantic": 
 REFERENCE_ONLY_PREFIXES: Final = ("flow_model.",)
 """Head submodules of the reference that lucid-yolo has no counterpart for (relative to the head
 layer)."""
-
-
-@dataclass(frozen=True)
-class Piece:
-    """One reference tensor holding the rows ``[start, start + rows)`` of a lucid-yolo tensor.
-
-    Attributes:
-        name: the reference key.
-        start: first row (dim 0) of the lucid-yolo tensor it holds.
-        rows: how many rows.
-    """
-
-    name: str
-    start: int
-    rows: int
 
 
 def layer_prefixes(model: YOLO26) -> tuple[dict[str, str], int]:
@@ -97,34 +79,35 @@ def layer_prefixes(model: YOLO26) -> tuple[dict[str, str], int]:
     return prefixes, index
 
 
-def reference_names(model: YOLO26) -> dict[str, tuple[Piece, ...]]:
-    """The reference tensors of every entry of ``model.state_dict()``, in its order.
+def reference_names(model: YOLO26) -> dict[str, str]:
+    """The reference key of every entry of ``model.state_dict()``, in its order.
 
     Args:
-        model: the network (any device, ``meta`` included: only names and shapes are read).
+        model: the network (any device, ``meta`` included: only names are read).
 
     Returns:
-        ``{lucid-yolo key: (Piece, …)}``; all but the pose output convs map to one piece.
+        ``{lucid-yolo key: reference key}``, one to one.
     """
     prefixes, head_index = layer_prefixes(model)
     head = f"model.{head_index}."
-    names: dict[str, tuple[Piece, ...]] = {}
-    for key, tensor in model.state_dict().items():
-        rows = tensor.shape[0] if tensor.dim() else 0
+    names: dict[str, str] = {}
+    for key in model.state_dict():
         layer, _, rest = key.partition(".")
         if layer == "head":
-            names[key] = _head_pieces(model, key, head, rows)
+            names[key] = head + _head_name(model, key)
         elif layer == "protos":
             module, _, tail = rest.partition(".")
-            names[key] = (Piece(f"{head}proto.{PROTO_NAMES.get(module, module)}.{tail}", 0, rows),)
+            names[key] = f"{head}proto.{PROTO_NAMES.get(module, module)}.{tail}"
         else:
             prefix = ".".join(key.split(".")[:3] if layer == "backbone" else key.split(".")[:2])
-            names[key] = (Piece(prefixes[prefix] + key[len(prefix) :], 0, rows),)
+            names[key] = prefixes[prefix] + key[len(prefix) :]
     return names
 
 
-def _head_pieces(model: YOLO26, key: str, head: str, rows: int) -> tuple[Piece, ...]:
-    # key: head.<o2m|o2o>.<branch>.<trunk|out>.<level>.<rest>
+def _head_name(model: YOLO26, key: str) -> str:
+    """The reference key of a head tensor, relative to the head layer."""
+    # key: head.<o2m|o2o>.<branch>.trunk.<level>.<position>.<rest>
+    #   or head.<o2m|o2o>.<branch>.out.<level>.<output>.<weight|bias>
     _, group, branch_name, part, level, *rest = key.split(".")
     conv = BRANCH_CONVS.get(branch_name, TASK_BRANCH_CONV)
     conv = (ONE_TO_ONE_PREFIX if group == keys.O2O else "") + conv
@@ -136,33 +119,15 @@ def _head_pieces(model: YOLO26, key: str, head: str, rows: int) -> tuple[Piece, 
         index = int(position)
         # the class trunk's depthwise + pointwise pairs are nested one level deeper there
         where = f"{index // 2}.{index % 2}" if branch_name == keys.CLS else position
-        return (Piece(f"{head}{conv}.{level}.{where}.{'.'.join(tail)}", 0, rows),)
-    (tensor_name,) = rest
+        return f"{conv}.{level}.{where}.{'.'.join(tail)}"
+    output, tensor_name = rest
+    if len(branch.names) > 1:
+        return f"{conv}_{OUTPUT_SUFFIXES[output]}.{level}.{tensor_name}"
     trunk = branch.trunk[int(level)]
     assert isinstance(trunk, nn.Sequential)
-    if len(branch.names) == 1:
-        # the output conv follows the trunk in one sequence: after its convs (cls: its pairs)
-        after = len(trunk) // 2 if branch_name == keys.CLS else len(trunk)
-        return (Piece(f"{head}{conv}.{level}.{after}.{tensor_name}", 0, rows),)
-    return _split_output(head, conv, level, tensor_name, branch.names, branch.sizes)
-
-
-def _split_output(
-    head: str,
-    conv: str,
-    level: str,
-    tensor_name: str,
-    names: Sequence[str],
-    sizes: Sequence[int],
-) -> tuple[Piece, ...]:
-    pieces: list[Piece] = []
-    start = 0
-    for name, size in zip(names, sizes, strict=True):
-        pieces.append(
-            Piece(f"{head}{conv}_{OUTPUT_SUFFIXES[name]}.{level}.{tensor_name}", start, size)
-        )
-        start += size
-    return tuple(pieces)
+    # the output conv follows the trunk in one sequence: after its convs (cls: its pairs)
+    after = len(trunk) // 2 if branch_name == keys.CLS else len(trunk)
+    return f"{conv}.{level}.{after}.{tensor_name}"
 
 
 __all__ = [
@@ -173,7 +138,6 @@ __all__ = [
     "PROTO_NAMES",
     "REFERENCE_ONLY_PREFIXES",
     "TASK_BRANCH_CONV",
-    "Piece",
     "layer_prefixes",
     "reference_names",
 ]
