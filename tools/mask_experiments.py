@@ -8,8 +8,9 @@ one JSON line per training variant and written to ``--out``.
 Training variants (``--train``):
 
 * ``baseline``: the defaults.
-* ``centre-targets``: training masks rasterised at prototype resolution by the pixel-centre rule
-  (:func:`lucid_yolo.train.geometry.polygon_mask`) instead of OpenCV's fill, which sets every
+* ``opencv-targets``: training masks filled by OpenCV at prototype resolution (the library's
+  rule before issue 13) instead of the pixel-centre rule
+  (:func:`lucid_yolo.train.geometry.polygon_mask`, the default now); OpenCV's fill sets every
   pixel an edge touches (the targets grow by about half a prototype pixel, 2 input pixels).
 * ``pixels-norm``: mask BCE normalised over all cropped pixels instead of per instance area.
 * ``samples-64``: 64 instead of 256 mask samples per image.
@@ -34,7 +35,7 @@ Examples::
 
     # CPU, small: overfit 16 images (what the log page reports)
     uv run python tools/mask_experiments.py --overfit --imgsz 128 --images 16 --epochs 40 \\
-        --batch 8 --train baseline centre-targets --out /tmp/mask_experiments.json
+        --batch 8 --train baseline opencv-targets --out /tmp/mask_experiments.json
     # GPU, the issue's setting
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/mask_experiments.py \\
         --device cuda --precision bf16-mixed --imgsz 640 --images 512 --val-images 128 \\
@@ -52,6 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import cv2
 import lightning.pytorch as pl
 import numpy as np
 import torch
@@ -73,13 +75,12 @@ from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.evaluation import Evaluator
-from lucid_yolo.train.geometry import polygon_mask
 from lucid_yolo.train.losses import LossGains, build_loss
 from lucid_yolo.train.metrics import ImageTargets, MeanAveragePrecision
 
 TRAIN_VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
-    "centre-targets": {"centre_targets": True},
+    "opencv-targets": {"opencv_targets": True},
     "pixels-norm": {"mask_normalisation": "pixels"},
     "samples-64": {"mask_samples": 64},
     "mask-gain-2x": {"mask_gain": 2.0},
@@ -88,24 +89,27 @@ TRAIN_VARIANTS: dict[str, dict[str, Any]] = {
 EVAL_VARIANTS = ("coco", "quarter-gt", "legacy-pred", "legacy", "proto-crop", "nearest")
 
 
-def _centre_rasterise(sample: Sample, max_instances: int) -> np.ndarray:
-    """Training masks by the pixel-centre rule at prototype resolution (``centre-targets``)."""
+def _opencv_rasterise(sample: Sample, max_instances: int) -> np.ndarray:
+    """Training masks filled by OpenCV at prototype resolution (``opencv-targets``): the polygon
+    shifted by half a pixel into OpenCV's pixel-centre coordinates, in 1/16-px fixed point."""
     mh, mw = sample.height // MASK_STRIDE, sample.width // MASK_STRIDE
     masks = np.zeros((max_instances, mh, mw), dtype=np.uint8)
     for i, polygon in enumerate(sample.polygons or []):
-        masks[i] = polygon_mask(polygon / MASK_STRIDE, mh, mw)
+        if polygon.shape[0] >= 3:
+            points = np.round((polygon / MASK_STRIDE - 0.5) * 16).astype(np.int32)
+            cv2.fillPoly(masks[i], [points], 1, lineType=cv2.LINE_8, shift=4)
     return masks
 
 
 @contextmanager
-def _training_targets(centre: bool) -> Iterator[None]:
+def _training_targets(opencv: bool) -> Iterator[None]:
     """Swap the library's one target rasteriser for the experiment's, and put it back.
 
     Loader workers are forked inside the ``with`` block and inherit the swap.
     """
     original = targets_module._rasterise
-    if centre:
-        targets_module._rasterise = _centre_rasterise
+    if opencv:
+        targets_module._rasterise = _opencv_rasterise
     try:
         yield
     finally:
@@ -267,7 +271,7 @@ def train_variant(name: str, args: argparse.Namespace, data_yaml: Path) -> dict[
         check_val_every_n_epoch=args.epochs,
     )
     start = time.perf_counter()
-    with _training_targets(options.get("centre_targets", False)):
+    with _training_targets(options.get("opencv_targets", False)):
         trainer.fit(module, datamodule=data)
         scores = score_variants(module, data)
     logged = {k: float(v) for k, v in trainer.callback_metrics.items() if "mAP50-95" in k}

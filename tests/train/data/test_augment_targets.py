@@ -70,8 +70,10 @@ def test_to_targets_segment_masks_quarter_resolution() -> None:
     assert targets.masks is not None
     assert targets.masks.shape == (4, 8, 8)
     assert targets.masks.dtype == np.uint8
-    assert targets.masks[2].tolist()[0][:2] == [1, 1]
-    assert targets.masks[2].sum() == 4
+    # a 6 px square is 1.5 prototype pixels: only pixel (0, 0) has its centre inside (the centre
+    # 1.5 lies on the far edge, which belongs to the next shape)
+    assert targets.masks[2][0, 0] == 1
+    assert targets.masks[2].sum() == 1
     assert not targets.masks[3].any()
 
 
@@ -100,3 +102,29 @@ def test_source_polygons_stand_in_with_the_box_without_polygons() -> None:
     )
     (polygon,) = source_polygons(labels, (40, 80))
     assert polygon.tolist() == [[20.0, 20.0], [60.0, 20.0], [60.0, 40.0], [20.0, 40.0]]
+
+
+def test_to_targets_segment_mask_area_equals_the_polygon_area_at_prototype_resolution() -> None:
+    # a 40 x 24 px rectangle from (6, 10) is 10 x 6 prototype pixels from (1.5, 2.5): the
+    # centres of columns 1..10 and rows 2..7 lie inside (a centre on the near edge is in), 60
+    # pixels, its exact area; OpenCV's fill also set every pixel an edge touches (11 x 7 = 77)
+    sample = _sample(1)
+    sample.image = np.zeros((64, 64, 3), dtype=np.uint8)
+    sample.polygons = [np.array([[6, 10], [46, 10], [46, 34], [6, 34]], dtype=np.float32)]
+    targets = to_targets(sample, "segment", max_instances=2)
+    assert targets.masks is not None
+    expected = np.zeros((16, 16), dtype=np.uint8)
+    expected[2:8, 1:11] = 1
+    np.testing.assert_array_equal(targets.masks[0], expected)
+
+
+def test_to_targets_segment_mask_of_a_triangle_has_its_area() -> None:
+    # right triangle with legs of 48 px = 12 prototype pixels: area 72 prototype pixels; the
+    # centre rule sets 66 (the hypotenuse runs through 12 centres, which go to the far side),
+    # OpenCV's fill set 91 (+26 %)
+    sample = _sample(1)
+    sample.image = np.zeros((64, 64, 3), dtype=np.uint8)
+    sample.polygons = [np.array([[8, 8], [56, 8], [8, 56]], dtype=np.float32)]
+    targets = to_targets(sample, "segment", max_instances=1)
+    assert targets.masks is not None
+    assert abs(int(targets.masks[0].sum()) - 72) <= 0.1 * 72

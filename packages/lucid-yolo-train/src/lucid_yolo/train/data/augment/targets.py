@@ -2,7 +2,7 @@
 
 Per task the sample's pixel geometry becomes the fields of the Batch contract
 (:mod:`lucid_yolo.train.data.batch`): instance masks are rasterised from the polygons at a quarter
-of the input size (the prototype resolution), rotated boxes are converted from corners to ``xywhr``
+of the input size (the prototype resolution) by the pixel-centre rule, rotated boxes are converted from corners to ``xywhr``
 (:mod:`.rbox`), and every array is padded to ``max_instances`` rows. When an image has more
 instances than that, the largest boxes (by area) are kept in their original order and the
 overflow is returned for the caller to count: never a silent loss.
@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-import cv2
 import numpy as np
 import numpy.typing as npt
 
@@ -22,6 +21,7 @@ from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, UInt8Array
 from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.labels import BoolArray, FloatArray, ImageLabels, IntArray
+from lucid_yolo.train.geometry import polygon_mask
 
 MASK_STRIDE: Final = 4
 """Instance masks are stored at ``input size / MASK_STRIDE`` (the prototype resolution)."""
@@ -161,15 +161,14 @@ def source_polygons(
 
 
 def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
-    """(N, S/4, S/4) uint8 0/1 masks: each polygon filled at prototype resolution."""
+    """(N, S/4, S/4) uint8 0/1 masks: each polygon at prototype resolution, a pixel set iff its
+    centre is inside (:func:`~lucid_yolo.train.geometry.polygon_mask`, the rule the evaluator's
+    ground truth uses). OpenCV's fill, used before issue 13, also sets every pixel an edge
+    touches: it made the synthetic targets 13 % larger than their polygons at 640 px."""
     mh, mw = sample.height // MASK_STRIDE, sample.width // MASK_STRIDE
     masks = np.zeros((max_instances, mh, mw), dtype=np.uint8)
     for i, polygon in enumerate(sample.polygons or []):
-        if polygon.shape[0] >= 3:
-            # coordinates are pixel edges and cv2 indexes pixel centres: shift by half a pixel,
-            # in 1/16 px fixed point (``shift=4``) so small masks keep their shape
-            pts = np.round((polygon / MASK_STRIDE - 0.5) * 16).astype(np.int32)
-            cv2.fillPoly(masks[i], [pts], 1, lineType=cv2.LINE_8, shift=4)
+        masks[i] = polygon_mask(polygon / MASK_STRIDE, mh, mw)
     return masks
 
 
