@@ -2,10 +2,10 @@
 
 Per task the sample's pixel geometry becomes the fields of the Batch contract
 (:mod:`lucid_yolo.train.data.batch`): instance masks are rasterised from the polygons at a quarter
-of the input size (the prototype resolution) by the pixel-centre rule, rotated boxes are converted from corners to ``xywhr``
-(:mod:`.rbox`), and every array is padded to ``max_instances`` rows. When an image has more
-instances than that, the largest boxes (by area) are kept in their original order and the
-overflow is returned for the caller to count: never a silent loss.
+of the input size (the prototype resolution) by the pixel-centre rule, rotated boxes are converted
+from corners to ``xywhr`` (:mod:`.rbox`), and every array is padded to ``max_instances`` rows.
+When an image has more instances than that, the largest boxes (by area) are kept in their original
+order and the overflow is returned for the caller to count: never a silent loss.
 """
 
 from __future__ import annotations
