@@ -8,10 +8,26 @@ from collections.abc import Iterator
 import pytest
 import torch
 
+pytest_plugins = ["pytester"]
+
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One intra-op thread per xdist worker: the workers already fill the cores, and torch's
     # default (one thread per core in every worker) oversubscribes them several times over.
     torch.set_num_threads(1)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Skip ``gpu``-marked tests where there is no CUDA device, with the reason in the report.
+
+    ``-m gpu`` on a CPU machine then reports skips rather than CUDA errors, and a test module
+    needs only the ``gpu`` mark, not its own ``skipif``.
+    """
+    if torch.cuda.is_available():
+        return
+    no_cuda = pytest.mark.skip(reason="gpu test: no CUDA device on this machine")
+    for item in items:
+        if item.get_closest_marker("gpu") is not None:
+            item.add_marker(no_cuda)
 
 
 @pytest.fixture

@@ -36,7 +36,6 @@ from lucid_yolo.replay.update import GraphedOptimizer
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     pytest.mark.usefixtures("deterministic"),
 ]
 

@@ -12,13 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 
 from lucid_yolo.replay import first_difference
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     # Lightning's advice on loader workers and logging intervals for a deliberately tiny fit.
     pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"),
 ]

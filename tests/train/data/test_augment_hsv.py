@@ -63,7 +63,6 @@ def test_hsv_on_device_reproducible_with_generator() -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_hsv_on_device_replays_in_cuda_graph_like_eager() -> None:
     images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, device="cuda")
     gains = (0.015, 0.7, 0.4)

@@ -84,7 +84,6 @@ def test_build_loss_same_ops_and_shapes_whatever_the_targets(task: str) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 # The eager comparison step runs on the default stream after a side-stream warm-up kept the
 # inputs' AccumulateGrad nodes alive; torch warns about the stream switch, which is harmless here.

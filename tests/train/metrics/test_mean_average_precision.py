@@ -259,7 +259,6 @@ def _records_on(kind: str, device: str) -> tuple[list[ImagePredictions], list[Im
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("kind", ["box", "mask", "pose", "obb"])
 def test_mean_average_precision_cuda_inputs_equal_cpu_inputs(kind: str) -> None:
     results = []

@@ -1,0 +1,56 @@
+"""The suite's own hooks: a ``gpu`` test skips, rather than fails, where CUDA is missing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+SUITE_CONFTEST = Path(__file__).with_name("conftest.py")
+
+GPU_AND_CPU_TESTS = """
+import pytest
+
+
+@pytest.mark.gpu
+def test_marked_gpu():
+    pass
+
+
+def test_unmarked():
+    pass
+"""
+"""Two tests that pass wherever they run: only the hook can turn one into a skip."""
+
+
+def _run_suite_hooks(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs a CUDA device\n")
+    pytester.makeconftest(SUITE_CONFTEST.read_text())
+    pytester.makepyfile(test_mixed=GPU_AND_CPU_TESTS)
+    return pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args)
+
+
+def test_gpu_test_without_cuda_is_skipped_with_the_reason(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = _run_suite_hooks(pytester, "-m", "gpu", "-rs")
+    result.assert_outcomes(skipped=1, deselected=1)
+    result.stdout.fnmatch_lines(["*gpu test: no CUDA device on this machine*"])
+
+
+def test_cpu_test_without_cuda_still_runs(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = _run_suite_hooks(pytester, "-m", "not gpu")
+    result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_gpu_test_with_cuda_is_not_skipped(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    result = _run_suite_hooks(pytester, "-m", "gpu")
+    result.assert_outcomes(passed=1, deselected=1)
