@@ -13,6 +13,7 @@ import yaml
 from lucid_yolo.cli import data
 from lucid_yolo.cli.main import main
 from lucid_yolo.models import TASKS
+from lucid_yolo.train.data import progress
 
 if TYPE_CHECKING:
     from conftest import CliRunner
@@ -45,6 +46,19 @@ def test_data_check_clean_dataset_exits_zero(
     out = capsys.readouterr().out
     assert "no problems" in out
     assert "train: 4 images" in out
+
+
+def test_data_check_long_scan_prints_progress_before_the_report(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
+    monkeypatch.setattr(progress, "EVERY_SECONDS", 0.0)
+    assert main(["data", "check", str(tiny_data)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("data: train: reading labels and image headers: 1/4, ")
+    assert lines[0].endswith(" left")
+    report = next(i for i, line in enumerate(lines) if line.startswith("  train: 4 images"))
+    assert all(line.startswith("data: ") for line in lines[: report - 1])
 
 
 def test_data_check_broken_row_exits_one_with_file_and_line(

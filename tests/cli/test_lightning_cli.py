@@ -59,6 +59,12 @@ def test_fit_prints_the_time_left_after_each_epoch(trained: Trained) -> None:
     )
 
 
+def test_fit_prints_the_data_lines_on_stdout(trained: Trained) -> None:
+    assert re.search(r"^data: train: 4 images, ", trained.stdout, re.M), trained.stdout[:2000]
+    assert re.search(r"^data: val: 2 images, ", trained.stdout, re.M)
+    assert "data: " not in trained.stderr
+
+
 def test_fit_names_its_run_folder_first(trained: Trained) -> None:
     first = trained.stdout.splitlines()[0]
     assert first == "lucid-yolo fit: yolo26n on cpu, precision 32-true, run folder runs/detect/fit1"

@@ -229,16 +229,15 @@ def test_datamodule_cache_changes_no_sample(pose_yaml: Path) -> None:
 
 
 def test_datamodule_default_cache_follows_the_budget(
-    pose_yaml: Path, caplog: pytest.LogCaptureFixture
+    pose_yaml: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    with caplog.at_level("INFO"):
-        fits = _module(pose_yaml, cache=None)
-        fits.setup("validate")
-        too_small = _module(pose_yaml, cache=None, cache_max_bytes=IMGSZ * IMGSZ * 3)
-        too_small.setup("validate")
+    fits = _module(pose_yaml, cache=None)
+    fits.setup("validate")
+    too_small = _module(pose_yaml, cache=None, cache_max_bytes=IMGSZ * IMGSZ * 3)
+    too_small.setup("validate")
     assert fits.datasets["val"].cache is not None
     assert too_small.datasets["val"].cache is None
-    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("data: ")]
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data: ")]
     assert lines[0].startswith("data: val: 3 images, RAM cache on")
     assert "loader workers" in lines[0]
     assert lines[1].startswith("data: val: 3 images, RAM cache off")
@@ -254,3 +253,15 @@ def test_datamodule_disk_cache_changes_no_sample(pose_yaml: Path, tmp_path: Path
     for a, b in zip(on_disk.train_dataloader(), decoded.train_dataloader(), strict=True):
         assert torch.equal(a["images"], b["images"])
         assert torch.equal(a["keypoints"], b["keypoints"])
+
+
+@pytest.mark.usefixtures("progress_every_item")
+def test_datamodule_long_label_scan_prints_progress_on_stdout(
+    pose_yaml: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _module(pose_yaml, cache=False).setup("validate")
+    captured = capsys.readouterr()
+    scan = [line for line in captured.out.splitlines() if "reading labels" in line]
+    assert scan[0].startswith("data: val: reading labels and image headers: 1/3, ")
+    assert scan[0].endswith(" left")
+    assert "data: " not in captured.err

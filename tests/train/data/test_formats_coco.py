@@ -112,6 +112,15 @@ def test_read_coco_keypoints_and_flip_from_names(tmp_path: Path) -> None:
     np.testing.assert_allclose(keypoints[0], [[0.5, 0.5, 2], [0, 0, 0], [0.75, 0.25, 1]])
 
 
+@pytest.mark.usefixtures("progress_every_item")
+def test_read_coco_long_image_check_prints_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    read_coco(_coco(tmp_path, [_ann()]), tmp_path / "imgs")
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("data: ann.json: reading image headers: 1/2, ")
+
+
 def test_flip_idx_from_names_pairs_left_right_any_case() -> None:
     assert flip_idx_from_names(("Left_Hand", "head", "right_hand")) == (2, 1, 0)
 

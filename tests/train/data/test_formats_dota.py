@@ -37,6 +37,16 @@ def test_read_dota_corners_difficult_and_header(tmp_path: Path) -> None:
     np.testing.assert_array_equal(labels.difficult, [False, True])
 
 
+@pytest.mark.usefixtures("progress_every_item")
+def test_read_dota_long_image_check_prints_progress(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    images, label_dir = _dota(tmp_path, {"P1": "", "P2": ""})
+    read_dota(images, label_dir)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"data: {label_dir}: reading image headers: 1/2, ")
+
+
 def test_read_dota_names_none_collects_sorted_names(tmp_path: Path) -> None:
     rows = "1 1 9 1 9 9 1 9 zebra 0\n1 1 9 1 9 9 1 9 ant\n"
     dataset = read_dota(*_dota(tmp_path, {"P1": rows, "P2": ""}), names=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import cv2
@@ -164,6 +165,20 @@ def test_load_split_empty_label_file_is_background_with_task_fields(tmp_path: Pa
     (labels,) = load_split(spec, "train")
     assert labels.keypoints is not None
     assert labels.keypoints.shape == (0, 4, 3)
+
+
+@pytest.mark.usefixtures("progress_every_item")
+def test_load_split_long_scan_prints_progress_with_time_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    spec = _dataset(tmp_path, dict.fromkeys("abc", "0 0.5 0.5 0.2 0.2\n"))
+    load_split(spec, "train")
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(",")[0] for line in lines] == [
+        "data: train: reading labels and image headers: 1/3",
+        "data: train: reading labels and image headers: 2/3",
+    ]
+    assert all(re.search(r", \d+:\d\d elapsed, about \d+:\d\d left$", line) for line in lines)
 
 
 def test_load_split_image_list_resolves_against_list_folder(tmp_path: Path) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from lucid_yolo.train.data.progress import Progress
+import pytest
+from lightning.pytorch.utilities import rank_zero_only
+
+from lucid_yolo.train.data.progress import Progress, print_progress
 
 
 class _Clock:
@@ -42,3 +45,39 @@ def test_progress_says_nothing_when_the_work_is_done() -> None:
     clock.now += 10.0
     progress.advance(2)
     assert lines == []
+
+
+def test_progress_track_counts_an_item_when_the_loop_moves_on() -> None:
+    clock, lines = _Clock(), []
+    progress = Progress("x", 3, every=0.0, after=0.0, clock=clock, emit=lines.append)
+    seen = []
+    for item in progress.track("abc"):
+        seen.append((item, progress.done))
+        clock.now += 1.0
+    assert seen == [("a", 0), ("b", 1), ("c", 2)]
+    assert lines == [
+        "x: 1/3, 0:01 elapsed, about 0:02 left",
+        "x: 2/3, 0:02 elapsed, about 0:01 left",
+    ]
+
+
+@pytest.mark.usefixtures("progress_every_item")
+def test_progress_defaults_are_read_when_it_starts() -> None:
+    clock, lines = _Clock(), []
+    progress = Progress("x", 3, clock=clock, emit=lines.append)
+    progress.advance()
+    progress.advance()
+    assert len(lines) == 2
+
+
+def test_print_progress_writes_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    print_progress("data: val: 3 images")
+    assert capsys.readouterr() == ("data: val: 3 images\n", "")
+
+
+def test_print_progress_is_silent_off_rank_zero(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(rank_zero_only, "rank", 1)
+    print_progress("data: val: 3 images")
+    assert capsys.readouterr().out == ""

@@ -21,7 +21,6 @@ from typing import Any
 import cv2
 import lightning as L
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
@@ -40,6 +39,7 @@ from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.data.progress import print_progress
 from lucid_yolo.train.data.resources import (
     CacheRequest,
     available_memory,
@@ -321,7 +321,7 @@ class YoloDataModule(L.LightningDataModule):
                 f"data: {split}: writing the disk cache",
             )
             state = "reused" if cache.reused else "written"
-            rank_zero_info(f"data: {split}: disk cache {state} at {cache.directory}")
+            print_progress(f"data: {split}: disk cache {state} at {cache.directory}")
         kpt_shape = self.spec.kpt_shape
         return YoloDataset(
             labels,
@@ -342,7 +342,7 @@ class YoloDataModule(L.LightningDataModule):
         """Print a loading decision once, the workers' with the first split."""
         if self._worker_line is not None:
             line, self._worker_line = f"{line}; {self._worker_line}", None
-        rank_zero_info(f"data: {line}")
+        print_progress(f"data: {line}")
 
     def _close_mosaic_epoch(self) -> int | None:
         trainer = self.trainer

@@ -1,17 +1,38 @@
-"""Progress lines with a time estimate for long data work (decoding a split into a cache).
+"""What the data side tells the user while it loads: one-off lines and progress with an estimate.
 
-Filling a cache of a large split takes minutes before the first training step; a user watching a
-silent terminal cannot tell a slow disk from a hang. :class:`Progress` prints nothing for work
-that ends quickly, then one line every few seconds with the count, the elapsed time and an
-estimate of the time left from the rate so far.
+Reading the labels and image headers of a large split, or filling a cache, takes minutes before
+the first training step; a user watching a silent terminal cannot tell a slow disk from a hang.
+:class:`Progress` prints nothing for work that ends quickly, then one line every few seconds with
+the count, the elapsed time and an estimate of the time left from the rate so far.
+
+Every line goes to stdout through :func:`print_progress`, beside the CLI's own lines and the
+validation tables: it is the normal story of a run, and stderr is kept for warnings and errors,
+so ``lucid-yolo fit > run.log`` keeps the whole story in one file. (Lightning's rank-zero INFO
+logger, used before, wrote to stderr, and the CLI, which hides Lightning's own INFO lines, hid
+these with them.)
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from typing import TypeVar
 
-from lightning.pytorch.utilities import rank_zero_info
+from lightning.pytorch.utilities import rank_zero_only
+
+QUIET_SECONDS = 2.0
+"""Seconds of silence before a :class:`Progress`'s first line: quick work prints nothing."""
+
+EVERY_SECONDS = 5.0
+"""Seconds between two lines of a :class:`Progress`."""
+
+_Item = TypeVar("_Item")
+
+
+@rank_zero_only
+def print_progress(line: str) -> None:
+    """Print ``line`` on stdout, flushed, from the rank-zero process only (one line per run)."""
+    print(line, flush=True)
 
 
 def _clock_text(seconds: float) -> str:
@@ -26,10 +47,10 @@ class Progress:
     Args:
         what: what is being done, e.g. ``"data: train: caching images"``.
         total: items to do.
-        every: seconds between two lines.
-        after: seconds of silence before the first line (quick work prints nothing).
+        every: seconds between two lines (default :data:`EVERY_SECONDS`).
+        after: seconds of silence before the first line (default :data:`QUIET_SECONDS`).
         clock: monotonic seconds (a test passes its own).
-        emit: where a line goes (rank-zero logging by default).
+        emit: where a line goes (:func:`print_progress` by default).
     """
 
     def __init__(
@@ -37,19 +58,20 @@ class Progress:
         what: str,
         total: int,
         *,
-        every: float = 5.0,
-        after: float = 2.0,
+        every: float | None = None,
+        after: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        emit: Callable[[str], None] = rank_zero_info,
+        emit: Callable[[str], None] = print_progress,
     ) -> None:
         self.what = what
         self.total = total
-        self.every = every
+        # read at construction, so that a test can shorten them for every Progress at once
+        self.every = EVERY_SECONDS if every is None else every
         self.done = 0
         self._clock = clock
         self._emit = emit
         self._start = clock()
-        self._next = self._start + after
+        self._next = self._start + (QUIET_SECONDS if after is None else after)
 
     def advance(self, count: int = 1) -> None:
         """Record ``count`` more finished items; print a line if one is due."""
@@ -65,5 +87,11 @@ class Progress:
             f"about {_clock_text(left)} left"
         )
 
+    def track(self, items: Iterable[_Item]) -> Iterator[_Item]:
+        """Yield ``items``, each counted as finished when the loop asks for the next one."""
+        for item in items:
+            yield item
+            self.advance()
 
-__all__ = ["Progress"]
+
+__all__ = ["EVERY_SECONDS", "QUIET_SECONDS", "Progress", "print_progress"]

@@ -45,6 +45,7 @@ from lucid_yolo.train.data.formats.coco_annotation import CocoAnnotationError, p
 from lucid_yolo.train.data.formats.geometry import LabelRows
 from lucid_yolo.train.data.image_probe import probe_image
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.progress import Progress
 from lucid_yolo.train.exceptions import TrainConfigError
 
 CrowdPolicy = Literal["drop", "ignore"]
@@ -150,7 +151,9 @@ def _read_images(
     path: Path, data: dict[str, Any], images_dir: Path, sink: ProblemSink, check_images: bool
 ) -> dict[int, _Image]:
     images: dict[int, _Image] = {}
-    for index, entry in enumerate(data["images"]):
+    reading = "image headers" if check_images else "image entries"
+    progress = Progress(f"data: {path.name}: reading {reading}", len(data["images"]))
+    for index, entry in enumerate(progress.track(data["images"])):
         _entry(
             path, "images", index, entry, {"id": int, "file_name": str, "width": int, "height": int}
         )

@@ -26,6 +26,7 @@ from lucid_yolo.train.data.errors import (
 from lucid_yolo.train.data.formats.geometry import LabelRows, hull_box, out_of_range_index
 from lucid_yolo.train.data.image_probe import IMAGE_SUFFIXES, probe_image
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.progress import Progress
 
 DOTA_V1_NAMES: tuple[str, ...] = (
     "plane",
@@ -153,7 +154,8 @@ def read_dota(
     own_sink = sink is None
     sink = ProblemSink(policy=policy) if sink is None else sink
     labels: list[ImageLabels] = []
-    for image in images:
+    progress = Progress(f"data: {path_text(label_dir)}: reading image headers", len(images))
+    for image in progress.track(images):
         label_path = label_dir / f"{image.stem}.txt"
         try:
             size = probe_image(image)

@@ -39,6 +39,7 @@ from lucid_yolo.train.data.formats.ultralytics_rows import (
 )
 from lucid_yolo.train.data.image_probe import IMAGE_SUFFIXES, probe_image
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.data.progress import Progress
 
 MIN_IMAGE_SIDE = 8
 """Pixels: an image with instances and a side below this is warned about as degenerate.
@@ -235,6 +236,10 @@ def scan_split(
 
     Raises:
         DatasetConfigError: ``split`` is not in the spec.
+
+    Notes:
+        A scan that takes more than a few seconds prints progress lines with the time left
+        (:class:`~lucid_yolo.train.data.progress.Progress`).
     """
     if split not in spec.splits:
         raise DatasetConfigError(
@@ -244,8 +249,10 @@ def scan_split(
     split_problem = _check_split(spec, split, images, allow_unlabelled=allow_unlabelled)
     if split_problem is not None:
         sink.report(split_problem)
+    reading = "labels and image headers" if check_images else "labels"
+    progress = Progress(f"data: {split}: reading {reading}", len(images))
     result: list[ImageLabels] = []
-    for image_path in images:
+    for image_path in progress.track(images):
         image_ok = True
         size = None
         if check_images:
