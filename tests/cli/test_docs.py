@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -95,43 +96,90 @@ QUOTING_PAGES = (
     "README.md",
     "docs/getting-started.md",
     "docs/cli-reference.md",
+    "docs/training-guide.md",
     "docs/deployment.md",
     "packages/lucid-yolo-cli/README.md",
 )
 """Pages that quote ``lucid-yolo`` commands for the user to type."""
 
 
-def _quoted_commands() -> list[tuple[str, list[str]]]:
-    """Every ``lucid-yolo ...`` command line in the ``bash`` blocks of :data:`QUOTING_PAGES`."""
+def _command_words(line: str) -> list[str] | None:
+    """The words after ``lucid-yolo`` in a quoted line, up to a comment or a redirect.
+
+    ``None`` for a line that quotes no command: no ``lucid-yolo``, a placeholder or an option in
+    the command's place (``lucid-yolo COMMAND --help``, ``lucid-yolo --help``) or alternatives
+    (``lucid-yolo fit | validate``).
+    """
+    quoted = line.split("#", 1)[0].split("lucid-yolo ", 1)
+    if len(quoted) != 2 or "|" in quoted[1]:
+        return None
+    words = quoted[1].split(">", 1)[0].split()
+    if not words or not words[0].islower() or words[0].startswith("-"):
+        return None
+    return words
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    """A ``lucid-yolo`` command quoted on a page: a ``bash`` line or inline code in the prose."""
+
+    page: str
+    words: list[str]
+    whole: bool
+    """A ``bash`` line is a whole command to type; inline code may name a command in passing
+    (``lucid-yolo data check``), so only its options are checked."""
+
+
+def _quoted_commands() -> list[Quote]:
+    """Every ``lucid-yolo ...`` command of :data:`QUOTING_PAGES`."""
     found = []
     for page in QUOTING_PAGES:
-        text = (ROOT / page).read_text().replace("\\\n", " ")
-        for block in text.split("```")[1::2]:
-            if not block.startswith("bash\n"):
-                continue
-            for line in block.splitlines():
-                command = line.split("#", 1)[0].split("lucid-yolo ", 1)
-                if len(command) == 2:
-                    found.append((page, command[1].split()))
+        parts = (ROOT / page).read_text().replace("\\\n", " ").split("```")
+        bash = [block for block in parts[1::2] if block.startswith("bash\n")]
+        lines = [(line, True) for block in bash for line in block.splitlines()]
+        lines += [
+            (span, False) for prose in parts[0::2] for span in re.findall(r"`([^`\n]+)`", prose)
+        ]
+        for line, whole in lines:
+            words = _command_words(line)
+            if words is not None:
+                found.append(Quote(page, words, whole))
     return found
+
+
+def test_quoted_commands_include_inline_ones() -> None:
+    assert Quote("README.md", ["fit", "--data.imgsz", "256"], False) in _quoted_commands()
 
 
 def test_quoted_plain_commands_parse() -> None:
     parser = plain_parser()
-    for _page, words in _quoted_commands():
-        if words[0] not in LIGHTNING_COMMANDS:
-            parser.parse_args(words)  # exits (failing the test) on an unknown option
+    commands = _plain_commands()
+    for quote in _quoted_commands():
+        if quote.words[0] in LIGHTNING_COMMANDS:
+            continue
+        if quote.whole:
+            parser.parse_args(quote.words)  # exits (failing the test) on an unknown option
+            continue
+        name = " ".join(quote.words[:2]) if quote.words[0] == "data" else quote.words[0]
+        options = {o for action in commands[name]._actions for o in action.option_strings}
+        for word in quote.words:
+            assert not word.startswith("--") or word in options, (quote.page, quote.words)
 
 
-def test_quoted_lightning_flags_exist(capsys: pytest.CaptureFixture[str]) -> None:
+def _help_text(command: str, capsys: pytest.CaptureFixture[str]) -> str:
     with pytest.raises(SystemExit):
-        main(["fit", "--help"])
-    help_text = capsys.readouterr().out
-    for page, words in _quoted_commands():
-        if words[0] in LIGHTNING_COMMANDS:
-            for word in words:
+        main([command, "--help"])
+    return capsys.readouterr().out
+
+
+def test_quoted_lightning_flags_exist_in_their_command(capsys: pytest.CaptureFixture[str]) -> None:
+    helps = {command: _help_text(command, capsys) for command in LIGHTNING_COMMANDS}
+    for quote in _quoted_commands():
+        if quote.words[0] in LIGHTNING_COMMANDS:
+            help_text = helps[quote.words[0]]
+            for word in quote.words:
                 if word.startswith("--"):
-                    assert f"{word} " in help_text or f"{word}\n" in help_text, (page, word)
+                    assert f"{word} " in help_text or f"{word}\n" in help_text, quote
 
 
 def test_readme_test_command_is_what_ci_runs() -> None:
