@@ -12,6 +12,7 @@ from lucid_yolo.train.data.resources import (
     choose_cache,
     choose_workers,
     decoded_bytes,
+    size_text,
 )
 
 GIB = 2**30
@@ -35,7 +36,15 @@ def test_choose_cache_on_when_the_split_fits_half_the_available_ram() -> None:
     choice = choose_cache(None, num_images=512, imgsz=640, max_bytes=8 * GIB, available=4 * need)
     assert choice.mode == "ram"
     assert choice.budget == 2 * need
-    assert choice.reason.startswith("RAM cache on: 512 decoded images need up to 0.59 GiB")
+    assert choice.reason.startswith("RAM cache on: 512 decoded images need up to 600 MiB")
+
+
+@pytest.mark.parametrize(
+    ("num_bytes", "text"),
+    [(0, "0 MiB"), (7_077_888, "7 MiB"), (2**30 - 1, "1024 MiB"), (2**30, "1.00 GiB")],
+)
+def test_size_text_is_mib_below_one_gib(num_bytes: int, text: str) -> None:
+    assert size_text(num_bytes) == text
 
 
 def test_choose_cache_off_when_the_split_exceeds_the_budget() -> None:

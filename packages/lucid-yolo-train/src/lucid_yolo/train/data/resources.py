@@ -104,6 +104,16 @@ def user_cache_dir() -> Path:
     return Path(base) / "lucid-yolo"
 
 
+def size_text(num_bytes: int) -> str:
+    """``num_bytes`` for a reader: GiB with two decimals from 1 GiB, below it whole MiB.
+
+    A small split's cache read "0.00 GiB" in GiB alone (issue 18's walk).
+    """
+    if num_bytes >= 2**30:
+        return f"{num_bytes / 2**30:.2f} GiB"
+    return f"{round(num_bytes / 2**20)} MiB"
+
+
 def decoded_bytes(num_images: int, imgsz: int) -> int:
     """Upper bound of the decoded size of ``num_images`` RGB images with long side ``imgsz``."""
     return num_images * imgsz * imgsz * 3
@@ -125,7 +135,6 @@ def choose_cache(
         available: bytes of RAM available now (:func:`available_memory`).
     """
     need = decoded_bytes(num_images, imgsz)
-    gib = f"{need / 2**30:.2f} GiB"
     if requested == "disk":
         return CacheChoice(
             "disk", 0, "disk cache (as asked; reused while the images are unchanged)"
@@ -141,15 +150,15 @@ def choose_cache(
         return CacheChoice(
             "off",
             0,
-            f"RAM cache off: {num_images} decoded images need up to {gib}, "
-            f"more than the {budget / 2**30:.2f} GiB budget (half the available RAM, at most "
+            f"RAM cache off: {num_images} decoded images need up to {size_text(need)}, "
+            f"more than the {size_text(budget)} budget (half the available RAM, at most "
             f"cache_max_bytes); pass cache=true to cache what fits, or cache=disk",
         )
     return CacheChoice(
         "ram",
         budget,
-        f"RAM cache on: {num_images} decoded images need up to {gib} of a "
-        f"{budget / 2**30:.2f} GiB budget (half the available RAM, at most cache_max_bytes)",
+        f"RAM cache on: {num_images} decoded images need up to {size_text(need)} of a "
+        f"{size_text(budget)} budget (half the available RAM, at most cache_max_bytes)",
     )
 
 
@@ -163,5 +172,6 @@ __all__ = [
     "choose_workers",
     "cpu_count",
     "decoded_bytes",
+    "size_text",
     "user_cache_dir",
 ]
