@@ -25,7 +25,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 
@@ -59,9 +59,9 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
     module = YoloModule(
         "yolo26n",
         num_classes=data.num_classes,
-        capture_network=replay,
-        capture_update=replay and args.update,
-        capture_loss=replay and args.loss,
+        replay=ReplayConfig(
+            network=replay, update=replay and args.update, loss=replay and args.loss
+        ),
     )
     clock = _StepClock(args.steps // 2)
     trainer = pl.Trainer(

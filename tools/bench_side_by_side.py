@@ -36,12 +36,12 @@ from typing import Any
 TOOLS_DIR = Path(__file__).resolve().parent
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 REPLAY_FLAGS = {
-    "detect": ["--model.capture_network", "true", "--model.capture_loss", "true"],
-    "segment": ["--model.capture_network", "true", "--model.capture_segment_heads", "true"],
-    "pose": ["--model.capture_network", "true"],
-    "obb": ["--model.capture_network", "true"],
+    "detect": ["--model.replay.network", "true", "--model.replay.loss", "true"],
+    "segment": ["--model.replay.network", "true", "--model.replay.segment_heads", "true"],
+    "pose": ["--model.replay.network", "true"],
+    "obb": ["--model.replay.network", "true"],
 }
-UPDATE_FLAGS = ["--model.capture_update", "true"]
+UPDATE_FLAGS = ["--model.replay.update", "true"]
 ULTRALYTICS_METRIC = {"detect": "B", "segment": "M", "pose": "P", "obb": "B"}
 """Suffix of the Ultralytics metric that is the task's primary mAP50-95."""
 

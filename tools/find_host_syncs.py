@@ -26,8 +26,9 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
 
 Site = tuple[str, ...]
 
@@ -84,10 +85,12 @@ def main() -> None:
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=dm.num_classes,
-        capture_network=True,
-        capture_segment_heads=args.task == "segment",
-        capture_loss=args.task == "detect",
-        capture_update=True,
+        replay=ReplayConfig(
+            network=True,
+            segment_heads=args.task == "segment",
+            loss=args.task in LOSS_REPLAY_TASKS,
+            update=True,
+        ),
     )
     recorder = SyncRecorder()
     trainer = pl.Trainer(

@@ -19,7 +19,7 @@ cli fit --config quickstart --trainer.default_root_dir "$RUNS/native" --trainer.
 step fit quickstart, network replay, deterministic
 cli fit --config quickstart --trainer.default_root_dir "$RUNS/replay" \
     --trainer.deterministic true --trainer.enable_progress_bar false \
-    --model.capture_network true 2>&1 | tail -n 16
+    --model.replay.network true 2>&1 | tail -n 16
 step native and replay checkpoints
 python3 - "$(ckpt native last)" "$(ckpt replay last)" <<'EOF'
 import sys, torch
@@ -44,6 +44,6 @@ cli export --ckpt_path "$(ckpt replay best)" --format onnx --out "$RUNS/model.on
 step info
 cli info yolo26n-seg 2>&1 | tail -n 4
 step fit segment-n, network + segment-head replay, 2 short epochs
-cli fit --config segment-n --model.capture_network true --model.capture_segment_heads true \
+cli fit --config segment-n --model.replay.network true --model.replay.segment_heads true \
     --trainer.max_epochs 2 --data.imgsz 320 --data.batch_size 8 \
     --trainer.default_root_dir "$RUNS/segment" --trainer.enable_progress_bar false 2>&1 | tail -n 16

@@ -37,9 +37,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.replay import first_difference, state_digest
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from lucid_yolo.train.replay_binding import LOSS_REPLAY_TASKS
+from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
 
 TASKS = ("detect", "segment", "pose", "obb")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
@@ -64,14 +64,14 @@ class Case:
     def name(self) -> str:
         return f"{self.task}/{self.precision}/acc{self.accumulation}/{self.layout}"
 
-    def replay_options(self) -> dict[str, bool]:
+    def replay_config(self) -> ReplayConfig:
         """Every region that applies to the task."""
-        return {
-            "capture_network": True,
-            "capture_segment_heads": self.task == "segment",
-            "capture_loss": self.task in LOSS_REPLAY_TASKS,
-            "capture_update": True,
-        }
+        return ReplayConfig(
+            network=True,
+            segment_heads=self.task == "segment",
+            loss=self.task in LOSS_REPLAY_TASKS,
+            update=True,
+        )
 
 
 @dataclass
@@ -139,7 +139,6 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
     data = YoloDataModule(
         yaml, task=case.task, imgsz=args.imgsz, batch_size=2, workers=0, max_instances=16, seed=0
     )
-    options = case.replay_options() if replay else {}
     shape = data.spec.kpt_shape
     module = YoloModule(
         f"yolo26n{SUFFIX[case.task]}",
@@ -147,7 +146,7 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         kpt_shape=(17, 3) if shape is None else (shape[0], 3),
         warmup_epochs=0.0,
         ema_tau=3.0,
-        **options,
+        replay=case.replay_config() if replay else ReplayConfig(),
     )
     if case.layout == "channels_last":
         module = module.to(memory_format=torch.channels_last)

@@ -31,7 +31,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import AtomicCheckpointIO, RngState, SigtermCheckpoint
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -76,8 +76,10 @@ def run_part(args: argparse.Namespace, out: Path) -> None:
     data = YoloDataModule(
         out / "data" / "data.yaml", imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
     )
-    replay = {} if args.no_replay else {"capture_network": True, "capture_update": True}
-    module = YoloModule("yolo26n", num_classes=data.num_classes, **replay)
+    on = not args.no_replay
+    module = YoloModule(
+        "yolo26n", num_classes=data.num_classes, replay=ReplayConfig(network=on, update=on)
+    )
     cuda = torch.cuda.is_available()
     last = out / "checkpoints" / "last.ckpt"
     trainer = pl.Trainer(

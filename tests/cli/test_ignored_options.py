@@ -11,7 +11,7 @@ def test_explicit_flags_reads_both_spellings_and_skips_values() -> None:
 
 
 def test_ignored_options_fit_without_checkpoint_keeps_model_flags() -> None:
-    args = ["--model.lr0", "0.1", "--model.capture_network", "true"]
+    args = ["--model.lr0", "0.1", "--model.replay.network", "true"]
     assert ignored_option_warnings("fit", args, ckpt_path=None, kept_model_options=()) == []
 
 
@@ -27,11 +27,21 @@ def test_ignored_options_checkpoint_overrides_model_flags_except_kept_ones() -> 
 
 
 def test_ignored_options_replay_outside_fit_runs_natively() -> None:
+    args = ["--model.replay.network", "true", "--model.replay.verify_every=2"]
+    lines = ignored_option_warnings("validate", args, ckpt_path="x.ckpt", kept_model_options=())
+    assert lines == [
+        f"--model.replay.{name} is ignored: replay records training steps; validate runs the "
+        "network natively"
+        for name in ("network", "verify_every")
+    ]
+
+
+def test_ignored_options_replay_group_without_checkpoint_is_ignored_outside_fit() -> None:
     lines = ignored_option_warnings(
-        "validate", ["--model.capture_network", "true"], ckpt_path="x.ckpt", kept_model_options=()
+        "predict", ["--model.replay.update", "true"], ckpt_path=None, kept_model_options=()
     )
     assert lines == [
-        "--model.capture_network is ignored: replay records training steps; validate runs the "
+        "--model.replay.update is ignored: replay records training steps; predict runs the "
         "network natively"
     ]
 

@@ -79,12 +79,19 @@ def test_fit_print_config_shows_resolved_options(
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert "model: yolo26s" in out
-    assert "capture_network: false" in out
+    assert "replay:\n    network: false" in out
     assert f"yaml: {tiny_data}" in out
 
 
 def test_fit_accepts_verify_every(tiny_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["fit", "--data.yaml", str(tiny_data), "--model.verify_every", "3", "--print_config"]
+    args = [
+        "fit",
+        "--data.yaml",
+        str(tiny_data),
+        "--model.replay.verify_every",
+        "3",
+        "--print_config",
+    ]
     with pytest.raises(SystemExit) as exit_info:
         main(args)
     assert exit_info.value.code == 0

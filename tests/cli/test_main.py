@@ -69,7 +69,7 @@ def test_lightning_command_help_shows_model_and_data_options(
     assert exit_info.value.code == 0
     out = capsys.readouterr().out
     assert f"usage: lucid-yolo [options] {command}" in out
-    assert "--model.capture_network" in out
+    assert "--model.replay.network" in out
     assert "--data.batch_size" in out
 
 
@@ -136,10 +136,10 @@ def test_main_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]
 @pytest.mark.parametrize(
     "option",
     [
-        "--model.capture_network",
-        "--model.capture_segment_heads",
-        "--model.capture_loss",
-        "--model.capture_update",
+        "--model.replay.network",
+        "--model.replay.segment_heads",
+        "--model.replay.loss",
+        "--model.replay.update",
     ],
 )
 def test_main_replay_on_cpu_is_refused(
@@ -148,7 +148,7 @@ def test_main_replay_on_cpu_is_refused(
     argv = ["fit", "--data.yaml", str(tiny_data), option, "true", "--trainer.accelerator", "cpu"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("lucid-yolo: error: --model.capture_network/")
+    assert err.startswith("lucid-yolo: error: --model.replay.network/segment_heads/loss/update")
     assert "need a CUDA device" in err
 
 

@@ -32,7 +32,7 @@ TRIGGERED_BY: dict[RetireReason, tuple[str, str]] = {
         "test_recorder_retires_on_batchnorm_cumulative_momentum",
     ),
     RetireReason.PARITY_MISMATCH: (
-        "train/test_step_verifier.py",
+        "train/replay/test_step_verifier.py",
         "test_step_verifier_retires_on_injected_difference_and_keeps_native_result",
     ),
     RetireReason.SHARED_INPUT: (
@@ -44,7 +44,7 @@ TRIGGERED_BY: dict[RetireReason, tuple[str, str]] = {
         "test_recorder_second_forward_before_backward_runs_native",
     ),
     RetireReason.INPUTS_CHANGED: (
-        "train/test_replay_binding.py",
+        "train/replay/test_binding.py",
         "test_loss_region_with_changed_keys_runs_natively_with_a_reason",
     ),
 }

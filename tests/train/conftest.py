@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import state_digest
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 
@@ -70,7 +70,7 @@ def digested_fit(
     imgsz: int = 128,
     max_steps: int = 6,
     weights: str | None = None,
-    **replay: bool,
+    replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), per-step loss bits."""
@@ -84,7 +84,7 @@ def digested_fit(
         num_classes=data.num_classes,
         warmup_epochs=0.0,
         weights=weights,
-        **replay,
+        replay=replay,
     )
     losses = _LossBits()
     trainer = pl.Trainer(

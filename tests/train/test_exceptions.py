@@ -10,7 +10,6 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.losses import build_loss
 from lucid_yolo.train.module import YoloModule
-from lucid_yolo.train.replay_binding import ReplayOptions
 
 
 def test_train_config_error_is_a_train_error_and_a_value_error() -> None:
@@ -21,11 +20,6 @@ def test_train_config_error_is_a_train_error_and_a_value_error() -> None:
 def test_module_out_of_range_option_is_train_config_error() -> None:
     with pytest.raises(TrainConfigError, match=r"lr0 must be > 0, got -1\.0"):
         YoloModule(lr0=-1.0)
-
-
-def test_replay_options_bad_signature_count_is_train_config_error() -> None:
-    with pytest.raises(TrainConfigError, match="max_signatures must be >= 1, got 0"):
-        ReplayOptions(max_signatures=0)
 
 
 def test_unknown_loss_task_is_train_config_error() -> None:

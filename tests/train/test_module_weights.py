@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from lucid_yolo.models import WeightsError, create_model, save_reference_weights
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 
 
 def _pretrained(tmp_path: Path, num_classes: int, name: str = "yolo26n") -> Path:
@@ -81,7 +81,12 @@ def test_replayed_fine_tune_is_bitwise_native(
     weights = str(_pretrained(tmp_path, num_classes=80))
     native = fit_digests(yaml, "detect", "32-true", 1, weights=weights)
     replayed = fit_digests(
-        yaml, "detect", "32-true", 1, weights=weights, capture_network=True, capture_update=True
+        yaml,
+        "detect",
+        "32-true",
+        1,
+        weights=weights,
+        replay=ReplayConfig(network=True, update=True),
     )
     assert replayed.telemetry["replays"] > 0, replayed.telemetry
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry

@@ -26,7 +26,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lucid_yolo.replay import state_digest
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import AtomicCheckpointIO, RngState, SigtermCheckpoint
 from lucid_yolo.train.callbacks.rng_state import rng_state
 
@@ -89,8 +89,8 @@ def main() -> None:
 
     pl.seed_everything(0, verbose=False)
     data = YoloDataModule(args.data, imgsz=64, batch_size=2, workers=0, max_instances=32, seed=0)
-    replay = {"capture_network": True, "capture_update": True} if args.replay else {}
-    module = YoloModule("yolo26n", num_classes=data.num_classes, warmup_epochs=1.0, **replay)
+    replay = ReplayConfig(network=args.replay, update=args.replay)
+    module = YoloModule("yolo26n", num_classes=data.num_classes, warmup_epochs=1.0, replay=replay)
     log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"))
     trainer = pl.Trainer(
         accelerator=args.accelerator,

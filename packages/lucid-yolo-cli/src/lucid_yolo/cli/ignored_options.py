@@ -11,13 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-REPLAY_OPTIONS = (
-    "capture_network",
-    "capture_segment_heads",
-    "capture_loss",
-    "capture_update",
-)
-"""Model options that record CUDA graphs of training steps."""
+REPLAY_GROUP = "replay"
+"""The model's option group of CUDA-graph replay of training steps (``--model.replay.*``)."""
 
 
 def explicit_flags(args: Sequence[str]) -> list[str]:
@@ -48,7 +43,8 @@ def ignored_option_warnings(
     for name in explicit_flags(args):
         group, _, option = name.partition(".")
         reason = None
-        if group == "model" and ckpt_path and subcommand != "fit" and option in REPLAY_OPTIONS:
+        replay = option.partition(".")[0] == REPLAY_GROUP
+        if group == "model" and subcommand != "fit" and replay:
             reason = f"replay records training steps; {subcommand} runs the network natively"
         elif group == "model" and ckpt_path and option not in kept_model_options:
             reason = "with --ckpt_path the model options are the checkpoint's hyperparameters"
@@ -61,4 +57,4 @@ def ignored_option_warnings(
     return lines
 
 
-__all__ = ["REPLAY_OPTIONS", "explicit_flags", "ignored_option_warnings"]
+__all__ = ["REPLAY_GROUP", "explicit_flags", "ignored_option_warnings"]

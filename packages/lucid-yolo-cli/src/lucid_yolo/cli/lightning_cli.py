@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +45,7 @@ from lucid_yolo.cli.quiet import quiet_lightning
 from lucid_yolo.cli.run_folder import next_run_folder
 from lucid_yolo.cli.time_left import TimeLeft
 from lucid_yolo.models import model_spec
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import (
     AtomicCheckpointIO,
     EpochSummary,
@@ -169,11 +170,10 @@ class YoloCLI(LightningCLI):
             _prepare_predict(config, self.inference_options)
         if self.subcommand in ("validate", "test") and config.get("ckpt_path"):
             _evaluate_at_trained_size(config)
-        if self.subcommand != "fit" and config.get("ckpt_path"):
-            # The checkpoint's options may come from a replayed GPU fit; replay only acts in
-            # training steps, so evaluating or predicting runs the network natively anywhere.
-            config.model.capture_network = config.model.capture_segment_heads = False
-            config.model.capture_update = config.model.capture_loss = False
+        if self.subcommand != "fit":
+            # replay only acts in training steps: evaluating or predicting runs natively anywhere
+            for key, value in asdict(ReplayConfig()).items():
+                config.model.replay[key] = value
         if self.subcommand == "fit":
             _require_epoch_limit(config.trainer)
         if str(config.data.yaml) == SYNTHETIC:
@@ -192,19 +192,12 @@ class YoloCLI(LightningCLI):
             logger_args.version = folder.name
         if config.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(RichProgressBar())
-        replay = (
-            config.model.capture_network
-            or config.model.capture_segment_heads
-            or config.model.capture_loss
-            or config.model.capture_update
-        )
+        replay = ReplayConfig(**config.model.replay.as_dict())
         accelerator = str(config.trainer.accelerator)
-        if replay and (accelerator == "cpu" or not torch.cuda.is_available()):
+        if replay.graphs and (accelerator == "cpu" or not torch.cuda.is_available()):
             raise CliError(
-                "--model.capture_network/--model.capture_segment_heads/--model.capture_loss/"
-                "--model.capture_update "
-                "replay CUDA graphs and "
-                "need a CUDA device; this run is on the CPU: leave them off"
+                "--model.replay.network/segment_heads/loss/update replay CUDA graphs and need a "
+                "CUDA device; this run is on the CPU: leave them off"
             )
 
     @override

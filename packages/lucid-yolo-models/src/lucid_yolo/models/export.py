@@ -59,7 +59,7 @@ class End2EndModel(nn.Module):
     def forward(self, images: Tensor) -> tuple[Tensor, ...]:
         """``(B, 3, H, W)`` float in ``[0, 1]`` → the outputs named in :data:`TASK_OUTPUTS`."""
         net = self.model
-        features = net.neck(*net.backbone(images))
+        features = net.features(images)
         raw = net.head.forward_o2o(features)
         if net.protos is not None:
             raw[keys.PROTOS] = net.protos(features)[0]

@@ -7,7 +7,7 @@ is free of host syncs and of branches on tensor values, so it can be captured in
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Final, Literal, get_args
 
 from torch import Tensor, nn
@@ -102,13 +102,34 @@ class YOLO26(nn.Module):
             The raw outputs keyed as in :mod:`lucid_yolo.models.outputs` (``semantic`` only in
             training mode).
         """
-        features = self.neck(*self.backbone(images))
+        features = self.features(images)
+        result = self.predictions(features)
+        result.update(self.segment_outputs(features))
+        return result
+
+    def features(self, images: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Backbone and neck: images ``(B, 3, H, W)`` → N3, N4, N5 at strides 8, 16, 32.
+
+        The forward's first half on its own, so that a caller (the trainer's replay regions) can
+        run the network in parts without a copy of its wiring.
+        """
+        features: tuple[Tensor, Tensor, Tensor] = self.neck(*self.backbone(images))
+        return features
+
+    def predictions(self, features: Sequence[Tensor]) -> dict[str, Tensor]:
+        """The dual head over N3, N4, N5: ``{"o2m.<name>": (B, c, A), "o2o.<name>": (B, c, A)}``."""
         result: dict[str, Tensor] = self.head(features)
-        if self.protos is not None:
-            protos, semantic = self.protos(features)
-            result[keys.PROTOS] = protos
-            if semantic is not None:
-                result[keys.SEMANTIC] = semantic
+        return result
+
+    def segment_outputs(self, features: Sequence[Tensor]) -> dict[str, Tensor]:
+        """Segment only: prototypes ``(B, M, H/4, W/4)`` and, in training mode, semantic logits
+        ``(B, C, H/8, W/8)`` over N3, N4, N5; empty for the other tasks."""
+        if self.protos is None:
+            return {}
+        protos, semantic = self.protos(features)
+        result = {keys.PROTOS: protos}
+        if semantic is not None:
+            result[keys.SEMANTIC] = semantic
         return result
 
     def training_only_modules(self) -> Iterator[tuple[str, nn.Module]]:

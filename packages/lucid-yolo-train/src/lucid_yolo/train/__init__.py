@@ -4,7 +4,7 @@ from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.evaluation import FITNESS_KIND, TASK_KINDS, Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.module import YoloModule
-from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
+from lucid_yolo.train.replay import NetworkReplay, ReplayConfig
 
 __all__ = [
     # Lightning entry points
@@ -19,5 +19,5 @@ __all__ = [
     "TrainConfigError",
     # replay binding
     "NetworkReplay",
-    "ReplayOptions",
+    "ReplayConfig",
 ]

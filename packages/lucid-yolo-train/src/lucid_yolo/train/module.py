@@ -2,7 +2,7 @@
 
 One class serves detection, segmentation, pose and OBB: the task is a property of the registered
 model name, and everything task-specific (heads, loss terms, metric kinds, decoding) is looked up
-from it. Replay regions are bound here too (:mod:`lucid_yolo.train.replay_binding`), opt-in per
+from it. Replay regions are bound here too (:mod:`lucid_yolo.train.replay`), opt-in per
 region, so the native path and the replayed path run the same module code.
 """
 
@@ -24,9 +24,14 @@ from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
-from lucid_yolo.train.replay_binding import NetworkReplay, ReplayOptions
-from lucid_yolo.train.step_verifier import StepVerifier, training_digest, training_state
-from lucid_yolo.train.update_step import UpdateStep
+from lucid_yolo.train.replay import (
+    NetworkReplay,
+    ReplayConfig,
+    StepVerifier,
+    UpdateStep,
+    training_digest,
+    training_state,
+)
 
 PhaseMarker = Callable[[str], None]
 
@@ -58,18 +63,10 @@ class YoloModule(pl.LightningModule):
         val_conf: score threshold of validation and prediction outputs, in [0, 1] (low for
             validation, as mAP needs the tail; the CLI's ``predict`` defaults to 0.25).
         max_det: predictions kept per image (end-to-end top-k).
-        capture_network: replay the network's forward+backward from CUDA graphs.
-        capture_segment_heads: segment only: replay the prototype/semantic heads as a region of
-            their own, chained after the network.
-        capture_loss: replay the loss (assignment and every term, forward and backward) as a
-            region chained after the network; detect models only for now
-            (:data:`lucid_yolo.train.replay_binding.LOSS_REPLAY_TASKS`).
-        capture_update: replay the MuSGD update and the EMA blend from one CUDA graph
-            (:mod:`lucid_yolo.train.update_step`).
-        max_signatures: distinct input signatures recorded per region before it retires.
-        verify_every: every N-th optimizer step also runs as a native shadow step and the two
-            results are compared bitwise; the first difference retires every region with
-            ``parity-mismatch`` (:mod:`lucid_yolo.train.step_verifier`). ``0`` never verifies.
+        replay: which parts of the training step replay from CUDA graphs, and the runtime
+            verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
+            true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a
+            checkpoint does not depend on it and a resumed fit replays as its command line says.
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
@@ -97,12 +94,7 @@ class YoloModule(pl.LightningModule):
         ema_tau: float = 2000.0,
         val_conf: float = 0.001,
         max_det: int = 300,
-        capture_network: bool = False,
-        capture_segment_heads: bool = False,
-        capture_loss: bool = False,
-        capture_update: bool = False,
-        max_signatures: int = 4,
-        verify_every: int = 0,
+        replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     ) -> None:
         super().__init__()
         if lr0 <= 0.0:
@@ -111,7 +103,7 @@ class YoloModule(pl.LightningModule):
             raise TrainConfigError(f"max_det must be >= 1, got {max_det!r}")
         if not 0.0 <= val_conf <= 1.0:
             raise TrainConfigError(f"val_conf must be in [0, 1], got {val_conf!r}")
-        self.save_hyperparameters(ignore=["weights"])
+        self.save_hyperparameters(ignore=["weights", "replay"])
         spec = model_spec(model)
         self.task = spec.task
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
@@ -129,23 +121,13 @@ class YoloModule(pl.LightningModule):
         self.evaluator = Evaluator(
             self.task, strides=self.net.strides, conf=val_conf, max_det=max_det
         )
-        self.replay = NetworkReplay(
-            self.net,
-            self.task,
-            ReplayOptions(
-                capture_network=capture_network,
-                capture_segment_heads=capture_segment_heads,
-                capture_loss=capture_loss,
-                max_signatures=max_signatures,
-            ),
-            self.criterion,
-        )
+        self.replay = NetworkReplay(self.net, self.task, replay, self.criterion)
         # ProgLoss progress as a device tensor, natively too: a recorded loss reads it from the
         # device, and native and replayed steps must compute the branch weight the same way.
         self.loss_progress: Tensor
         self.register_buffer("loss_progress", torch.zeros(()), persistent=False)
         self.update_step: UpdateStep | None = None
-        self.step_verifier = StepVerifier(verify_every)
+        self.step_verifier = StepVerifier(replay.verify_every)
         self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
         self.phase_marker: PhaseMarker | None = None
 
@@ -256,8 +238,8 @@ class YoloModule(pl.LightningModule):
         self.update_step = UpdateStep(
             optimizer,
             self.ema,
-            replay=hp["capture_update"],
-            max_signatures=hp["max_signatures"],
+            replay=self.replay.config.update,
+            max_signatures=self.replay.config.max_signatures,
             pool=self.replay.shared_pool(self.device),
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)

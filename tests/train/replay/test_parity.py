@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from lucid_yolo.replay import first_difference
+from lucid_yolo.train import ReplayConfig
 
 pytestmark = [
     pytest.mark.gpu,
@@ -25,24 +26,24 @@ pytestmark = [
 @pytest.mark.parametrize(
     ("task", "precision", "accumulate", "replay"),
     [
-        ("detect", "32-true", 1, {"capture_network": True}),
-        ("detect", "bf16-mixed", 1, {"capture_network": True}),
-        ("detect", "16-mixed", 1, {"capture_network": True}),
-        ("detect", "bf16-mixed", 2, {"capture_network": True}),
-        ("segment", "bf16-mixed", 1, {"capture_network": True, "capture_segment_heads": True}),
-        ("detect", "32-true", 1, {"capture_network": True, "capture_update": True}),
-        ("detect", "bf16-mixed", 2, {"capture_network": True, "capture_update": True}),
+        ("detect", "32-true", 1, ReplayConfig(network=True)),
+        ("detect", "bf16-mixed", 1, ReplayConfig(network=True)),
+        ("detect", "16-mixed", 1, ReplayConfig(network=True)),
+        ("detect", "bf16-mixed", 2, ReplayConfig(network=True)),
+        ("segment", "bf16-mixed", 1, ReplayConfig(network=True, segment_heads=True)),
+        ("detect", "32-true", 1, ReplayConfig(network=True, update=True)),
+        ("detect", "bf16-mixed", 2, ReplayConfig(network=True, update=True)),
         (
             "segment",
             "bf16-mixed",
             1,
-            {"capture_network": True, "capture_segment_heads": True, "capture_update": True},
+            ReplayConfig(network=True, segment_heads=True, update=True),
         ),
         (
             "detect",
             "bf16-mixed",
             2,
-            {"capture_network": True, "capture_loss": True, "capture_update": True},
+            ReplayConfig(network=True, loss=True, update=True),
         ),
     ],
 )
@@ -50,13 +51,13 @@ def test_replayed_fit_is_bitwise_native(
     task: str,
     precision: str,
     accumulate: int,
-    replay: dict[str, bool],
+    replay: ReplayConfig,
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
 ) -> None:
     yaml = tiny_dataset(task)
     native = fit_digests(yaml, task, precision, accumulate)
-    replayed = fit_digests(yaml, task, precision, accumulate, **replay)
+    replayed = fit_digests(yaml, task, precision, accumulate, replay=replay)
     micro_batches = len(replayed.losses)
     expected = {
         "network": micro_batches - 1,
@@ -65,12 +66,12 @@ def test_replayed_fit_is_bitwise_native(
         "optimizer MuSGD": replayed.ema_updates - 1,
     }
     names = {
-        "capture_network": "network",
-        "capture_segment_heads": "segment-heads",
-        "capture_loss": "loss",
-        "capture_update": "optimizer MuSGD",
+        "network": "network",
+        "segment_heads": "segment-heads",
+        "loss": "loss",
+        "update": "optimizer MuSGD",
     }
-    regions = {names[option] for option, on in replay.items() if on}
+    regions = {name for option, name in names.items() if getattr(replay, option)}
     assert set(replayed.regions) == regions
     for name in regions:
         assert replayed.regions[name]["replays"] == expected[name], (name, replayed.regions)
@@ -86,7 +87,9 @@ def test_replayed_update_under_grad_scaler_is_bitwise_native(
     # and a skipped step runs no update: enough steps that some updates apply and replay.
     yaml = tiny_dataset("detect")
     native = fit_digests(yaml, "detect", "16-mixed", 1, max_steps=24)
-    replayed = fit_digests(yaml, "detect", "16-mixed", 1, max_steps=24, capture_update=True)
+    replayed = fit_digests(
+        yaml, "detect", "16-mixed", 1, max_steps=24, replay=ReplayConfig(update=True)
+    )
     assert native.ema_updates == replayed.ema_updates >= 3, replayed.telemetry
     assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
@@ -99,11 +102,9 @@ def test_replayed_fit_with_verifier_finds_no_difference(
     precision: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
     yaml = tiny_dataset("detect")
-    replay: dict[str, Any] = {"capture_network": True, "capture_loss": True}
+    replay = ReplayConfig(network=True, loss=True, update=True, verify_every=2)
     native = fit_digests(yaml, "detect", precision, 2)
-    verified = fit_digests(
-        yaml, "detect", precision, 2, capture_update=True, verify_every=2, **replay
-    )
+    verified = fit_digests(yaml, "detect", precision, 2, replay=replay)
     assert verified.telemetry["verified"] == 2, verified.telemetry
     assert verified.telemetry["parity_mismatches"] == 0, verified.telemetry
     assert verified.regions["network"]["replays"] == len(verified.losses) - 1

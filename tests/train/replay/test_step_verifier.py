@@ -12,20 +12,16 @@ from typing import Any
 
 import pytest
 
-from lucid_yolo.replay import (
-    ReplayConfigError,
-    ReplayRetiredWarning,
-    RetireReason,
-    first_difference,
-)
+from lucid_yolo.replay import ReplayRetiredWarning, RetireReason, first_difference
 from lucid_yolo.replay._graphs import RegionGraphs
-from lucid_yolo.train import YoloModule
+from lucid_yolo.train import ReplayConfig
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
 )
 
 CPU_FIT = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
+VERIFIED_NETWORK = ReplayConfig(network=True, verify_every=1)
 
 
 def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
@@ -33,9 +29,7 @@ def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
 ) -> None:
     yaml = tiny_dataset("detect")
     native = fit_digests(yaml, "detect", "32-true", 2, **CPU_FIT)
-    verified = fit_digests(
-        yaml, "detect", "32-true", 2, capture_network=True, verify_every=1, **CPU_FIT
-    )
+    verified = fit_digests(yaml, "detect", "32-true", 2, replay=VERIFIED_NETWORK, **CPU_FIT)
     assert verified.telemetry["verified"] == 3
     assert verified.telemetry["parity_mismatches"] == 0
     assert verified.telemetry["replays"] > 0
@@ -58,9 +52,7 @@ def test_step_verifier_retires_on_injected_difference_and_keeps_native_result(
 
     monkeypatch.setattr(RegionGraphs, "launch_backward", corrupted)
     with pytest.warns(ReplayRetiredWarning, match=r"parity-mismatch.*differs after step 2"):
-        fit = fit_digests(
-            yaml, "detect", "32-true", 1, capture_network=True, verify_every=1, **CPU_FIT
-        )
+        fit = fit_digests(yaml, "detect", "32-true", 1, replay=VERIFIED_NETWORK, **CPU_FIT)
     telemetry = fit.module.replay_telemetry
     assert telemetry.parity_mismatches == 1
     assert telemetry.mismatch_step == 2
@@ -70,8 +62,3 @@ def test_step_verifier_retires_on_injected_difference_and_keeps_native_result(
     assert network.retired is not None
     assert network.retired.reason is RetireReason.PARITY_MISMATCH
     assert first_difference(native.digests, fit.digests) is None
-
-
-def test_step_verifier_rejects_negative_every() -> None:
-    with pytest.raises(ReplayConfigError, match="verify_every=-1"):
-        YoloModule("yolo26n", num_classes=2, verify_every=-1)

@@ -2,7 +2,7 @@
 
 On the CPU the replay library's stand-in runs the recorded update natively but through the same
 bookkeeping as a CUDA replay (static gradient buffers refreshed before each launch, state
-snapshotted around the capture), so a fit with ``capture_update`` must equal a native fit
+snapshotted around the capture), so a fit with ``replay.update`` must equal a native fit
 bitwise here too; the CUDA graphs themselves are compared in ``test_replay_parity.py``.
 """
 
@@ -15,12 +15,14 @@ from typing import Any
 import pytest
 
 from lucid_yolo.replay import first_difference
+from lucid_yolo.train import ReplayConfig
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
 )
 
 CPU_FIT = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
+UPDATE = ReplayConfig(update=True)
 
 
 def test_update_step_cpu_replay_equals_native_fit(
@@ -28,7 +30,7 @@ def test_update_step_cpu_replay_equals_native_fit(
 ) -> None:
     yaml = tiny_dataset("detect")
     native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
-    replayed = fit_digests(yaml, "detect", "32-true", 1, capture_update=True, **CPU_FIT)
+    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=UPDATE, **CPU_FIT)
     assert native.telemetry["replays"] == native.telemetry["recordings"] == 0
     assert replayed.telemetry["recordings"] == 1
     assert replayed.telemetry["replays"] == 3
@@ -43,7 +45,7 @@ def test_update_step_blends_ema_once_per_update_under_accumulation(
 ) -> None:
     yaml = tiny_dataset("detect")
     replayed = fit_digests(
-        yaml, "detect", "32-true", 2, capture_update=True, **{**CPU_FIT, "max_steps": 3}
+        yaml, "detect", "32-true", 2, replay=UPDATE, **{**CPU_FIT, "max_steps": 3}
     )
     assert len(replayed.losses) == 6
     assert replayed.ema_updates == 3
@@ -55,7 +57,7 @@ def test_update_step_joins_the_network_replay_pool(
 ) -> None:
     yaml = tiny_dataset("detect")
     fit = fit_digests(
-        yaml, "detect", "32-true", 1, capture_network=True, capture_update=True, **CPU_FIT
+        yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True, update=True), **CPU_FIT
     )
     module = fit.module
     assert module.update_step is not None

@@ -1,0 +1,170 @@
+"""Runs the network and the loss of a training step natively or through replay recorders.
+
+The regions (:mod:`lucid_yolo.train.replay.regions`) chain network → segment heads → loss, and
+all their graphs share one memory pool, which the update graph joins. With no region enabled the
+network runs exactly as ``net(images)`` and the loss natively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import cast
+
+import torch
+from torch import Tensor, nn
+
+from lucid_yolo.models import YOLO26
+from lucid_yolo.replay import RegionRecorder, ReplayPool, RetireReason, Telemetry, merge_telemetry
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.replay.config import ReplayConfig
+from lucid_yolo.train.replay.regions import (
+    FEATURE_KEYS,
+    LOSS_REPLAY_TASKS,
+    TOTAL,
+    LossRegion,
+    NetworkRegion,
+    SegmentHeadRegion,
+)
+
+
+class NetworkReplay:
+    """Runs the network and the loss natively or through their replay recorders.
+
+    Args:
+        net: the network.
+        task: its task.
+        config: which regions replay (``update`` and ``verify_every`` are the module's).
+        criterion: the task loss; needed when ``config.loss``.
+
+    Raises:
+        TrainConfigError: ``config.segment_heads`` on a network without segment heads;
+            ``config.loss`` without a criterion or for a task not in :data:`LOSS_REPLAY_TASKS`.
+    """
+
+    def __init__(
+        self, net: YOLO26, task: str, config: ReplayConfig, criterion: nn.Module | None = None
+    ) -> None:
+        if config.loss and criterion is None:
+            raise TrainConfigError("replay.loss=True needs the criterion to record")
+        if config.loss and task not in LOSS_REPLAY_TASKS:
+            raise TrainConfigError(
+                f"replay.loss=True is verified bitwise for {LOSS_REPLAY_TASKS!r} only, not "
+                f"{task!r} (a segment fit with the loss replayed differed from native on an "
+                "H200; pose and OBB are not yet compared): leave it off for this task"
+            )
+        if config.segment_heads and net.protos is None:
+            raise TrainConfigError(
+                f"replay.segment_heads=True needs a segment model, got task {task!r}: "
+                "use a -seg model or leave the option off"
+            )
+        self.net = net
+        self.config = config
+        self.criterion = criterion
+        self.network: RegionRecorder | None = None
+        self.segment_heads: RegionRecorder | None = None
+        self.loss_recorder: RegionRecorder | None = None
+        self._pool: ReplayPool | None = None
+        self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
+
+    def __call__(self, images: Tensor) -> dict[str, Tensor]:
+        """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images."""
+        if not (self.config.network or self.config.segment_heads):
+            result: dict[str, Tensor] = self.net(images)
+            return result
+        self._bind(images.device)
+        if self.network is not None:
+            outputs = dict(self.network(images))  # type: ignore[arg-type]
+        else:
+            outputs = self._network_region(images)
+        if self.segment_heads is not None:
+            features = [outputs.pop(k) for k in FEATURE_KEYS]
+            outputs.update(self.segment_heads(*features))  # type: ignore[arg-type]
+        return outputs
+
+    def loss(
+        self, outputs: dict[str, Tensor], batch: Batch, fraction: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss ``(total, terms)``: natively, or through the loss region's recorder.
+
+        Args:
+            outputs: raw network outputs.
+            batch: the padded dense batch, on the outputs' device.
+            fraction: ProgLoss progress, a 0-dim float32 device tensor.
+        """
+        assert self.criterion is not None, "NetworkReplay.loss needs the criterion"
+        if not self.config.loss:
+            total: Tensor
+            terms: dict[str, Tensor]
+            total, terms = self.criterion(outputs, batch, fraction)
+            return total, terms
+        fields = cast(dict[str, Tensor], batch)
+        output_keys, batch_keys = tuple(sorted(outputs)), tuple(sorted(fields))
+        if self.loss_recorder is None:
+            self.loss_recorder = RegionRecorder(
+                LossRegion(self.criterion, output_keys, batch_keys),
+                name="loss",
+                max_signatures=self.config.max_signatures,
+                pool=self._bind(fraction.device),
+            )
+        region = self.loss_recorder.region
+        assert isinstance(region, LossRegion)
+        if (region.output_keys, region.batch_keys) != (output_keys, batch_keys):
+            self.loss_recorder.fall_back(
+                RetireReason.INPUTS_CHANGED,
+                f"the loss got outputs {output_keys!r} and batch fields {batch_keys!r}, its "
+                f"region was built for {region.output_keys!r} and {region.batch_keys!r}; this "
+                "step's loss runs natively",
+            )
+            total, terms = self.criterion(outputs, batch, fraction)
+            return total, terms
+        result = self.loss_recorder(
+            *(outputs[k] for k in output_keys), *(fields[k] for k in batch_keys), fraction
+        )
+        assert isinstance(result, Mapping)
+        prefix = "term."
+        terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
+        return result[TOTAL], terms
+
+    def shared_pool(self, device: torch.device) -> ReplayPool:
+        """The one memory pool of every graph of the step, for the update graph to join.
+
+        Call it once the network sits on ``device`` (Lightning's ``configure_optimizers`` runs
+        after the move); it builds the network recorders on the way.
+        """
+        return self._bind(device)
+
+    def _bind(self, device: torch.device) -> ReplayPool:
+        """Build the network recorders and their shared pool on first use, once the network sits
+        on its training device (a recording keys on parameter storage, which moving the network
+        replaces); the loss recorder joins the pool on its first call."""
+        if self._pool is not None:
+            return self._pool
+        pool = self._pool = ReplayPool(device)
+        if self.config.network:
+            self.network = RegionRecorder(
+                self._network_region,
+                name="network",
+                max_signatures=self.config.max_signatures,
+                pool=pool,
+            )
+        if self.config.segment_heads:
+            self.segment_heads = RegionRecorder(
+                SegmentHeadRegion(self.net),
+                name="segment-heads",
+                max_signatures=self.config.max_signatures,
+                pool=pool,
+            )
+        return pool
+
+    def recorders(self) -> list[RegionRecorder]:
+        """The region recorders in use (none when replay is off)."""
+        return [r for r in (self.network, self.segment_heads, self.loss_recorder) if r is not None]
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """Summed counters of every recorder (all zero when replay is off)."""
+        return merge_telemetry(*(r.telemetry for r in self.recorders()))
+
+
+__all__ = ["NetworkReplay"]

@@ -1,0 +1,70 @@
+"""Which parts of a training step replay from CUDA graphs: one typed option group.
+
+The module, the binding, the CLI (``--model.replay.network true``) and the tools all read this one
+object, so a region is named in one place. Replay never changes a result (each region is bitwise
+equal to native training), only how fast a step runs: the options are therefore not saved with a
+checkpoint's hyperparameters, and a resumed fit replays what its own command line says.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from lucid_yolo.train.exceptions import TrainConfigError
+
+
+@dataclass(frozen=True)
+class ReplayConfig:
+    """The replay regions of a training step and how they are checked.
+
+    Attributes:
+        network: replay the network's forward+backward (backbone, neck, dual head, and the
+            segment heads unless ``segment_heads``).
+        segment_heads: segment only: replay the prototype/semantic heads as a region of their
+            own, chained after the network.
+        loss: replay the loss (assignment and every term, forward and backward), chained after
+            the network; detect models only for now
+            (:data:`lucid_yolo.train.replay.LOSS_REPLAY_TASKS`).
+        update: replay the MuSGD update and the EMA blend from one CUDA graph
+            (:mod:`lucid_yolo.train.replay.update_step`).
+        max_signatures: distinct input signatures recorded per region before further ones run
+            natively (graph memory is held for good).
+        verify_every: every N-th optimizer step also runs as a native shadow step and the two
+            results are compared bitwise; the first difference retires every region with
+            ``parity-mismatch`` (:mod:`lucid_yolo.train.replay.step_verifier`). ``0`` never
+            verifies.
+
+    Raises:
+        TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
+    """
+
+    network: bool = False
+    segment_heads: bool = False
+    loss: bool = False
+    update: bool = False
+    max_signatures: int = 4
+    verify_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_signatures < 1:
+            raise TrainConfigError(
+                f"replay.max_signatures must be >= 1, got {self.max_signatures!r}"
+            )
+        if self.verify_every < 0:
+            raise TrainConfigError(
+                f"replay.verify_every must be >= 0 (0 turns the verifier off), got "
+                f"{self.verify_every!r}"
+            )
+
+    @property
+    def regions(self) -> bool:
+        """Whether a region of the forward/backward (network, segment heads, loss) replays."""
+        return self.network or self.segment_heads or self.loss
+
+    @property
+    def graphs(self) -> bool:
+        """Whether anything records CUDA graphs (a region or the update)."""
+        return self.regions or self.update
+
+
+__all__ = ["ReplayConfig"]

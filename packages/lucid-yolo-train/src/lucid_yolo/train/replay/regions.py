@@ -1,0 +1,149 @@
+"""The replay regions of a YOLO26 training step: which modules, which outputs, which groups.
+
+Replay knows nothing about YOLO; these classes describe the network and the loss to it through
+the :class:`lucid_yolo.replay.GroupedRegion` protocol, and run them through the model's own
+forward parts (:meth:`YOLO26.features`, :meth:`YOLO26.predictions`,
+:meth:`YOLO26.segment_outputs`), so a region computes exactly what ``net(images)`` does:
+
+* the **network** (backbone, neck, dual head, and the segment heads unless they are a region of
+  their own): its outputs split into the prediction groups ``o2m`` and ``o2o`` (their losses are
+  independent) and ``shared`` (prototypes, semantic logits);
+* the **segment heads** (prototypes and the training-only semantic branch), chained after the
+  network: they read the neck's features, which then become network outputs that require grad;
+* the **loss** (assigners and every loss term), chained after them: it reads the raw outputs and
+  the batch tensors, returns the total and the detached terms, and its backward graph hands the
+  outputs' gradients to the regions before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from torch import Tensor, nn
+
+from lucid_yolo.models import YOLO26
+from lucid_yolo.models import outputs as keys
+from lucid_yolo.train.exceptions import TrainConfigError
+
+FEATURE_KEYS = ("features.p3", "features.p4", "features.p5")
+"""Output keys of the neck's features when the segment heads are a region of their own."""
+
+_TASK_OUTPUTS: dict[str, tuple[str, ...]] = {
+    "detect": (),
+    "segment": (keys.MASK_COEF,),
+    "pose": (keys.KPT, keys.KPT_SCALE),
+    "obb": (keys.ANGLE,),
+}
+
+
+def branch_groups(task: str) -> dict[str, list[str]]:
+    """The ``o2m`` and ``o2o`` prediction groups of a task's head outputs."""
+    names = (keys.BOX, keys.CLS, *_TASK_OUTPUTS[task])
+    return {branch: [keys.branch_key(branch, n) for n in names] for branch in keys.BRANCHES}
+
+
+class NetworkRegion:
+    """The network up to its heads, as a :class:`~lucid_yolo.replay.GroupedRegion`.
+
+    Args:
+        net: the network.
+        include_segment_heads: run the prototype/semantic heads inside this region; when
+            ``False`` on a segment network, the neck's features are returned instead (keys
+            :data:`FEATURE_KEYS`) for the segment-head region to consume.
+    """
+
+    def __init__(self, net: YOLO26, *, include_segment_heads: bool = True) -> None:
+        self.net = net
+        self.include_segment_heads = include_segment_heads or net.protos is None
+
+    def __call__(self, images: Tensor) -> dict[str, Tensor]:
+        features = self.net.features(images)
+        result = self.net.predictions(features)
+        if self.include_segment_heads:
+            result.update(self.net.segment_outputs(features))
+        else:
+            result.update(zip(FEATURE_KEYS, features, strict=True))
+        return result
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        modules: list[nn.Module] = [self.net.backbone, self.net.neck, self.net.head]
+        if self.net.protos is not None and self.include_segment_heads:
+            modules.append(self.net.protos)
+        return modules
+
+    def prediction_groups(self) -> Mapping[str, Sequence[str]]:
+        groups: dict[str, list[str]] = branch_groups(self.net.task)
+        if self.net.protos is not None:
+            groups["shared"] = (
+                [keys.PROTOS, keys.SEMANTIC] if self.include_segment_heads else list(FEATURE_KEYS)
+            )
+        return groups
+
+
+class SegmentHeadRegion:
+    """The prototype head and its training-only semantic branch, over the neck's features."""
+
+    def __init__(self, net: YOLO26) -> None:
+        if net.protos is None:
+            raise TrainConfigError(
+                f"model task {net.task!r} has no segment heads: use a -seg model"
+            )
+        self.net = net
+        self.protos = net.protos
+
+    def __call__(self, *features: Tensor) -> dict[str, Tensor]:
+        return self.net.segment_outputs(features)
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        return (self.protos,)
+
+    def prediction_groups(self) -> Mapping[str, Sequence[str]]:
+        return {"protos": [keys.PROTOS], "semantic": [keys.SEMANTIC]}
+
+
+LOSS_REPLAY_TASKS = ("detect",)
+"""Tasks whose loss region has been compared bitwise with native training on a GPU."""
+
+TOTAL = "total"
+"""Output key of the loss region's differentiable total; the terms follow as ``term.<name>``."""
+
+
+class LossRegion:
+    """The task loss as a region over the raw outputs, the batch tensors and the progress.
+
+    Every argument is a tensor, so one recording serves the whole run: the ProgLoss progress is
+    a 0-dim device tensor (a Python float would be baked into the graph).
+
+    Args:
+        criterion: the task loss (``loss(outputs, batch, epoch_fraction) -> (total, terms)``).
+        output_keys: the raw output keys, in the order they are passed.
+        batch_keys: the batch keys, in the order they are passed after the outputs.
+    """
+
+    def __init__(
+        self, criterion: nn.Module, output_keys: Sequence[str], batch_keys: Sequence[str]
+    ) -> None:
+        self.criterion = criterion
+        self.output_keys = tuple(output_keys)
+        self.batch_keys = tuple(batch_keys)
+
+    def __call__(self, *tensors: Tensor) -> dict[str, Tensor]:
+        n, m = len(self.output_keys), len(self.batch_keys)
+        outputs = dict(zip(self.output_keys, tensors[:n], strict=True))
+        batch = dict(zip(self.batch_keys, tensors[n : n + m], strict=True))
+        total, terms = self.criterion(outputs, batch, tensors[n + m])
+        return {TOTAL: total, **{f"term.{name}": value for name, value in terms.items()}}
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        return (self.criterion,)
+
+
+__all__ = [
+    "FEATURE_KEYS",
+    "LOSS_REPLAY_TASKS",
+    "TOTAL",
+    "LossRegion",
+    "NetworkRegion",
+    "SegmentHeadRegion",
+    "branch_groups",
+]

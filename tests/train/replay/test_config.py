@@ -1,0 +1,30 @@
+"""The one replay option group: checked on construction, summarised for the CLI."""
+
+from __future__ import annotations
+
+import pytest
+
+from lucid_yolo.train import ReplayConfig, TrainConfigError, YoloModule
+
+
+def test_replay_config_rejects_zero_signatures() -> None:
+    with pytest.raises(TrainConfigError, match=r"replay.max_signatures must be >= 1, got 0"):
+        ReplayConfig(max_signatures=0)
+
+
+def test_replay_config_rejects_negative_verify_every() -> None:
+    with pytest.raises(TrainConfigError, match=r"replay.verify_every must be >= 0 .* got -1"):
+        ReplayConfig(verify_every=-1)
+
+
+def test_replay_config_graphs_counts_the_update_but_regions_do_not() -> None:
+    update = ReplayConfig(update=True)
+    assert (update.regions, update.graphs) == (False, True)
+    assert ReplayConfig(segment_heads=True).regions
+    assert not ReplayConfig(verify_every=3).graphs
+
+
+def test_module_keeps_replay_out_of_the_hyperparameters() -> None:
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
+    assert "replay" not in module.hparams
+    assert module.replay.config.network
