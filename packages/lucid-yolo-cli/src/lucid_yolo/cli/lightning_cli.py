@@ -40,6 +40,7 @@ from lucid_yolo.cli.final_report import FITNESS, ValidationHistory, final_line
 from lucid_yolo.cli.fit_summary import FitModelSummary
 from lucid_yolo.cli.help_format import PlainHelpFormatter
 from lucid_yolo.cli.ignored_options import ignored_option_warnings
+from lucid_yolo.cli.legacy_checkpoint import check_replay_options
 from lucid_yolo.cli.prediction_writer import PredictionWriter
 from lucid_yolo.cli.quiet import quiet_lightning
 from lucid_yolo.cli.run_folder import next_run_folder
@@ -138,7 +139,9 @@ class YoloCLI(LightningCLI):
 
     @override
     def parse_arguments(self, parser: LightningArgumentParser, args: Any) -> None:
-        """Parse as Lightning does; ``predict`` checks its checkpoint before anything loads it.
+        """Parse as Lightning does; ``predict`` checks its checkpoint before anything loads it,
+        and a checkpoint that still names the retired replay options is refused with the fix
+        (:mod:`lucid_yolo.cli.legacy_checkpoint`).
 
         After this hook LightningCLI overwrites every model option with the checkpoint's
         hyperparameters (``hyper_parameters`` of ``--ckpt_path``), command line included; the
@@ -149,6 +152,9 @@ class YoloCLI(LightningCLI):
         super().parse_arguments(parser, args)
         self.inference_options: dict[str, Any] = {}
         subcommand = str(self.config.get("subcommand"))
+        ckpt_path = self.config[subcommand].get("ckpt_path")
+        if ckpt_path is not None:
+            check_replay_options(ckpt_path)
         if subcommand == "predict":
             config = self.config.predict
             if config.ckpt_path is not None or config.model.weights is None:
@@ -158,7 +164,7 @@ class YoloCLI(LightningCLI):
             for line in ignored_option_warnings(
                 subcommand,
                 [str(a) for a in args],
-                ckpt_path=self.config[subcommand].get("ckpt_path"),
+                ckpt_path=ckpt_path,
                 kept_model_options=INFERENCE_OPTIONS if subcommand == "predict" else (),
             ):
                 print(f"lucid-yolo: warning: {line}", file=sys.stderr, flush=True)
