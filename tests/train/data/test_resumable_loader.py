@@ -61,7 +61,7 @@ def test_resumable_loader_needs_epoch_sampler() -> None:
 
 
 def test_epoch_sampler_resume_at_rejects_out_of_range() -> None:
-    with pytest.raises(ValueError, match=r"start=11 must be in \[0, 10\]"):
+    with pytest.raises(ValueError, match=r"start=11 must be in \[0, 10\] \(this rank"):
         EpochSampler(10).resume_at(0, 11)
 
 

@@ -166,7 +166,7 @@ def test_mean_average_precision_rejects_non_positive_max_dets() -> None:
 
 
 def test_mean_average_precision_rejects_length_mismatch() -> None:
-    with pytest.raises(MetricsInputError, match="got 1 prediction records but 0 target records"):
+    with pytest.raises(MetricsInputError, match="got 1 prediction records, 0 target records"):
         MeanAveragePrecision().update([_preds([BOX_A], [0.9], [0])], [])
 
 
@@ -388,3 +388,44 @@ def test_mean_average_precision_rejects_mismatched_keypoint_counts() -> None:
         match=r"prediction keypoints are \(1, 4, 3\) and target keypoints \(1, 5, 3\)",
     ):
         MeanAveragePrecision(kinds=("pose",)).update([preds], [targets])
+
+
+def _tied_images() -> tuple[list[ImagePredictions], list[ImageTargets]]:
+    """Image 0 holds a hit and image 1 a miss at the same score: their order sets the AP."""
+    targets = [ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A])) for _ in range(2)]
+    return [_preds([BOX_A], [0.5], [0]), _preds([BOX_B], [0.5], [0])], targets
+
+
+def test_mean_average_precision_image_ids_score_in_id_order() -> None:
+    preds, targets = _tied_images()
+    in_order, reversed_with_ids, reversed_without = (MeanAveragePrecision() for _ in range(3))
+    in_order.update(preds, targets)
+    reversed_with_ids.update(preds[::-1], targets[::-1], image_ids=[1, 0])
+    reversed_without.update(preds[::-1], targets[::-1])
+    assert reversed_with_ids.compute() == in_order.compute()
+    assert reversed_without.compute() != in_order.compute()
+
+
+def test_mean_average_precision_repeated_image_id_counts_once() -> None:
+    preds, targets = _tied_images()
+    once, repeated = MeanAveragePrecision(), MeanAveragePrecision()
+    once.update(preds, targets, image_ids=[0, 1])
+    repeated.update(preds, targets, image_ids=[0, 1])
+    repeated.update(preds[:1], targets[:1], image_ids=[0])
+    assert repeated.compute() == once.compute()
+    assert repeated.per_class("box") == once.per_class("box")
+
+
+def test_mean_average_precision_rejects_ids_on_some_updates_only() -> None:
+    preds, targets = _tied_images()
+    metric = MeanAveragePrecision()
+    metric.update(preds[:1], targets[:1], image_ids=[0])
+    metric.update(preds[1:], targets[1:])
+    with pytest.raises(MetricsInputError, match="1 of 2 images were updated without an image id"):
+        metric.compute()
+
+
+def test_mean_average_precision_rejects_image_ids_of_another_length() -> None:
+    preds, targets = _tied_images()
+    with pytest.raises(MetricsInputError, match="2 target records and 1 image ids"):
+        MeanAveragePrecision().update(preds, targets, image_ids=[0])

@@ -40,6 +40,7 @@ from lucid_yolo.train.metrics import (
     ImageTargets,
     MeanAveragePrecision,
     MetricsInputError,
+    gather_across_ranks,
 )
 
 TASK_KINDS: dict[str, tuple[str, ...]] = {
@@ -90,14 +91,22 @@ class Evaluator:
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from."""
+        image_ids = batch["image_ids"].tolist()
         for i, detections in enumerate(self.decode(outputs, batch)):
             self.metric.update(
-                [self.image_predictions(detections, batch, i)], [self.targets(batch, i)]
+                [self.image_predictions(detections, batch, i)],
+                [self.targets(batch, i)],
+                image_ids=[image_ids[i]],
             )
 
     def compute(self) -> dict[str, float]:
-        """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95)."""
-        metrics = self.metric.compute()
+        """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95).
+
+        Under a distributed run every rank must call it (it gathers the images every rank
+        evaluated, :func:`~lucid_yolo.train.metrics.gather_across_ranks`), and every rank gets
+        the metrics of the whole set.
+        """
+        metrics = gather_across_ranks(self.metric).compute()
         metrics["fitness"] = metrics[f"{FITNESS_KIND[self.task]}/mAP50-95"]
         return metrics
 

@@ -276,7 +276,12 @@ class YoloModule(pl.LightningModule):
         self._log_metrics("val")
         if self.replay_recorders() and not self.trainer.sanity_checking:
             telemetry = self.replay_telemetry.as_dict()
-            self.log_dict({f"replay/{k}": float(v) for k, v in telemetry.items()})
+            # counters of the whole job: each rank records and replays its own step
+            self.log_dict(
+                {f"replay/{k}": float(v) for k, v in telemetry.items()},
+                sync_dist=True,
+                reduce_fx="sum",
+            )
 
     @override
     def on_test_epoch_start(self) -> None:
@@ -322,7 +327,15 @@ class YoloModule(pl.LightningModule):
 
     def _log_metrics(self, stage: str) -> None:
         for name, value in self.evaluator.compute().items():
-            self.log(f"{stage}/{name}", value, prog_bar=name.endswith("mAP50-95"))
+            # Every rank computed the same value from the gathered images; the maximum of
+            # equal copies is that value exactly, where their mean could round.
+            self.log(
+                f"{stage}/{name}",
+                value,
+                prog_bar=name.endswith("mAP50-95"),
+                sync_dist=True,
+                reduce_fx="max",
+            )
 
     def _epoch_fraction(self) -> float:
         """Training progress for ProgLoss: by epoch, or by step when only ``max_steps`` is set."""

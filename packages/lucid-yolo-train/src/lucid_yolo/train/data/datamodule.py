@@ -352,7 +352,16 @@ class YoloDataModule(L.LightningDataModule):
         return max(0, max_epochs - self.close_mosaic)
 
     def _loader(self, dataset: YoloDataset, batch_size: int, *, train: bool) -> DataLoader[Targets]:
-        sampler = EpochSampler(len(dataset), shuffle=train, seed=self.seed)
+        # Each process of a data-parallel run loads its own shard; the trainer says which.
+        trainer = self.trainer
+        sampler = EpochSampler(
+            len(dataset),
+            shuffle=train,
+            seed=self.seed,
+            num_replicas=1 if trainer is None else trainer.world_size,
+            rank=0 if trainer is None else trainer.global_rank,
+            equal_shards=train,
+        )
         if self.workers > 0:
             # OpenCV's thread pool does not survive fork(): a forked worker whose parent has
             # already run a parallel OpenCV call deadlocks on its first pool operation (seen

@@ -6,6 +6,7 @@ from lucid_yolo.train.metrics.coco_matching import (
     ImageOverlaps,
     match_images,
 )
+from lucid_yolo.train.metrics.distributed import gather_across_ranks
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
@@ -43,6 +44,8 @@ __all__ = [
     "MetricsInputError",
     "KINDS",
     "DEFAULT_MAX_DETS",
+    # distributed evaluation
+    "gather_across_ranks",
     # overlaps
     "box_overlaps",
     "mask_overlaps",

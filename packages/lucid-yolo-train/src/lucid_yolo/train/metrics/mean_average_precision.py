@@ -66,46 +66,79 @@ DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 2
 
 
 class _KindRecords:
-    """What ``update`` keeps for one kind: per-prediction results and per-class target counts."""
+    """What ``update`` keeps for one kind: per image, its predictions' results and target counts.
+
+    Kept per image, with the image's id when the caller gives one, so that records merged from
+    several processes can be put back in dataset order and a repeated image counted once.
+    """
 
     def __init__(self) -> None:
-        T = IOU_THRESHOLDS.shape[0]
-        self.scores: list[np.ndarray] = [np.zeros(0)]
-        self.classes: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
-        self.matched: list[np.ndarray] = [np.zeros((T, 0), dtype=bool)]
-        self.ignored: list[np.ndarray] = [np.zeros((T, 0), dtype=bool)]
-        self.target_counts = np.zeros(0, dtype=np.int64)
+        self.scores: list[np.ndarray] = []
+        self.classes: list[np.ndarray] = []
+        self.matched: list[np.ndarray] = []
+        self.ignored: list[np.ndarray] = []
+        self.target_counts: list[np.ndarray] = []
+        self.image_ids: list[int | None] = []
 
-    def add_predictions(self, scores: np.ndarray, classes: np.ndarray, match: ImageMatches) -> None:
+    def add_image(
+        self,
+        scores: np.ndarray,
+        classes: np.ndarray,
+        match: ImageMatches,
+        target_counts: np.ndarray,
+        image_id: int | None,
+    ) -> None:
         self.scores.append(scores)
         self.classes.append(classes)
         self.matched.append(match.matched)
         self.ignored.append(match.ignored)
-
-    def add_targets(self, counts: np.ndarray) -> None:
-        size = max(counts.shape[0], self.target_counts.shape[0])
-        total = np.zeros(size, dtype=np.int64)
-        total[: counts.shape[0]] += counts
-        total[: self.target_counts.shape[0]] += self.target_counts
-        self.target_counts = total
+        self.target_counts.append(target_counts)
+        self.image_ids.append(image_id)
 
     def extend(self, other: _KindRecords) -> None:
         self.scores += other.scores
         self.classes += other.classes
         self.matched += other.matched
         self.ignored += other.ignored
-        self.add_targets(other.target_counts)
+        self.target_counts += other.target_counts
+        self.image_ids += other.image_ids
+
+    def image_order(self) -> np.ndarray:
+        """Indices of the images to score: in update order, or by id with repeats dropped.
+
+        Raises:
+            MetricsInputError: some images were given an id and others not.
+        """
+        given = [i for i in self.image_ids if i is not None]
+        if not given:
+            return np.arange(len(self.image_ids))
+        if len(given) != len(self.image_ids):
+            raise MetricsInputError(
+                f"{len(self.image_ids) - len(given)!r} of {len(self.image_ids)!r} images were "
+                "updated without an image id: pass image_ids on every update or on none"
+            )
+        _, first = np.unique(np.asarray(given, dtype=np.int64), return_index=True)
+        return first
 
     def gather(self) -> MatchedPredictions:
-        classes = np.concatenate(self.classes)
-        num_classes = max(self.target_counts.shape[0], int(classes.max(initial=-1)) + 1)
+        T = IOU_THRESHOLDS.shape[0]
+        order = self.image_order()
+        scores = [np.zeros(0), *(self.scores[i] for i in order)]
+        classes = np.concatenate([np.zeros(0, dtype=np.int64), *(self.classes[i] for i in order)])
+        matched = [np.zeros((T, 0), dtype=bool), *(self.matched[i] for i in order)]
+        ignored = [np.zeros((T, 0), dtype=bool), *(self.ignored[i] for i in order)]
+        kept_counts = [self.target_counts[i] for i in order]
+        num_classes = max(
+            max((c.shape[0] for c in kept_counts), default=0), int(classes.max(initial=-1)) + 1
+        )
         counts = np.zeros(num_classes, dtype=np.int64)
-        counts[: self.target_counts.shape[0]] = self.target_counts
+        for image_counts in kept_counts:
+            counts[: image_counts.shape[0]] += image_counts
         return MatchedPredictions(
-            scores=np.concatenate(self.scores),
+            scores=np.concatenate(scores),
             classes=classes,
-            matched=np.concatenate(self.matched, axis=1),
-            ignored=np.concatenate(self.ignored, axis=1),
+            matched=np.concatenate(matched, axis=1),
+            ignored=np.concatenate(ignored, axis=1),
             target_counts=counts,
         )
 
@@ -160,41 +193,54 @@ class MeanAveragePrecision:
 
     @torch.no_grad()
     def update(
-        self, predictions: Sequence[ImagePredictions], targets: Sequence[ImageTargets]
+        self,
+        predictions: Sequence[ImagePredictions],
+        targets: Sequence[ImageTargets],
+        image_ids: Sequence[int] | None = None,
     ) -> None:
         """Match one batch of images and keep the per-prediction outcome.
 
         Args:
             predictions: per image, decoded predictions in source-image pixels.
             targets: per image, ground truth in the same pixels; same length and order.
+            image_ids: per image, its index in the dataset. With ids, ``compute`` scores the
+                images in id order and an id seen again counts once (a distributed sampler that
+                pads its shards repeats images); without, images count in update order. Pass
+                them on every update or on none.
 
         Raises:
             MetricsInputError: the sequences differ in length, or a record lacks a field the
                 kinds read or has a field of the wrong shape.
         """
-        if len(predictions) != len(targets):
+        if len(predictions) != len(targets) or (
+            image_ids is not None and len(image_ids) != len(targets)
+        ):
             raise MetricsInputError(
-                f"got {len(predictions)!r} prediction records but {len(targets)!r} target records: "
-                "pass one of each per image, in the same order"
+                f"got {len(predictions)!r} prediction records, {len(targets)!r} target records "
+                f"and {'no' if image_ids is None else len(image_ids)!r} image ids: pass one of "
+                "each per image, in the same order"
             )
+        ids: Sequence[int | None] = [None] * len(targets) if image_ids is None else image_ids
         for kind in self.kinds:
             prepared = [
                 self._prepare(kind, p, t) for p, t in zip(predictions, targets, strict=True)
             ]
             matches = match_images([overlaps for overlaps, _, _ in prepared])
             records = self._records[kind]
-            for (_, scores, classes), match, target in zip(prepared, matches, targets, strict=True):
-                records.add_predictions(scores, classes, match)
+            for (_, scores, classes), match, target, image_id in zip(
+                prepared, matches, targets, ids, strict=True
+            ):
                 ignore = self._target_ignore(kind, target).cpu().numpy()
                 counted = target.classes.cpu().numpy().astype(np.int64)[~ignore]
-                records.add_targets(np.bincount(counted))
+                records.add_image(scores, classes, match, np.bincount(counted), image_id)
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
 
-        This is how per-process accumulators are combined (e.g. after gathering them from every
-        rank of a distributed validation): the result equals one accumulator fed all images in
-        the order self, other.
+        This is how per-process accumulators are combined
+        (:func:`~lucid_yolo.train.metrics.gather_across_ranks`): the result equals one
+        accumulator fed all images in the order self, other; with image ids, one accumulator
+        fed every distinct image once, in id order.
 
         Raises:
             MetricsInputError: ``other`` evaluates other kinds or another ``max_dets``.

@@ -1,0 +1,39 @@
+"""gather_across_ranks: a two-rank evaluation scores like one process over the same images."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from gloo_ranks import KINDS, run_ranks, scene, shard_metrics
+
+from lucid_yolo.train.metrics import MeanAveragePrecision, gather_across_ranks
+
+
+def _one_process() -> dict[str, float]:
+    preds, targets = scene()
+    metric = MeanAveragePrecision(kinds=KINDS)
+    metric.update(preds, targets, image_ids=list(range(len(preds))))
+    return metric.compute()
+
+
+def test_gather_across_ranks_without_a_process_group_is_the_metric_itself() -> None:
+    metric = MeanAveragePrecision()
+    assert gather_across_ranks(metric) is metric
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("padded", [False, True], ids=["shards", "padded-shards"])
+def test_gather_across_ranks_two_gloo_ranks_equal_one_process(tmp_path: Path, padded: bool) -> None:
+    expected = _one_process()
+    ranks = run_ranks(shard_metrics, 2, tmp_path, padded)
+    assert ranks[0] == ranks[1] == expected
+    assert {name.split("/")[0] for name in expected} == set(KINDS)
+
+
+def test_gather_across_ranks_scene_is_sensitive_to_image_order() -> None:
+    preds, targets = scene()
+    interleaved = MeanAveragePrecision(kinds=KINDS)
+    order = [*range(0, len(preds), 2), *range(1, len(preds), 2)]
+    interleaved.update([preds[i] for i in order], [targets[i] for i in order])
+    assert interleaved.compute() != _one_process()
