@@ -214,3 +214,27 @@ def test_fit_logs_and_checkpoints_follow_default_root_dir(
     assert (run / "checkpoints/best.ckpt").is_file()
     last = torch.load(run / "checkpoints/last.ckpt", weights_only=True, map_location="cpu")
     assert last["epoch"] == 1  # rewritten every epoch, not only on a new best
+
+
+@pytest.mark.slow
+def test_fit_on_two_cpu_processes_prints_and_checkpoints_once(
+    cli: CliRunner, tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path
+) -> None:
+    done = cli(
+        "fit",
+        "--data.yaml",
+        str(tiny_data),
+        *tiny_fit,
+        "--trainer.accelerator",
+        "cpu",
+        "--trainer.devices",
+        "2",
+        timeout=900,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert len(FINAL.findall(done.stdout)) == 1, done.stdout
+    assert done.stdout.count("lucid-yolo fit: ") == 1, done.stdout
+    assert "on cpu × 2," in done.stdout
+    assert [p.name for p in (tmp_path / "runs/detect").iterdir()] == ["fit1"]
+    checkpoints = sorted(p.name for p in (tmp_path / "runs/detect/fit1/checkpoints").iterdir())
+    assert checkpoints == ["best.ckpt", "last.ckpt"]

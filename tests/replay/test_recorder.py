@@ -315,6 +315,14 @@ def test_recorder_retires_on_batchnorm_cumulative_momentum() -> None:
     assert recorder.recordings == 0
 
 
+def test_recorder_retires_on_sync_batchnorm() -> None:
+    net = nn.SyncBatchNorm.convert_sync_batchnorm(make_net())
+    recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)
+    with pytest.warns(ReplayRetiredWarning, match="unsupported-module.*SyncBatchNorm exchanges"):
+        recorder(torch.randn(2, 3, 8, 8))
+    assert recorder.recordings == 0
+
+
 class _Syncs(nn.Module):
     """Calls ``.item()`` inside its forward: recording must fail and leave no trace."""
 

@@ -164,3 +164,14 @@ def test_torch_module_registries_are_where_binding_reads() -> None:
     }, _internal_message("Module.__dict__['_buffers']")
     module.eval()
     assert registry.get("training") is False, _internal_message("Module.__dict__['training']")
+
+
+def test_binding_check_detects_a_replaced_submodule() -> None:
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4))
+    binding = Binding([net])
+    converted = nn.SyncBatchNorm.convert_sync_batchnorm(net)
+    assert converted is net  # the root stays, its BatchNorm child is a new SyncBatchNorm
+    problem = binding.check()
+    assert problem is not None
+    assert problem[0] is RetireReason.FORWARD_ALTERED
+    assert "SyncBatchNorm.convert_sync_batchnorm" in problem[1]

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from gloo_ranks import KINDS, run_ranks, scene, shard_metrics
+from gloo_ranks import run_ranks
+from metric_ranks import KINDS, scene, shard_metrics
 
 from lucid_yolo.train.metrics import MeanAveragePrecision, gather_across_ranks
 

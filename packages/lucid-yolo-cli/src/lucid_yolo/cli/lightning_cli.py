@@ -26,11 +26,12 @@ import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
@@ -149,7 +150,14 @@ class YoloCLI(LightningCLI):
         :meth:`before_instantiate_classes`.
         """
         parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
-        super().parse_arguments(parser, args)
+        # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
+        # console script has already read them (and resolved config names), so hide them while
+        # parsing only: DDP's launcher starts the other ranks with this process's sys.argv.
+        argv, sys.argv = sys.argv, sys.argv[:1]
+        try:
+            super().parse_arguments(parser, args)
+        finally:
+            sys.argv = argv
         self.inference_options: dict[str, Any] = {}
         subcommand = str(self.config.get("subcommand"))
         ckpt_path = self.config[subcommand].get("ckpt_path")
@@ -167,7 +175,7 @@ class YoloCLI(LightningCLI):
                 ckpt_path=ckpt_path,
                 kept_model_options=INFERENCE_OPTIONS if subcommand == "predict" else (),
             ):
-                print(f"lucid-yolo: warning: {line}", file=sys.stderr, flush=True)
+                _print_once(f"lucid-yolo: warning: {line}", file=sys.stderr)
 
     @override
     def before_instantiate_classes(self) -> None:
@@ -228,23 +236,30 @@ class YoloCLI(LightningCLI):
         super().after_instantiate_classes()
         trainer = self.trainer
         model = self.config_init[str(self.subcommand)]["model"].hparams["model"]
-        print(
-            f"lucid-yolo {self.subcommand}: {model} on {trainer.strategy.root_device.type}, "
-            f"precision {trainer.precision}, run folder {trainer.log_dir}",
-            flush=True,
+        devices = f" × {trainer.world_size}" if trainer.world_size > 1 else ""
+        _print_once(
+            f"lucid-yolo {self.subcommand}: {model} on {trainer.strategy.root_device.type}"
+            f"{devices}, precision {trainer.precision}, run folder {trainer.log_dir}"
         )
 
     def after_fit(self) -> None:
         """Print the final metrics line and where the checkpoint is."""
         callbacks = self.trainer_defaults["callbacks"]
         history = next(cb for cb in callbacks if isinstance(cb, ValidationHistory))
-        print(final_line(self.trainer, history.epochs), flush=True)
+        _print_once(final_line(self.trainer, history.epochs))
 
     def after_predict(self) -> None:
         """Print how many images and detections were written, and where."""
         writer = self.config_init["predict"]["output"]
         if isinstance(writer, PredictionWriter):
-            print(writer.summary(), flush=True)
+            _print_once(writer.summary())
+
+
+@rank_zero_only
+def _print_once(line: str, file: TextIO | None = None) -> None:
+    """Print ``line`` from the first process only: every rank of a multi-device run executes
+    the command, and its lines would show once per device."""
+    print(line, file=file or sys.stdout, flush=True)
 
 
 def _num_classes(data: YoloDataModule) -> int:
@@ -322,9 +337,6 @@ def _evaluate_at_trained_size(config: Any) -> None:
 
 def run_lightning(args: list[str]) -> None:
     """Run a LightningCLI subcommand with ``args`` (packaged config names already resolved)."""
-    # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
-    # console script has already read them (and resolved config names), so hide them.
-    argv, sys.argv = sys.argv, sys.argv[:1]
     per_command = {"formatter_class": PlainHelpFormatter, "default_env": True}
     try:
         with quiet_lightning():
@@ -350,8 +362,6 @@ def run_lightning(args: list[str]) -> None:
             flush=True,
         )
         raise SystemExit(128 + signal.SIGTERM) from None
-    finally:
-        sys.argv = argv
 
 
 __all__ = [

@@ -86,7 +86,14 @@ def depends_on(inputs: Sequence[Tensor], node_id: int) -> bool:
 
 
 def unsupported_module(modules: Sequence[nn.Module]) -> str | None:
+    """Why one of ``modules`` cannot be recorded, or ``None``."""
     for module in modules:
+        if isinstance(module, nn.SyncBatchNorm) and module.training:
+            return (
+                "SyncBatchNorm exchanges batch statistics between processes inside its forward "
+                "and backward; a graph would record those collectives and every rank would have "
+                "to replay in lockstep: use BatchNorm (no sync_batchnorm) to replay the region"
+            )
         if (
             isinstance(module, nn.modules.batchnorm._BatchNorm)
             and module.training

@@ -24,7 +24,8 @@ class RetireReason(enum.StrEnum):
     CAPTURE_FAILED = "capture-failed"
     """Warm-up or capture raised (host sync, new conv shape, OOM): that signature runs native."""
     FORWARD_ALTERED = "forward-altered"
-    """A module's ``forward`` was replaced after recording: the graph would run the old code."""
+    """A module's ``forward``, or a submodule itself, was replaced after the recorder was built:
+    the graph would run the old code."""
     MODULE_HOOKS = "module-hooks"
     """A module (or global) forward/backward hook exists: replayed graphs never call hooks."""
     PARAMETER_HOOKS = "parameter-hooks"
@@ -38,7 +39,8 @@ class RetireReason(enum.StrEnum):
     UNSUPPORTED_INPUT = "unsupported-input"
     """An argument that is neither a tensor nor a Python scalar: that signature runs native."""
     UNSUPPORTED_MODULE = "unsupported-module"
-    """A module needs a host sync inside its forward (e.g. ``BatchNorm(momentum=None)``)."""
+    """A module needs a host sync inside its forward (e.g. ``BatchNorm(momentum=None)``) or
+    communicates with other processes (``SyncBatchNorm``)."""
     PARITY_MISMATCH = "parity-mismatch"
     """The verifier's shadow native step gave different bits from the replayed step."""
     SHARED_INPUT = "shared-input"

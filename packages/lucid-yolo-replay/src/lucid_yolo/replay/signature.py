@@ -175,9 +175,10 @@ def _same_objects(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
 class Binding:
     """The identity of a region at recording time; a change retires the recorder.
 
-    Captures, once: the submodules, their parameters and buffers (object identity and storage
-    address, invariant 10), their ``forward`` (class attribute and any instance override,
-    invariant 11) and the names of their scalar attributes. :meth:`check` compares on every
+    Captures, once: the submodules and each one's children (a replaced child is a replaced
+    forward), their parameters and buffers (object identity and storage address, invariant 10),
+    their ``forward`` (class attribute and any instance override, invariant 11) and the names of
+    their scalar attributes. :meth:`check` compares on every
     call and :meth:`signature` builds the per-call :class:`Signature`; both read the modules'
     ``__dict__`` registries directly, because going through ``Module.parameters()`` costs
     milliseconds per call on a few hundred modules.
@@ -195,6 +196,7 @@ class Binding:
         self.buffers: tuple[Tensor, ...] = self._current_buffers()
         self._storage = self._addresses()
         self._forwards = self._forward_ids()
+        self._children = self._child_ids()
         self._scalar_getters = tuple(
             (d, operator.itemgetter(*names)) if names else (d, None)
             for d, names in zip(self._dicts, map(_scalar_attrs, self.submodules), strict=True)
@@ -215,6 +217,9 @@ class Binding:
             (id(type(m).forward), id(d.get("forward")))
             for m, d in zip(self.submodules, self._dicts, strict=True)
         )
+
+    def _child_ids(self) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(map(id, d["_modules"].values())) for d in self._dicts)
 
     def check(self) -> tuple[RetireReason, str] | None:
         """Return why the region can no longer replay, or ``None`` when it still can."""
@@ -239,6 +244,17 @@ class Binding:
             ]
             return RetireReason.FORWARD_ALTERED, (
                 f"forward of {altered[:3]!r} was replaced; the graph would run the old code"
+            )
+        if self._child_ids() != self._children:
+            replaced = [
+                type(m).__name__
+                for m, ids in zip(self.submodules, self._child_ids(), strict=True)
+                if ids not in self._children
+            ]
+            return RetireReason.FORWARD_ALTERED, (
+                f"a submodule of {replaced[:3]!r} was replaced by another module (e.g. "
+                "SyncBatchNorm.convert_sync_batchnorm); the graph would run the old one: build a "
+                "new recorder after changing the module tree"
             )
         if _global_hook_count() or any(map(_has_hooks, self._dicts)):
             pairs = zip(self.submodules, self._dicts, strict=True)

@@ -1,20 +1,11 @@
-"""Two CPU processes on the gloo backend, for the distributed-metric tests.
+"""The metric scene of the distributed-metric tests, and one rank's part of it.
 
-``torch.multiprocessing.spawn`` pickles its target by module name, and pytest's importlib mode
-gives test modules names a fresh process cannot import; this helper sits on the test
-``pythonpath`` so the spawned ranks can import it.
+Spawned ranks import this module by name (see ``tests/helpers/gloo_ranks.py``).
 """
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Callable
-from pathlib import Path
-from typing import Any
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from lucid_yolo.train.metrics import (
     ImagePredictions,
@@ -85,31 +76,3 @@ def shard_metrics(rank: int, world_size: int, padded: bool) -> dict[str, float]:
     metric = MeanAveragePrecision(kinds=KINDS)
     metric.update([preds[i] for i in ids], [targets[i] for i in ids], image_ids=ids)
     return gather_across_ranks(metric).compute()
-
-
-def _rank_main(
-    rank: int,
-    world_size: int,
-    init_file: str,
-    out_dir: str,
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-) -> None:
-    dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
-    )
-    try:
-        result = fn(rank, world_size, *args)
-    finally:
-        dist.destroy_process_group()
-    (Path(out_dir) / f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
-
-
-def run_ranks(fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: Any) -> list[Any]:
-    """``fn(rank, world_size, *args)`` in ``world_size`` spawned gloo ranks; their results."""
-    mp.spawn(
-        _rank_main,
-        args=(world_size, str(tmp_path / "init"), str(tmp_path), fn, args),
-        nprocs=world_size,
-    )
-    return [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(world_size)]
