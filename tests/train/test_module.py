@@ -12,8 +12,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
+from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
+from lucid_yolo.train.exceptions import TrainConfigError
 
 
 class _LossLog(Callback):
@@ -167,3 +169,28 @@ def test_module_ema_is_the_trainer_ema_blended_by_the_update_step() -> None:
     assert (ema.decay_on, ema.buffers, ema.recorder.enabled) == ("device", "copy", False)
     assert ema.live is module.net
     assert module.ema_net is ema.module
+
+
+def _two_process_trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
+    """A two-process DDP trainer on the CPU, not launched: its world size is all the module
+    reads in ``setup``."""
+    return _trainer(tmp_path, devices=2, strategy="ddp", **kwargs)
+
+
+def test_module_data_parallel_fit_refuses_verify_every(tmp_path: Path) -> None:
+    module = YoloModule("yolo26n", num_classes=2, verify_every=2)
+    module.trainer = _two_process_trainer(tmp_path)
+    with pytest.raises(TrainConfigError, match="verify_every=2 is not supported on 2 processes"):
+        module.setup("fit")
+
+
+def test_module_sync_batchnorm_retires_the_network_region() -> None:
+    module = YoloModule("yolo26n", num_classes=2, capture_network=True)
+    # what Lightning's sync_batchnorm does before the recorders are built
+    torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
+    module.replay(torch.rand(1, 3, 64, 64))  # warm-up, native
+    with pytest.warns(ReplayRetiredWarning, match="unsupported-module.*SyncBatchNorm"):
+        module.replay(torch.rand(1, 3, 64, 64))
+    (network,) = module.replay.recorders()
+    assert network.retired is not None
+    assert network.retired.reason is RetireReason.UNSUPPORTED_MODULE
