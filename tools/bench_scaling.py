@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from multi_gpu_env import child_env, multicast_off
+from multi_gpu_env import multicast_off, run_group
 
 multicast_off()
 
@@ -38,8 +38,10 @@ REPLAY_FLAGS = (
 )
 
 
-def _fit(args: argparse.Namespace, yaml: Path, root: Path, devices: int, replay: bool) -> float:
-    """Wall seconds of one ``lucid-yolo fit``; raises when it fails."""
+def _fit(
+    args: argparse.Namespace, yaml: Path, root: Path, devices: int, replay: bool
+) -> float | str:
+    """Wall seconds of one ``lucid-yolo fit``, or why it failed."""
     command = [
         sys.executable,
         "-m",
@@ -56,10 +58,10 @@ def _fit(args: argparse.Namespace, yaml: Path, root: Path, devices: int, replay:
         *(REPLAY_FLAGS if replay else ()),
     ]
     begin = time.perf_counter()
-    done = subprocess.run(command, env=child_env(), capture_output=True, text=True, check=False)
+    done = run_group(command, args.timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     seconds = time.perf_counter() - begin
     if done.returncode != 0 or "final:" not in done.stdout:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+        return f"status {done.returncode}: {done.stderr[-2000:]}"
     return seconds
 
 
@@ -84,11 +86,13 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=16, help="per-device batch")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=1, help="runs per configuration")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per fit")
     args = parser.parse_args()
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
     configs = list(itertools.product(args.devices, (False, True)))
     seconds: dict[tuple[int, bool], list[float]] = {c: [] for c in configs}
+    failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         yaml = generate_synthetic(
             Path(tmp) / "data",
@@ -103,8 +107,12 @@ def main() -> int:
             for devices, replay in configs if repeat % 2 == 0 else configs[::-1]:
                 root = Path(tmp) / f"runs-{devices}-{replay}-{repeat}"
                 took = _fit(args, yaml, root, devices, replay)
-                seconds[(devices, replay)].append(took)
                 mode = "replay" if replay else "native"
+                if isinstance(took, str):
+                    failures.append(f"{devices} device(s), {mode}: {took}")
+                    print(failures[-1], flush=True)
+                    continue
+                seconds[(devices, replay)].append(took)
                 print(f"{devices} device(s), {mode}: {took:.1f} s", flush=True)
     rows = [
         {
@@ -113,13 +121,18 @@ def main() -> int:
             **_summary(seconds[(devices, replay)], args.images * args.epochs),
         }
         for devices, replay in configs
+        if seconds[(devices, replay)]
     ]
-    result = {"settings": {k: str(v) for k, v in vars(args).items()}, "rows": rows}
+    result = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "rows": rows,
+        "failures": failures,
+    }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     for row in rows:
         print(json.dumps(row), flush=True)
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

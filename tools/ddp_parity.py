@@ -27,14 +27,13 @@ import argparse
 import itertools
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from multi_gpu_env import child_env, multicast_off
+from multi_gpu_env import multicast_off, run_group
 
 multicast_off()
 
@@ -201,6 +200,9 @@ def main() -> int:
     parser.add_argument("--accumulations", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--devices", type=int, default=2)
     parser.add_argument("--accelerator", default="gpu")
+    parser.add_argument(
+        "--timeout", type=float, default=600.0, help="seconds for all cases; cut ones fail"
+    )
     parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -240,7 +242,7 @@ def main() -> int:
             "--accumulations",
             *map(str, args.accumulations),
         ]
-        launched = subprocess.run(command, env=child_env(), check=False)
+        launched = run_group(command, args.timeout)
         ranks = [
             json.loads(path.read_text()) if path.is_file() else {}
             for path in (Path(tmp) / f"rank{r}.json" for r in range(args.devices))

@@ -10,6 +10,9 @@ subprocess.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+from collections.abc import Sequence
 
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
@@ -26,3 +29,25 @@ def multicast_off() -> None:
 def child_env(**extra: str) -> dict[str, str]:
     """This environment with :data:`MULTICAST_OFF` and ``extra``, for a subprocess."""
     return {**os.environ, **MULTICAST_OFF, **extra}
+
+
+def run_group(
+    command: Sequence[str], timeout: float, **kwargs: object
+) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` in its own process group with :func:`child_env`; past ``timeout``
+    seconds the whole group (a launcher and every rank it started) is stopped, so no orphaned
+    rank keeps a GPU busy. Returns status -9 when it was stopped."""
+    process = subprocess.Popen(
+        list(command), env=child_env(), start_new_session=True, text=True, **kwargs
+    )
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+        return subprocess.CompletedProcess(process.args, -9, stdout, stderr)
+    return subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
