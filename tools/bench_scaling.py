@@ -32,9 +32,9 @@ from multi_gpu_env import multicast_off, run_group
 multicast_off()
 
 REPLAY_FLAGS = (
-    "--model.capture_network=true",
-    "--model.capture_loss=true",
-    "--model.capture_update=true",
+    "--model.replay.network=true",
+    "--model.replay.loss=true",
+    "--model.replay.update=true",
 )
 
 

@@ -55,8 +55,8 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     from lightning.pytorch.callbacks import Callback
 
     from lucid_yolo.replay import state_digest
-    from lucid_yolo.train import YoloDataModule, YoloModule
-    from lucid_yolo.train.replay_binding import LOSS_REPLAY_TASKS
+    from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+    from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
 
     class Record(Callback):
         def __init__(self) -> None:
@@ -80,12 +80,12 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     pl.seed_everything(0)
     yaml = Path(args.root) / task / "data.yaml"
     data = YoloDataModule(yaml, task=task, imgsz=64, batch_size=2, workers=0, max_instances=16)
-    options = {
-        "capture_network": replay,
-        "capture_segment_heads": replay and task == "segment",
-        "capture_loss": replay and task in LOSS_REPLAY_TASKS,
-        "capture_update": replay,
-    }
+    options = ReplayConfig(
+        network=replay,
+        segment_heads=replay and task == "segment",
+        loss=replay and task in LOSS_REPLAY_TASKS,
+        update=replay,
+    )
     shape = data.spec.kpt_shape
     module = YoloModule(
         f"yolo26n{SUFFIX[task]}",
@@ -93,7 +93,7 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
         kpt_shape=(17, 3) if shape is None else (shape[0], 3),
         warmup_epochs=0.0,
         ema_tau=3.0,
-        **options,
+        replay=options,
     )
     record = Record()
     trainer = pl.Trainer(

@@ -13,7 +13,7 @@ from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -178,14 +178,14 @@ def _two_process_trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
 
 
 def test_module_data_parallel_fit_refuses_verify_every(tmp_path: Path) -> None:
-    module = YoloModule("yolo26n", num_classes=2, verify_every=2)
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(verify_every=2))
     module.trainer = _two_process_trainer(tmp_path)
-    with pytest.raises(TrainConfigError, match="verify_every=2 is not supported on 2 processes"):
+    with pytest.raises(TrainConfigError, match=r"replay\.verify_every=2 is not supported on 2"):
         module.setup("fit")
 
 
 def test_module_sync_batchnorm_retires_the_network_region() -> None:
-    module = YoloModule("yolo26n", num_classes=2, capture_network=True)
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
     # what Lightning's sync_batchnorm does before the recorders are built
     torch.nn.SyncBatchNorm.convert_sync_batchnorm(module)
     module.replay(torch.rand(1, 3, 64, 64))  # warm-up, native

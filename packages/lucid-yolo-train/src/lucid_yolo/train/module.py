@@ -143,15 +143,15 @@ class YoloModule(pl.LightningModule):
         """Check the options of a multi-process fit (docs/engineering/multi-gpu.md).
 
         Raises:
-            TrainConfigError: ``verify_every`` is set: its native shadow step runs outside DDP's
-                forward, so its gradients would not be all-reduced and every comparison would
-                fail.
+            TrainConfigError: ``replay.verify_every`` is set: its native shadow step runs
+                outside DDP's forward, so its gradients would not be all-reduced and every
+                comparison would fail.
         """
         if self.step_verifier.schedule.every:
             raise TrainConfigError(
-                f"verify_every={self.step_verifier.schedule.every!r} is not supported on "
+                f"replay.verify_every={self.step_verifier.schedule.every!r} is not supported on "
                 f"{self.trainer.world_size!r} processes: the shadow step bypasses DDP's gradient "
-                "all-reduce; set verify_every=0 or verify on one device"
+                "all-reduce; set replay.verify_every=0 or verify on one device"
             )
 
     @override
