@@ -30,6 +30,7 @@ NOISE = (
     "does not have many workers",
     "`Trainer.fit` stopped",
     "lightning_logs",
+    "v_num",
 )
 """Lines Lightning prints on its own (issue 18, point 7); a lucid-yolo run shows none of them."""
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import torch
-from lightning.pytorch.callbacks import Callback, ModelCheckpoint, RichProgressBar
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
@@ -43,6 +43,7 @@ from lucid_yolo.cli.help_format import PlainHelpFormatter
 from lucid_yolo.cli.ignored_options import ignored_option_warnings
 from lucid_yolo.cli.legacy_checkpoint import check_replay_options
 from lucid_yolo.cli.prediction_writer import PredictionWriter
+from lucid_yolo.cli.progress_bar import RunProgressBar
 from lucid_yolo.cli.quiet import quiet_lightning
 from lucid_yolo.cli.run_folder import next_run_folder
 from lucid_yolo.cli.time_left import TimeLeft
@@ -205,7 +206,7 @@ class YoloCLI(LightningCLI):
             logger_args.name = ""
             logger_args.version = folder.name
         if config.trainer.enable_progress_bar is not False:
-            self.trainer_defaults["callbacks"].append(RichProgressBar())
+            self.trainer_defaults["callbacks"].append(RunProgressBar())
         replay = ReplayConfig(**config.model.replay.as_dict())
         accelerator = str(config.trainer.accelerator)
         if replay.graphs and (accelerator == "cpu" or not torch.cuda.is_available()):
