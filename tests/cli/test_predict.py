@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from lucid_yolo.train import YoloModule
 from lucid_yolo.train.data.formats import rle_decode
 
 if TYPE_CHECKING:
-    from conftest import Trained
+    from conftest import CliRunner, Trained
 
 # Lightning's advice for an in-process predict on a small CPU machine, and its own pytree call
 IN_PROCESS_WARNINGS = (
@@ -227,3 +228,31 @@ def test_predict_bad_conf_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixt
     argv = ["predict", "--ckpt_path", str(checkpoint), "--data.source", str(image)]
     err = _error([*argv, "--model.val_conf", "1.5"], capsys)
     assert "val_conf must be in [0, 1], got 1.5" in err
+
+
+def test_predict_draw_non_utf8_image_name(tmp_path: Path, cli: CliRunner) -> None:
+    # OpenCV opening this name segfaulted the process (issue 15), hence the subprocess
+    checkpoint = _fake_checkpoint(tmp_path / "m.ckpt", "yolo26n")
+    images = tmp_path / "images"
+    images.mkdir()
+    image = Path(os.fsdecode(os.fsencode(images) + b"/wide\xff.png"))
+    image.write_bytes(_image(tmp_path / "wide.png", 48, 80).read_bytes())
+    done = cli(
+        "predict",
+        "--ckpt_path",
+        str(checkpoint),
+        "--data.source",
+        str(images),
+        "--data.workers",
+        "0",
+        "--trainer.enable_progress_bar",
+        "false",
+        "--output.draw",
+        "true",
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = tmp_path / "runs/detect/predict1"
+    overlay = cv2.imdecode(np.frombuffer((out / image.name).read_bytes(), np.uint8), 1)
+    assert overlay.shape == (48, 80, 3)
+    record = json.loads((out / f"{image.stem}.json").read_bytes())
+    assert record["image"] == str(image)

@@ -11,9 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import cv2
 import lightning.pytorch as pl
-import numpy as np
 from lightning.pytorch.callbacks import BasePredictionWriter
 from torch import Tensor
 from typing_extensions import override
@@ -22,6 +20,7 @@ from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.prediction_output import detections, draw, record
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.image_file import read_image, write_image
 
 
 class PredictionWriter(BasePredictionWriter):
@@ -99,8 +98,8 @@ class PredictionWriter(BasePredictionWriter):
             document = record(path, (height, width), found)
             (self.out / f"{path.stem}.json").write_text(json.dumps(document) + "\n", "utf-8")
             if self.draw:
-                source = np.asarray(cv2.imread(str(path), cv2.IMREAD_COLOR), dtype=np.uint8)
-                cv2.imwrite(str(self.out / f"{path.stem}.png"), draw(source, predictions, names))
+                overlay = draw(read_image(path), predictions, names)
+                write_image(self.out / f"{path.stem}.png", overlay)
             self.images += 1
             self.detections += len(found)
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from lucid_yolo.train.data.augment.letterbox import resize_long_side
 from lucid_yolo.train.data.augment.sample import UInt8Array
-from lucid_yolo.train.data.errors import ImageReadError, path_text
+from lucid_yolo.train.data.image_file import read_image
 from lucid_yolo.train.data.progress import Progress
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -29,13 +29,8 @@ from lucid_yolo.train.exceptions import TrainConfigError
 def load_image(path: Path, imgsz: int) -> tuple[UInt8Array, tuple[int, int]]:
     """Decode an image as RGB and resize it to ``imgsz`` on its long side.
 
-    The bytes are read by Python and decoded from memory (``cv2.imdecode``), never opened by
-    OpenCV from a path: ``cv2.imread`` on a file name that is not valid UTF-8 (lone surrogates in
-    Python) crashes the process with a segfault (issue 15), while Python opens any name the file
-    system holds. Decoding from memory gives the same pixels, EXIF orientation included.
-
     Args:
-        path: image file.
+        path: image file (read by :func:`.image_file.read_image`, so any file name works).
         imgsz: target long side, pixels.
 
     Returns:
@@ -45,18 +40,7 @@ def load_image(path: Path, imgsz: int) -> tuple[UInt8Array, tuple[int, int]]:
     Raises:
         ImageReadError: the file is missing or OpenCV cannot decode it.
     """
-    try:
-        encoded = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-    except OSError as error:
-        raise ImageReadError(
-            f"{path_text(path)}: cannot read the image ({error.strerror}); check the path"
-        ) from None
-    bgr = cv2.imdecode(encoded, cv2.IMREAD_COLOR) if encoded.size else None
-    if bgr is None:
-        raise ImageReadError(
-            f"{path_text(path)}: cannot decode the image (empty, truncated or not an image); "
-            "run `lucid-yolo data check` or train with policy='skip' to leave it out"
-        )
+    bgr = read_image(path)
     rgb = np.asarray(cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB), dtype=np.uint8)
     return resize_long_side(rgb, imgsz), (int(bgr.shape[0]), int(bgr.shape[1]))
 

@@ -30,6 +30,7 @@ import yaml
 from lucid_yolo.train.data.dataset_yaml import TASKS, Task
 from lucid_yolo.train.data.formats.geometry import LabelRows, hull_box
 from lucid_yolo.train.data.formats.ultralytics import write_label_file
+from lucid_yolo.train.data.image_file import write_image
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.synthetic_shapes import (
     FLIP_IDX,
@@ -248,8 +249,7 @@ def generate_synthetic(
             image, labels = render_sample(
                 rng, task=task, imgsz=imgsz, max_objects=max_objects, image_path=image_path
             )
-            if not cv2.imwrite(str(image_path), image, params):
-                raise OSError(f"{image_path}: OpenCV could not write the image; check the folder")
+            write_image(image_path, image, params)
             write_label_file(out / "labels" / split / f"{index:06d}.txt", labels, task)
         _remove_stale(out / "images" / split, count, image_suffix)
         _remove_stale(out / "labels" / split, count, ".txt")
