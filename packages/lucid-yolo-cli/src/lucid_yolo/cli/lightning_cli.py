@@ -80,6 +80,7 @@ def kpt_shape_of(data: YoloDataModule) -> tuple[int, int]:
 def trainer_defaults(subcommand: str) -> dict[str, Any]:
     """Trainer defaults for this machine and ``subcommand``.
 
+    Every command loads checkpoints through :class:`AtomicCheckpointIO` (weights-only, issue 15).
     Only ``fit`` checkpoints: in the other commands a checkpoint callback (ours or Lightning's
     default one) would only warn that its folder changed when the evaluated checkpoint restores
     its state.
@@ -110,13 +111,11 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             "init_args": {"save_dir": RUNS},
         },
         "callbacks": callbacks,
+        # every command reads --ckpt_path weights-only, whatever Lightning's default; fit also
+        # writes its checkpoints atomically beside their target (as a class path: jsonargparse
+        # validates trainer plugins against a union of classes)
+        "plugins": [{"class_path": f"{AtomicCheckpointIO.__module__}.AtomicCheckpointIO"}],
     }
-    if subcommand == "fit":
-        # checkpoints written atomically beside their target, read back weights-only (as a
-        # class path: jsonargparse validates trainer plugins against a union of classes)
-        defaults["plugins"] = [
-            {"class_path": f"{AtomicCheckpointIO.__module__}.AtomicCheckpointIO"}
-        ]
     return defaults
 
 
