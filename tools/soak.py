@@ -59,7 +59,9 @@ class MemoryLog(pl.Callback):
             "reserved": torch.cuda.memory_reserved() if cuda else 0,
             "allocated": torch.cuda.memory_allocated() if cuda else 0,
             "rss": host_rss(),
-            "telemetry": getattr(pl_module, "replay_telemetry", dict)(),
+            "telemetry": pl_module.replay_telemetry.as_dict()
+            if isinstance(pl_module, YoloModule)
+            else {},
             "map50_95": float(metrics["val/box/mAP50-95"])
             if "val/box/mAP50-95" in metrics
             else None,
