@@ -43,6 +43,10 @@ TRIGGERED_BY: dict[RetireReason, tuple[str, str]] = {
         RECORDER,
         "test_recorder_second_forward_before_backward_runs_native",
     ),
+    RetireReason.GRAD_LAYOUT: (
+        "replay/test_grad_layout.py",
+        "test_recorder_retires_when_gradient_layout_changes",
+    ),
     RetireReason.INPUTS_CHANGED: (
         "train/replay/test_binding.py",
         "test_loss_region_with_changed_keys_runs_natively_with_a_reason",

@@ -9,6 +9,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
 from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
@@ -70,10 +71,12 @@ def digested_fit(
     imgsz: int = 128,
     max_steps: int = 6,
     weights: str | None = None,
+    channels_last: bool = False,
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
-    optimizer (and scaler), per-step loss bits."""
+    optimizer (and scaler), per-step loss bits. ``channels_last`` converts the module's weights
+    (the images stay NCHW), as the parity matrix does."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
@@ -86,6 +89,8 @@ def digested_fit(
         weights=weights,
         replay=replay,
     )
+    if channels_last:
+        module = module.to(memory_format=torch.channels_last)
     losses = _LossBits()
     trainer = pl.Trainer(
         accelerator=accelerator,

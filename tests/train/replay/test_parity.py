@@ -80,6 +80,28 @@ def test_replayed_fit_is_bitwise_native(
     assert native.losses == replayed.losses
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_replayed_segment_fit_with_channels_last_weights_is_bitwise_native(
+    precision: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # The parity matrix's 6 failing cases, smallest: the prototype head's outputs are
+    # channels_last, the gradients the loss hands them are not.
+    yaml = tiny_dataset("segment")
+    replay = ReplayConfig(network=True, segment_heads=True)
+    native = fit_digests(yaml, "segment", precision, 1, max_steps=3, channels_last=True)
+    replayed = fit_digests(
+        yaml, "segment", precision, 1, max_steps=3, channels_last=True, replay=replay
+    )
+    micro_batches = len(replayed.losses)
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == {
+        "network": micro_batches - 1,
+        "segment-heads": micro_batches - 1,
+    }
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
 def test_replayed_update_under_grad_scaler_is_bitwise_native(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:

@@ -27,6 +27,7 @@ from lucid_yolo.replay._autograd import (
     unsupported_module,
 )
 from lucid_yolo.replay._capture import autocast_cache_emulation
+from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._sharing import SharingProbe
@@ -146,6 +147,7 @@ class RegionRecorder:
         self._seen: Counter[Signature] = Counter()
         self._native_signatures: set[Signature] = set()
         self._sharing = SharingProbe(self.retire)
+        self._grad_layouts = GradLayouts()
 
     def _default_device(self) -> torch.device | None:
         params = self.binding.parameters
@@ -176,7 +178,7 @@ class RegionRecorder:
                 return self._native("retired-signature", args)
             self._seen[signature] += 1
             if self._seen[signature] <= self.warmup_steps:
-                return self._native("warm-up", args)
+                return self._warm_up(signature, args)
             recording = self._record_or_retire(signature, args)
             if recording is None:
                 return self._native("retired-signature", args)
@@ -227,6 +229,16 @@ class RegionRecorder:
         self._telemetry.native_calls[cause] += 1
         return self.region(*args)
 
+    def _warm_up(self, signature: Signature, args: Sequence[Any]) -> RegionOutput:
+        """A native call that also learns the layout of the gradients its outputs receive."""
+        output = self._native("warm-up", args)
+        try:
+            flat = OutputLayout.flatten(output)[1]
+        except ReplayConfigError:
+            return output  # recording will fail and say why
+        self._grad_layouts.watch(signature, flat)
+        return output
+
     def _may_open(self, recording: _Recording, inputs: Sequence[Tensor]) -> bool:
         """A forward may replay when nothing is open, or nested above the newest open one."""
         open_forwards = self.pool.open_forwards()
@@ -252,7 +264,7 @@ class RegionRecorder:
             return None
         snapshot = StateSnapshot(self.binding.buffers, self._devices(args))
         try:
-            recording = self._record(args)
+            recording = self._record(signature, args)
         except Exception as error:
             if self.pool.uses_cuda:
                 torch.cuda.synchronize(self.pool.device)
@@ -271,11 +283,12 @@ class RegionRecorder:
         tensors = [*self.binding.parameters, *(a for a in args if isinstance(a, Tensor))]
         return [t.device for t in tensors]
 
-    def _record(self, args: Sequence[Any]) -> _Recording:
+    def _record(self, signature: Signature, args: Sequence[Any]) -> _Recording:
         """Warm up on the side stream, then capture forward and backward.
 
         Static inputs are fresh buffers with each input's exact shape, stride and dtype, filled
-        with the current inputs so warm-up sees real values.
+        with the current inputs so warm-up sees real values. Static gradient outputs take the
+        strides of the gradients the native warm-up calls received (:mod:`._grad_layout`).
         """
         live_inputs = [a for a in args if isinstance(a, Tensor)]
         with torch.no_grad():
@@ -309,7 +322,10 @@ class RegionRecorder:
             differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
             patterns = gradient_patterns(groups, differentiable) if targets else {}
             with torch.no_grad():
-                static_grad_outputs = {i: torch.zeros_like(outputs[i]) for i in differentiable}
+                static_grad_outputs = {
+                    i: self._grad_layouts.static_buffer(signature, i, outputs[i])
+                    for i in differentiable
+                }
             # Warm-up visits every kernel and shape of the forward and of each backward pattern.
             for iteration in range(self.capture_warmup):
                 if iteration:
@@ -385,6 +401,21 @@ class RegionRecorder:
             self.pool.push(call.token)
         return outputs
 
+    def _check_grad_layout(
+        self, recording: _Recording, index: int, grad: Tensor, static: Tensor
+    ) -> None:
+        """Retire when a dense incoming gradient is laid out unlike the buffer the backward graph
+        was recorded over (an expanded gradient has no layout to match: copied as before)."""
+        if self.retired is None and dense(grad) and not same_layout(grad, static):
+            self.retire(
+                RetireReason.GRAD_LAYOUT,
+                f"the gradient of output {recording.layout.keys[index]!r} came with strides "
+                f"{tuple(grad.stride())}, the backward graph reads strides "
+                f"{tuple(static.stride())}: this backward may round differently from native "
+                "and later calls run native; keep the code after the region producing the same "
+                "gradient layout on every step",
+            )
+
     def _launch_backward(
         self, ctx: Any, call: _Call, grads: Sequence[Tensor | None]
     ) -> tuple[Tensor | None, ...]:
@@ -404,6 +435,7 @@ class RegionRecorder:
                 if grad is None:
                     static.zero_()
                 else:
+                    self._check_grad_layout(recording, i, grad, static)
                     static.copy_(grad)
         recording.graphs.launch_backward(graded)
         self._telemetry.graph_launches += 1

@@ -52,6 +52,9 @@ class RetireReason(enum.StrEnum):
     INPUTS_CHANGED = "inputs-changed"
     """The caller's named inputs differ from those the region was built for: that call runs
     native."""
+    GRAD_LAYOUT = "grad-layout"
+    """An output's incoming gradient had other strides than the native warm-up's, which the
+    recorded backward reads with: its reductions would round differently."""
 
     @property
     def permanent(self) -> bool:
