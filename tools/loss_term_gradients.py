@@ -4,7 +4,8 @@ Backbone and neck are shared by every term; the one-to-one branch reads them det
 SGD-type update the term with the largest gradient there steers the shared features, whatever the
 others need. This tool builds a fresh network of each task, takes one augmented training batch of
 the synthetic set, and prints, per weighted loss term (the gains applied, ProgLoss at epoch 0), the
-L2 norm of its gradient over the backbone + neck parameters, and its share of the sum of norms.
+L2 norm of its gradient over the backbone + neck parameters, and its share of the sum of norms; and
+the norm of the whole loss's gradient over every parameter (what a clip by norm sees).
 
 Example (CPU, a minute)::
 
@@ -53,10 +54,13 @@ def term_gradients(task: str, imgsz: int, batch_size: int, root: Path) -> dict[s
         options["num_keypoints"] = kpt_shape[0]
     shared = [p for name, p in net.named_parameters() if name.startswith(("backbone", "neck"))]
     outputs = net(batch["images"].float() / 255.0)
-    _, terms = build_loss(task, data.num_classes, **options)(outputs, batch, 0.0)
+    full, terms = build_loss(task, data.num_classes, **options)(outputs, batch, 0.0)
+    every = [p for p in net.parameters() if p.requires_grad]
+    grads = torch.autograd.grad(full, every, retain_graph=True, allow_unused=True)
+    present = [g.norm() for g in grads if g is not None]
     names = [name for name in terms if "/" not in name and name != "o2m_weight"]
     defaults = LossGains()
-    norms: dict[str, float] = {}
+    norms: dict[str, float] = {"all terms, all parameters": float(torch.stack(present).norm())}
     for index, name in enumerate(names):
         only = LossGains(
             **{f.name: 0.0 for f in fields(LossGains)} | {name: getattr(defaults, name)}
@@ -80,8 +84,9 @@ def main() -> None:
     torch.set_num_threads(1)
     for task in args.tasks:
         norms = term_gradients(task, args.imgsz, args.batch, args.root)
-        total = sum(norms.values()) or 1.0
-        shares = {name: round(value / total, 3) for name, value in norms.items()}
+        terms = {name: value for name, value in norms.items() if not name.startswith("all ")}
+        total = sum(terms.values()) or 1.0
+        shares = {name: round(value / total, 3) for name, value in terms.items()}
         rounded = {name: round(value, 3) for name, value in norms.items()}
         print(json.dumps({"task": task, "grad_norm": rounded, "share": shares}))
 
