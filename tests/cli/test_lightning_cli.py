@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 import torch
+import yaml
 
 from lucid_yolo.cli.embedded import VERSION
 from lucid_yolo.cli.main import main
@@ -153,6 +154,44 @@ def test_validate_checkpoint_scores_at_the_trained_size(
     assert fit_map is not None
     assert validate_map is not None, done.stdout
     assert float(validate_map.group(1)) == pytest.approx(float(fit_map.group(1)), abs=5e-5)
+
+
+def test_validate_without_data_yaml_scores_on_the_checkpoints_dataset(
+    cli: CliRunner, trained: Trained, tmp_path: Path
+) -> None:
+    done = cli("validate", "--data.workers", "0", "--ckpt_path", str(trained.checkpoint))
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved = yaml.safe_load((tmp_path / "runs/detect/validate1/config.yaml").read_text())
+    assert saved["data"]["yaml"] == str(trained.data.resolve())
+
+
+def _three_classes(trained: Trained, folder: Path) -> Path:
+    """The trained dataset's YAML with three other class names."""
+    spec = yaml.safe_load(trained.data.read_text())
+    other = folder / "three.yaml"
+    other.write_text(yaml.safe_dump({**spec, "nc": 3, "names": ["a", "b", "c"]}))
+    return other
+
+
+def test_validate_checkpoint_of_other_classes_is_refused_in_one_line(
+    trained: Trained, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = _three_classes(trained, tmp_path)
+    argv = ["validate", "--data.yaml", str(other), "--data.workers", "0"]
+    assert main([*argv, "--ckpt_path", str(trained.checkpoint)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"lucid-yolo: error: --ckpt_path {str(trained.checkpoint)!r} was")
+    assert "on 5 classes ['circle', " in err
+    assert f"but the data ({other}) is detect with 3 classes ['a', 'b', 'c']" in err
+    assert err.count("\n") == 1
+
+
+def test_resuming_a_fit_on_other_classes_is_refused(
+    trained: Trained, tiny_fit: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = ["fit", "--data.yaml", str(_three_classes(trained, tmp_path)), *tiny_fit]
+    assert main([*argv, "--ckpt_path", str(trained.checkpoint)]) == 2
+    assert "pass the dataset it was trained on with --data.yaml" in capsys.readouterr().err
 
 
 def test_each_run_gets_the_next_numbered_folder(

@@ -35,6 +35,17 @@ def test_load_checkpoint_data_reads_pose_metadata(tmp_path: Path) -> None:
     assert dict(saved.spec.splits) == {}
 
 
+def test_load_checkpoint_data_reads_the_dataset_file(tmp_path: Path) -> None:
+    state = {"names": ["a"], "task": "detect", "imgsz": 64, "dataset_file": "/data/own/data.yaml"}
+    saved = load_checkpoint_data(_save(tmp_path / "m.ckpt", state), KEY)
+    assert saved.dataset_file == Path("/data/own/data.yaml")
+
+
+def test_load_checkpoint_data_older_checkpoint_has_no_dataset_file(tmp_path: Path) -> None:
+    state = {"names": ["a"], "task": "detect", "imgsz": 64}
+    assert load_checkpoint_data(_save(tmp_path / "m.ckpt", state), KEY).dataset_file is None
+
+
 def test_load_checkpoint_data_without_metadata(tmp_path: Path) -> None:
     path = tmp_path / "other.ckpt"
     torch.save({"weights": torch.zeros(1)}, path)

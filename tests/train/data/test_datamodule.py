@@ -201,6 +201,12 @@ def test_datamodule_checkpoint_gives_metadata_and_image_size(
     assert YoloDataModule(path, imgsz=64).imgsz == 64
 
 
+def test_datamodule_checkpoint_names_the_dataset_file(pose_yaml: Path, tmp_path: Path) -> None:
+    path = tmp_path / "m.ckpt"
+    torch.save({"YoloDataModule": YoloDataModule(pose_yaml).state_dict()}, path)
+    assert YoloDataModule(path).dataset_file == pose_yaml.resolve()
+
+
 def test_datamodule_checkpoint_has_no_training_split(pose_yaml: Path, tmp_path: Path) -> None:
     path = tmp_path / "m.ckpt"
     torch.save({"YoloDataModule": YoloDataModule(pose_yaml).state_dict()}, path)

@@ -56,7 +56,7 @@ from lucid_yolo.train.callbacks import (
     RngState,
     SigtermCheckpoint,
 )
-from lucid_yolo.train.data import DataError, load_checkpoint_data
+from lucid_yolo.train.data import CheckpointData, DataError, load_checkpoint_data
 
 RUNS = "runs"
 """Default folder of logs and checkpoints (``--trainer.default_root_dir``)."""
@@ -183,7 +183,7 @@ class YoloCLI(LightningCLI):
         if self.subcommand == "predict":
             _prepare_predict(config, self.inference_options)
         if self.subcommand in ("validate", "test") and config.get("ckpt_path"):
-            _evaluate_at_trained_size(config)
+            _evaluate_as_trained(config)
         if self.subcommand != "fit":
             # replay only acts in training steps: evaluating or predicting runs natively anywhere
             for key, value in asdict(ReplayConfig()).items():
@@ -234,6 +234,9 @@ class YoloCLI(LightningCLI):
     def after_instantiate_classes(self) -> None:
         """Print the one line that says what runs where: model, device, precision, folder."""
         super().after_instantiate_classes()
+        config = self.config[str(self.subcommand)]
+        if self.subcommand != "predict" and config.get("ckpt_path"):
+            _check_trained_classes(config.ckpt_path, self.datamodule)
         trainer = self.trainer
         model = self.config_init[str(self.subcommand)]["model"].hparams["model"]
         devices = f" × {trainer.world_size}" if trainer.world_size > 1 else ""
@@ -320,19 +323,50 @@ def _require_epoch_limit(trainer: Any) -> None:
         )
 
 
-def _evaluate_at_trained_size(config: Any) -> None:
-    """Evaluate a checkpoint at the input size it was trained at unless ``--data.imgsz`` says.
+def _trained_data(ckpt_path: str) -> CheckpointData:
+    try:
+        return load_checkpoint_data(ckpt_path, YoloDataModule.__qualname__)
+    except DataError as error:
+        raise CliError(f"--ckpt_path: {error}") from error
+
+
+def _evaluate_as_trained(config: Any) -> None:
+    """Evaluate a checkpoint at the size and on the dataset it was trained with, unless
+    ``--data.imgsz`` or ``--data.yaml`` say otherwise.
+
+    Without ``--data.yaml`` the option holds the embedded synthetic set, which only a quickstart
+    checkpoint was trained on; the dataset file a checkpoint names replaces it (issue 18's walk:
+    ``validate --ckpt_path`` of a model of an own 3-class set loaded it into a 5-class network).
 
     Raises:
         CliError: the checkpoint is missing or holds no lucid-yolo dataset metadata.
     """
-    if config.data.imgsz is not None:
+    saved = _trained_data(config.ckpt_path)
+    if config.data.imgsz is None:
+        config.data.imgsz = saved.imgsz
+    if str(config.data.yaml) == SYNTHETIC and saved.dataset_file is not None:
+        config.data.yaml = str(saved.dataset_file)
+
+
+def _check_trained_classes(ckpt_path: str, data: YoloDataModule) -> None:
+    """Refuse a checkpoint trained on other classes than ``data``'s, before Lightning loads it.
+
+    Lightning loads the weights before the data module's own check, and a class count that
+    differs fails there as a page of tensor size mismatches.
+
+    Raises:
+        CliError: the task or the class names differ; the message names both and the fix.
+    """
+    trained = _trained_data(ckpt_path).spec
+    if (trained.task, trained.names) == (data.task, data.names):
         return
-    try:
-        saved = load_checkpoint_data(config.ckpt_path, YoloDataModule.__qualname__)
-    except DataError as error:
-        raise CliError(f"--ckpt_path: {error}") from error
-    config.data.imgsz = saved.imgsz
+    where = "" if data.dataset_file is None else f" ({data.dataset_file})"
+    raise CliError(
+        f"--ckpt_path {ckpt_path!r} was trained for {trained.task} on {len(trained.names)} "
+        f"classes {list(trained.names)!r}, but the data{where} is {data.task} with "
+        f"{len(data.names)} classes {list(data.names)!r}; pass the dataset it was trained on "
+        "with --data.yaml"
+    )
 
 
 def run_lightning(args: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""A checkpoint as a dataset description: the class names, task and sizes it was trained with.
+"""A checkpoint as a dataset description: the classes, task, size and data it was trained with.
 
 :meth:`YoloDataModule.state_dict` stores the dataset metadata in every Lightning checkpoint (under
 the data module's class name). Prediction needs that metadata and no labels, so a ``.ckpt`` path
@@ -34,10 +34,13 @@ class CheckpointData:
     Attributes:
         spec: class names, task and keypoint layout; no splits (``spec.splits`` is empty).
         imgsz: the square input size the model was trained at, pixels.
+        dataset_file: the dataset description the fit read (absolute), ``None`` when it had
+            none (a dataset passed from Python) or the checkpoint predates the entry.
     """
 
     spec: DatasetSpec
     imgsz: int
+    dataset_file: Path | None = None
 
 
 def load_checkpoint_data(path: str | Path, key: str) -> CheckpointData:
@@ -77,7 +80,12 @@ def load_checkpoint_data(path: str | Path, key: str) -> CheckpointData:
         kpt_shape=None if kpt_shape is None else (int(kpt_shape[0]), int(kpt_shape[1])),
         flip_idx=None if flip_idx is None else tuple(int(i) for i in flip_idx),
     )
-    return CheckpointData(spec=spec, imgsz=int(state["imgsz"]))
+    dataset_file = state.get("dataset_file")
+    return CheckpointData(
+        spec=spec,
+        imgsz=int(state["imgsz"]),
+        dataset_file=None if dataset_file is None else Path(dataset_file),
+    )
 
 
 __all__ = ["CHECKPOINT_SUFFIX", "CheckpointData", "is_checkpoint", "load_checkpoint_data"]

@@ -130,16 +130,21 @@ class YoloDataModule(L.LightningDataModule):
                 f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0"
             )
         self.spec: DatasetSpec | PreparedDataset
+        # the description file read, saved in checkpoints: `validate --ckpt_path` evaluates on it
+        self.dataset_file: Path | None = None
         trained_imgsz = DEFAULT_IMGSZ
         if isinstance(yaml, DatasetSpec | PreparedDataset):
             self.spec = yaml
         elif is_checkpoint(yaml):
             saved = load_checkpoint_data(yaml, type(self).__qualname__)
             self.spec, trained_imgsz = saved.spec, saved.imgsz
-        elif is_coco_yaml(yaml):
-            self.spec = load_coco_yaml(yaml, task=task or "detect", policy=policy)
+            self.dataset_file = saved.dataset_file
         else:
-            self.spec = load_dataset_yaml(yaml, task=task)
+            if is_coco_yaml(yaml):
+                self.spec = load_coco_yaml(yaml, task=task or "detect", policy=policy)
+            else:
+                self.spec = load_dataset_yaml(yaml, task=task)
+            self.dataset_file = Path(yaml).expanduser().resolve()
         if task is not None and task != self.spec.task:
             raise DatasetConfigError(
                 f"{self._where}: the labels are for task {self.spec.task!r}, not {task!r}; "
@@ -228,9 +233,10 @@ class YoloDataModule(L.LightningDataModule):
 
     @override
     def state_dict(self) -> dict[str, Any]:
-        """Dataset metadata saved in checkpoints (class names, task, keypoint layout, size), and
-        where the training loader stopped (:class:`ResumableLoader`)."""
+        """Dataset metadata saved in checkpoints (class names, task, keypoint layout, size, the
+        description file), and where the training loader stopped (:class:`ResumableLoader`)."""
         return {
+            "dataset_file": None if self.dataset_file is None else str(self.dataset_file),
             "names": list(self.spec.names),
             "task": self.spec.task,
             "imgsz": self.imgsz,
