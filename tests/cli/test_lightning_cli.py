@@ -138,8 +138,8 @@ def test_test_checkpoint_logs_box_map_at_the_trained_size(
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "test/box/mAP50-95" in done.stdout
-    saved = tmp_path / "runs/detect/test1/config.yaml"
-    assert "imgsz: 64" in saved.read_text()
+    saved = yaml.safe_load((tmp_path / "runs/detect/test1/config.yaml").read_text())
+    assert saved["data"]["imgsz"] == 64
 
 
 def test_validate_checkpoint_scores_at_the_trained_size(
@@ -148,12 +148,24 @@ def test_validate_checkpoint_scores_at_the_trained_size(
     argv = ["--config", "detect-n", "--data.yaml", str(trained.data), "--data.workers", "0"]
     done = cli("validate", *argv, "--ckpt_path", str(trained.checkpoint))
     assert done.returncode == 0, done.stderr[-2000:]
-    assert "imgsz: 64" in (tmp_path / "runs/detect/validate1/config.yaml").read_text()
+    saved = yaml.safe_load((tmp_path / "runs/detect/validate1/config.yaml").read_text())
+    assert saved["data"]["imgsz"] == 64
     fit_map = re.search(r"box mAP50-95 ([0-9.]+)", trained.stdout)
     validate_map = re.search(r"val/box/mAP50-95\W+([0-9.]+)", done.stdout)
     assert fit_map is not None
     assert validate_map is not None, done.stdout
     assert float(validate_map.group(1)) == pytest.approx(float(fit_map.group(1)), abs=5e-5)
+
+
+def test_validate_checkpoint_at_the_size_asked_on_the_command_line(
+    trained: Trained, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--config", "detect-n", "--data.yaml", str(trained.data)]
+    argv += ["--data.workers", "0", "--trainer.enable_progress_bar", "false", "--data.imgsz", "96"]
+    assert main([*argv, "--ckpt_path", str(trained.checkpoint)]) == 0
+    saved = yaml.safe_load((tmp_path / "runs/detect/validate1/config.yaml").read_text())
+    assert saved["data"]["imgsz"] == 96
 
 
 def test_validate_without_data_yaml_scores_on_the_checkpoints_dataset(

@@ -22,6 +22,7 @@ Every command writes into its own folder, ``runs/<task>/<command><N>``
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 from dataclasses import asdict
@@ -160,6 +161,7 @@ class YoloCLI(LightningCLI):
             sys.argv = argv
         self.inference_options: dict[str, Any] = {}
         subcommand = str(self.config.get("subcommand"))
+        self.imgsz_asked = _asked(subcommand, "data.imgsz", args)
         ckpt_path = self.config[subcommand].get("ckpt_path")
         if ckpt_path is not None:
             check_replay_options(ckpt_path)
@@ -183,7 +185,7 @@ class YoloCLI(LightningCLI):
         if self.subcommand == "predict":
             _prepare_predict(config, self.inference_options)
         if self.subcommand in ("validate", "test") and config.get("ckpt_path"):
-            _evaluate_as_trained(config)
+            _evaluate_as_trained(config, keep_imgsz=self.imgsz_asked)
         if self.subcommand != "fit":
             # replay only acts in training steps: evaluating or predicting runs natively anywhere
             for key, value in asdict(ReplayConfig()).items():
@@ -330,11 +332,21 @@ def _trained_data(ckpt_path: str) -> CheckpointData:
         raise CliError(f"--ckpt_path: {error}") from error
 
 
-def _evaluate_as_trained(config: Any) -> None:
+def _asked(subcommand: str, option: str, args: Any) -> bool:
+    """Whether the command line (or its ``PL_`` environment variable) sets ``option``."""
+    flag = f"--{option}"
+    words = [str(a) for a in args] if isinstance(args, list) else []
+    variable = f"PL_{subcommand}__{option.replace('.', '__')}".upper()
+    return variable in os.environ or any(w == flag or w.startswith(f"{flag}=") for w in words)
+
+
+def _evaluate_as_trained(config: Any, *, keep_imgsz: bool) -> None:
     """Evaluate a checkpoint at the size and on the dataset it was trained with, unless
     ``--data.imgsz`` or ``--data.yaml`` say otherwise.
 
-    Without ``--data.yaml`` the option holds the embedded synthetic set, which only a quickstart
+    A packaged config's size is a training setting (``--config detect-n`` says 640) and does
+    not count: only ``--data.imgsz`` itself (``keep_imgsz``) keeps its value. Without
+    ``--data.yaml`` the option holds the embedded synthetic set, which only a quickstart
     checkpoint was trained on; the dataset file a checkpoint names replaces it (issue 18's walk:
     ``validate --ckpt_path`` of a model of an own 3-class set loaded it into a 5-class network).
 
@@ -342,7 +354,7 @@ def _evaluate_as_trained(config: Any) -> None:
         CliError: the checkpoint is missing or holds no lucid-yolo dataset metadata.
     """
     saved = _trained_data(config.ckpt_path)
-    if config.data.imgsz is None:
+    if config.data.imgsz is None or not keep_imgsz:
         config.data.imgsz = saved.imgsz
     if str(config.data.yaml) == SYNTHETIC and saved.dataset_file is not None:
         config.data.yaml = str(saved.dataset_file)
