@@ -168,6 +168,21 @@ def test_validate_checkpoint_at_the_size_asked_on_the_command_line(
     assert saved["data"]["imgsz"] == 96
 
 
+def test_validate_table_names_no_epoch(
+    trained: Trained,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    argv = ["validate", "--data.yaml", str(trained.data), "--data.workers", "0"]
+    argv += ["--trainer.enable_progress_bar", "false"]
+    assert main([*argv, "--ckpt_path", str(trained.checkpoint)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"^ *validation *$", out, re.M), out
+    assert "epoch" not in out
+
+
 def test_validate_without_data_yaml_scores_on_the_checkpoints_dataset(
     cli: CliRunner, trained: Trained, tmp_path: Path
 ) -> None:

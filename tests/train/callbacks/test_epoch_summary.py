@@ -30,6 +30,12 @@ def test_validation_table_one_row_per_kind() -> None:
     assert "0.1250" in text
 
 
+def test_validation_table_without_an_epoch_has_a_plain_title() -> None:
+    text = _render(validation_table({"val/box/mAP50": 0.5}, epoch=None))
+    assert "validation" in text
+    assert "epoch" not in text
+
+
 def test_validation_table_none_without_validation_metrics() -> None:
     assert validation_table({"train/loss": 1.0}, epoch=0) is None
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.trainer.states import TrainerFn
 from lightning.pytorch.utilities import rank_zero_only
 from rich.console import Console
 from rich.table import Table
@@ -19,13 +20,17 @@ STATS = ("P", "R", "mAP50", "mAP50-95")
 _REPLAY_KEYS = ("recordings", "replays", "graph_launches", "native_calls", "retirements")
 
 
-def validation_table(metrics: dict[str, float], epoch: int) -> Table | None:
-    """A table with one row per metric kind found in ``metrics`` (``None`` when there is none)."""
+def validation_table(metrics: dict[str, float], epoch: int | None) -> Table | None:
+    """A table with one row per metric kind found in ``metrics`` (``None`` when there is none).
+
+    ``epoch`` titles the table of a fit; ``None`` (a ``validate`` run, which has no epoch of its
+    own: Lightning counts 0) leaves it out.
+    """
     kinds = sorted({key.split("/")[1] for key in metrics if key.count("/") == 2})
     rows = [k for k in kinds if any(f"val/{k}/{s}" in metrics for s in STATS)]
     if not rows:
         return None
-    table = Table(title=f"validation, epoch {epoch}")
+    table = Table(title="validation" if epoch is None else f"validation, epoch {epoch}")
     table.add_column("metric")
     for stat in STATS:
         table.add_column(stat, justify="right")
@@ -66,7 +71,8 @@ class EpochSummary(Callback):
         if trainer.sanity_checking:
             return
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
-        table = validation_table(metrics, trainer.current_epoch)
+        fitting = trainer.state.fn == TrainerFn.FITTING
+        table = validation_table(metrics, trainer.current_epoch if fitting else None)
         if table is not None:
             self._console.print(table)
         line = replay_line(metrics)
