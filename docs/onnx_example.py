@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 import cv2
@@ -86,6 +87,8 @@ def main() -> None:
     found = detect(session, bgr, args.conf)
     for detection in found:
         print(json.dumps(detection))
+    if not found:
+        print(f"no detection with a score of {args.conf} or more", file=sys.stderr)
     if args.draw:
         for detection in found:
             x1, y1, x2, y2 = (round(v) for v in detection["box"])

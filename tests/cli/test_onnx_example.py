@@ -22,18 +22,30 @@ PREDICT_WARNINGS = (
 )
 
 
+@pytest.fixture(scope="module")
+def exported(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shared tiny fit's checkpoint as ONNX."""
+    model = tmp_path_factory.mktemp("onnx") / "model.onnx"
+    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(model)]) == 0
+    return model
+
+
+def _run_example(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
+    monkeypatch.setattr(sys, "argv", ["onnx_example.py", *args])
+    runpy.run_path(str(EXAMPLE), run_name="__main__")
+
+
 @pytest.mark.filterwarnings(PREDICT_WARNINGS[0])
 @pytest.mark.filterwarnings(PREDICT_WARNINGS[1])
 def test_onnx_example_matches_predict(
     trained: Trained,
+    exported: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.chdir(tmp_path)
     image = next(iter(sorted((trained.data.parent / "images" / "val").iterdir())))
-    model = tmp_path / "model.onnx"
-    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(model)]) == 0
     argv = ["predict", "--ckpt_path", str(trained.checkpoint), "--data.source", str(image)]
     argv += ["--data.workers", "0", "--trainer.enable_progress_bar", "false"]
     assert main([*argv, "--model.val_conf", "0.0", "--model.max_det", "5"]) == 0
@@ -41,9 +53,7 @@ def test_onnx_example_matches_predict(
     capsys.readouterr()
 
     drawn = tmp_path / "drawn.png"
-    monkeypatch.setattr(sys, "argv", ["onnx_example.py", str(model), str(image)])
-    monkeypatch.setattr(sys, "argv", [*sys.argv, "--conf", "0", "--draw", str(drawn)])
-    runpy.run_path(str(EXAMPLE), run_name="__main__")
+    _run_example(monkeypatch, str(exported), str(image), "--conf", "0", "--draw", str(drawn))
     found = [json.loads(line) for line in capsys.readouterr().out.splitlines()][:5]
 
     assert drawn.is_file()
@@ -52,3 +62,14 @@ def test_onnx_example_matches_predict(
         assert ours["class_id"] == theirs["class_id"]
         assert ours["score"] == pytest.approx(theirs["score"], abs=1e-4)
         assert ours["box"] == pytest.approx(theirs["box"], abs=0.05)
+
+
+def test_onnx_example_says_when_nothing_reaches_the_threshold(
+    trained: Trained,
+    exported: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    image = next(iter(sorted((trained.data.parent / "images" / "val").iterdir())))
+    _run_example(monkeypatch, str(exported), str(image), "--conf", "1.5")
+    assert capsys.readouterr() == ("", "no detection with a score of 1.5 or more\n")
