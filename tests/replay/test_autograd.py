@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from lucid_yolo.replay._autograd import route
+from lucid_yolo.replay._autograd import reached_targets, route
 
 
 def test_route_first_gradient_keeps_negative_zero() -> None:
@@ -29,3 +29,34 @@ def test_route_later_gradient_is_the_static_buffer() -> None:
     weight.grad = torch.zeros(2, 3)
     static = torch.randn(2, 3)
     assert route(weight, static, private=False) is static
+
+
+def test_reached_targets_splits_heads_by_output() -> None:
+    net = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 2)})
+    x = torch.randn(4, 3)
+    outputs = (net["a"](x), net["b"](x))
+    targets = list(net.parameters())  # a.weight, a.bias, b.weight, b.bias
+    zeros = {i: torch.zeros_like(o) for i, o in enumerate(outputs)}
+    assert reached_targets(outputs, (0, 1), targets, zeros) == {
+        0: frozenset({0, 1}),
+        1: frozenset({2, 3}),
+    }
+
+
+def test_reached_targets_of_a_deep_network_cover_every_parameter() -> None:
+    # The reverted walk over grad_fn ids could lose targets on deep graphs; autograd's own
+    # answer reaches every trunk parameter from both heads and each head's only from its own.
+    trunk = nn.Sequential(
+        *(nn.Sequential(nn.Conv2d(4, 4, 3, padding=1), nn.SiLU()) for _ in range(40))
+    )
+    heads = nn.ModuleList(nn.Conv2d(4, 2, 1) for _ in range(2))
+    features = trunk(torch.randn(1, 4, 8, 8))
+    outputs = tuple(head(features) for head in heads)
+    targets = [*trunk.parameters(), *heads.parameters()]
+    zeros = {i: torch.zeros_like(o) for i, o in enumerate(outputs)}
+    reach = reached_targets(outputs, (0, 1), targets, zeros)
+    trunk_positions = frozenset(range(80))
+    assert reach == {
+        0: trunk_positions | {80, 81},
+        1: trunk_positions | {82, 83},
+    }

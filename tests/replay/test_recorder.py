@@ -482,6 +482,63 @@ def test_recorder_group_without_gradient_leaves_its_parameters_without_grad() ->
     )
 
 
+def test_recorder_group_used_in_part_leaves_unreached_parameters_without_grad() -> None:
+    # One group holds both heads; the loss reads only a.box. Eager leaves head_b's .grad None
+    # (so momentum and weight decay skip it); the replay must not hand it zeros.
+    groups = {"heads": ["a.box", "b.box"]}
+    native, replayed = make_net(), make_net()
+    recorder = RegionRecorder(ModuleRegion(replayed, groups), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    for step in range(2):
+        torch.manual_seed(step)
+        native(x)["a.box"].sum().backward()
+        torch.manual_seed(step)
+        recorder(x)["a.box"].sum().backward()
+    assert recorder.telemetry.replays == 2
+    assert replayed.head_b.weight.grad is None
+    assert replayed.head_a.weight.grad is not None
+    assert (
+        first_difference(state_digest(grads_of(native)), state_digest(grads_of(replayed))) is None
+    )
+
+
+class _OffsetTail(nn.Module):
+    """A chained region whose ``offset`` output does not depend on its input."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(4, 3, 1)
+        self.offset = nn.Parameter(torch.ones(3))
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        return {"feat": self.conv(x), "offset": self.offset * 2.0}
+
+
+def test_recorder_chained_region_whose_input_gets_no_gradient_hands_none() -> None:
+    # The loss reads only the tail's offset: the tail hands its input no gradient, so the
+    # head's backward gets none at all and its parameters stay without .grad, as natively.
+    torch.manual_seed(0)
+    head_n, tail_n = SmallNet(), _OffsetTail()
+    head_r, tail_r = copy.deepcopy(head_n), copy.deepcopy(tail_n)
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(head_r), pool=pool, warmup_steps=0, name="head")
+    second = RegionRecorder(ModuleRegion(tail_r), pool=pool, warmup_steps=0, name="tail")
+    for step in range(2):
+        x = torch.randn(2, 3, 8, 8)
+        torch.manual_seed(step)
+        tail_n(head_n(x)["a.box"])["offset"].square().sum().backward()
+        torch.manual_seed(step)
+        tail = second(first(x)["a.box"])
+        assert isinstance(tail, dict)
+        tail["offset"].square().sum().backward()
+    assert (first.telemetry.replays, second.telemetry.replays) == (2, 2)
+    assert all(p.grad is None for p in head_r.parameters())
+    assert tail_r.conv.weight.grad is None
+    assert tail_r.offset.grad is not None
+    assert tail_n.offset.grad is not None
+    assert torch.equal(tail_r.offset.grad, tail_n.offset.grad)
+
+
 def test_recorder_rejects_more_than_three_groups() -> None:
     groups = {"a": ["a.box"], "b": ["b.box"], "c": [], "d": []}
     recorder = RegionRecorder(ModuleRegion(make_net(), groups), warmup_steps=0)

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from lucid_yolo.replay._autograd import (
     depends_on,
     gradient_patterns,
+    reached_targets,
     route,
     swapped,
     unsupported_module,
@@ -53,6 +54,7 @@ class _Recording:
     grad_input_positions: tuple[int, ...]
     params: tuple[nn.Parameter, ...]
     groups: dict[str, tuple[int, ...]]
+    reach: dict[int, frozenset[int]]
     replays: int = 0
 
 
@@ -326,6 +328,7 @@ class RegionRecorder:
                     i: self._grad_layouts.static_buffer(signature, i, outputs[i])
                     for i in differentiable
                 }
+            reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
             # Warm-up visits every kernel and shape of the forward and of each backward pattern.
             for iteration in range(self.capture_warmup):
                 if iteration:
@@ -365,6 +368,7 @@ class RegionRecorder:
             grad_input_positions=grad_input_positions,
             params=params,
             groups=groups,
+            reach=reach,
         )
 
     # ------------------------------------------------------------------ replay
@@ -427,6 +431,13 @@ class RegionRecorder:
         )
         for name in recording.groups.keys() - graded:
             self._telemetry.ungraded[name] += 1
+        live = (*call.inputs, *recording.params)
+        if not graded:
+            # No output got a gradient (a chained region's outputs all unused): autograd would
+            # hand its targets nothing, and no pattern graph exists for the empty set.
+            if call.token is not None:
+                call.token.closed = True
+            return tuple(None for _ in live)
         # Copy-in of the incoming gradients; an output without one reads zeros, as autograd's
         # materialised gradient would be.
         with torch.no_grad():
@@ -444,10 +455,15 @@ class RegionRecorder:
         # Other open forwards' backward graphs will run before AccumulateGrad reads our static
         # buffers and may reuse their memory: hand private copies then.
         private = bool(self.pool.open_forwards())
-        live = (*call.inputs, *recording.params)
+        # A group used in part: a target that only its unused outputs reach keeps .grad as
+        # autograd leaves it (None), not the zeros the pattern's graph computed for it.
+        reached = frozenset[int]().union(
+            *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
+        )
+        static_grads = recording.graphs.static_grads[graded]
         routed = tuple(
-            route(t, g, private)
-            for t, g in zip(live, recording.graphs.static_grads[graded], strict=True)
+            route(t, g, private) if k in reached else None
+            for k, (t, g) in enumerate(zip(live, static_grads, strict=True))
         )
         self._sharing.arm(ctx.next_functions, routed, recording.params)
         return routed
