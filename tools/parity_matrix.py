@@ -39,7 +39,7 @@ from lightning.pytorch.callbacks import Callback
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
+from lucid_yolo.train.replay import LOSS_REPLAY_TASKS, binding
 
 TASKS = ("detect", "segment", "pose", "obb")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
@@ -59,6 +59,8 @@ class Case:
     precision: str
     accumulation: int
     layout: str
+    loss_replayed: bool = False
+    segment_heads: bool = True
 
     @property
     def name(self) -> str:
@@ -68,8 +70,8 @@ class Case:
         """Every region that applies to the task."""
         return ReplayConfig(
             network=True,
-            segment_heads=self.task == "segment",
-            loss=self.task in LOSS_REPLAY_TASKS,
+            segment_heads=self.task == "segment" and self.segment_heads,
+            loss=self.loss_replayed,
             update=True,
         )
 
@@ -194,9 +196,9 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
 def _expected(fit: _Fit, case: Case) -> dict[str, int]:
     """Replays each region must show: every call after the warm-up one."""
     expected = {"network": fit.micro_batches - REGION_WARMUP}
-    if case.task == "segment":
+    if case.task == "segment" and case.segment_heads:
         expected["segment-heads"] = fit.micro_batches - REGION_WARMUP
-    if case.task in LOSS_REPLAY_TASKS:
+    if case.loss_replayed:
         expected["loss"] = fit.micro_batches - REGION_WARMUP
     # GradScaler skips the update on a step with inf gradients: count applied updates.
     expected["optimizer MuSGD"] = max(fit.updates - REGION_WARMUP, 0)
@@ -206,7 +208,7 @@ def _expected(fit: _Fit, case: Case) -> dict[str, int]:
 def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
     """Both fits of one case, compared."""
     begin = time.perf_counter()
-    loss = "replayed" if case.task in LOSS_REPLAY_TASKS else "not taken"
+    loss = "replayed" if case.loss_replayed else "not taken"
     try:
         native = _fit(yaml, case, args, replay=False)
         replayed = _fit(yaml, case, args, replay=True)
@@ -227,8 +229,9 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
 
 
 def _cases(args: argparse.Namespace) -> list[Case]:
+    loss_tasks = {*LOSS_REPLAY_TASKS, *args.replay_loss_for}
     cases = [
-        Case(*values)
+        Case(*values, loss_replayed=values[0] in loss_tasks, segment_heads=args.segment_heads)
         for values in itertools.product(args.tasks, PRECISIONS, ACCUMULATIONS, LAYOUTS)
         if args.accelerator != "cpu" or values[1] != "16-mixed"
     ]
@@ -245,7 +248,24 @@ def main() -> int:
     parser.add_argument("--accelerator", default="gpu")
     parser.add_argument("--shard", default="1/1", help="i/n: run every n-th case from the i-th")
     parser.add_argument("--limit", type=int, default=0, help="run at most this many cases")
+    parser.add_argument(
+        "--replay-loss-for",
+        nargs="+",
+        default=[],
+        choices=TASKS,
+        help="an experiment: also replay the loss of these tasks, which the trainer refuses "
+        "until they are proven bitwise (lucid_yolo.train.replay.LOSS_REPLAY_TASKS)",
+    )
+    parser.add_argument(
+        "--segment-heads",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="segment: the prototype heads as a region of their own (else inside the network's)",
+    )
     args = parser.parse_args()
+    if args.replay_loss_for:
+        # the binding's own gate, lifted for this process only
+        binding.LOSS_REPLAY_TASKS = (*LOSS_REPLAY_TASKS, *args.replay_loss_for)  # type: ignore[attr-defined]
     if args.accelerator == "gpu":
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)

@@ -31,6 +31,18 @@ def test_route_later_gradient_is_the_static_buffer() -> None:
     assert route(weight, static, private=False) is static
 
 
+def test_route_non_leaf_gradient_keeps_the_recorded_layout() -> None:
+    # A chained region's input (an upstream region's output) gets the layout the recorded
+    # backward produced, as native autograd passes it on, not the input's own strides.
+    features = torch.ones(2, 4, 3, requires_grad=True) * 1.0  # non-leaf, (12, 3, 1)
+    static = torch.randn(2, 3, 4).transpose(1, 2)  # (12, 1, 4)
+    handed = route(features, static, private=False)
+    assert handed is not None
+    assert handed.stride() == static.stride()
+    assert handed.data_ptr() != static.data_ptr()
+    assert torch.equal(handed, static)
+
+
 def test_reached_targets_splits_heads_by_output() -> None:
     net = nn.ModuleDict({"a": nn.Linear(3, 2), "b": nn.Linear(3, 2)})
     x = torch.randn(4, 3)

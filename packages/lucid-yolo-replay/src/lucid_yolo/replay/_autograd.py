@@ -58,11 +58,15 @@ def route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
     which AccumulateGrad adopts — never the static buffer, which the next replay overwrites
     (the g0+g1 → 2·g1 bug, invariant 2), and never zeros + g (invariant 3). Later micro-batches:
     the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
-    Non-leaf inputs pass their gradient on to an upstream node: always private.
+    Non-leaf inputs pass their gradient on to an upstream node: always a private copy, laid out
+    as the recorded backward produced it, which is how native autograd hands it on (a region
+    before this one learned that layout on its warm-up, :mod:`._grad_layout`).
     """
     if static is None:
         return None
-    if private or not live.is_leaf or live.grad is None:
+    if not live.is_leaf:
+        return torch.empty_like(static).copy_(static)
+    if private or live.grad is None:
         fresh = torch.empty_strided(
             live.shape, live.stride(), dtype=static.dtype, device=static.device
         )
@@ -79,11 +83,10 @@ def reached_targets(
     """Per differentiable output, the positions of the targets its gradient reaches.
 
     Asked of autograd itself, one backward per output with ``allow_unused=True`` (``None`` for
-    a target the output does not reach), so the answer is the native one by construction. A
-    walk over ``grad_fn.next_functions`` keyed on ``id()`` of the transient node wrappers is
-    not: a freed wrapper's id is reused, the walk stops early, and every target looks
-    unreached (the reverted defect-2 fix, ``cc8dfbc``, handed ``None`` to every parameter on
-    the GPU).
+    a target the output does not reach), so the answer is the native one by construction. The
+    reverted defect-2 fix (``cc8dfbc``) walked ``grad_fn.next_functions`` instead, keyed on the
+    ``id()`` of node wrappers that are freed and recreated during the walk, and on the GPU
+    every target came out unreached; why exactly was not established.
 
     Args:
         outputs: the region's flat outputs, autograd-connected to ``targets``.
