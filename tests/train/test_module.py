@@ -184,22 +184,6 @@ def test_module_data_parallel_fit_refuses_verify_every(tmp_path: Path) -> None:
         module.setup("fit")
 
 
-def test_module_data_parallel_fit_keeps_the_first_optimizer_step_native(tmp_path: Path) -> None:
-    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
-    module.trainer = _two_process_trainer(tmp_path, accumulate_grad_batches=3)
-    module.setup("fit")
-    module.replay.shared_pool(torch.device("cpu"))  # what configure_optimizers does next
-    assert [r.warmup_steps for r in module.replay.recorders()] == [3]
-
-
-def test_module_one_process_fit_keeps_the_default_warm_up(tmp_path: Path) -> None:
-    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
-    module.trainer = _trainer(tmp_path, accumulate_grad_batches=3)
-    module.setup("fit")
-    module.replay.shared_pool(torch.device("cpu"))
-    assert [r.warmup_steps for r in module.replay.recorders()] == [1]
-
-
 def test_module_sync_batchnorm_retires_the_network_region() -> None:
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
     # what Lightning's sync_batchnorm does before the recorders are built

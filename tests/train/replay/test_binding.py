@@ -115,15 +115,3 @@ def test_loss_region_with_changed_keys_runs_natively_with_a_reason() -> None:
     telemetry = replay.telemetry.as_dict()
     assert telemetry["native.inputs-changed"] == 1
     assert telemetry["retired.inputs-changed"] == 1
-
-
-def test_warm_up_natively_reaches_built_and_later_recorders() -> None:
-    net = create_model("yolo26n-seg", num_classes=3)
-    replay = NetworkReplay(net, "segment", ReplayConfig(network=True, segment_heads=True))
-    replay.shared_pool(torch.device("cpu"))  # builds the network and segment-head recorders
-    replay.warm_up_natively(3)
-    assert [r.warmup_steps for r in replay.recorders()] == [3, 3]
-    later = NetworkReplay(net, "segment", ReplayConfig(network=True))
-    later.warm_up_natively(2)
-    later.shared_pool(torch.device("cpu"))
-    assert [r.warmup_steps for r in later.recorders()] == [2]

@@ -140,8 +140,7 @@ class YoloModule(pl.LightningModule):
             self._setup_data_parallel()
 
     def _setup_data_parallel(self) -> None:
-        """Check the options of a multi-process fit and keep its first optimizer step native
-        (:meth:`NetworkReplay.warm_up_natively`; docs/engineering/multi-gpu.md).
+        """Check the options of a multi-process fit (docs/engineering/multi-gpu.md).
 
         Raises:
             TrainConfigError: ``replay.verify_every`` is set: its native shadow step runs
@@ -154,7 +153,6 @@ class YoloModule(pl.LightningModule):
                 f"{self.trainer.world_size!r} processes: the shadow step bypasses DDP's gradient "
                 "all-reduce; set replay.verify_every=0 or verify on one device"
             )
-        self.replay.warm_up_natively(self.trainer.accumulate_grad_batches)
 
     @override
     def forward(self, images: Tensor) -> dict[str, Tensor]:

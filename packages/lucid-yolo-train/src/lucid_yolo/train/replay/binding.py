@@ -66,20 +66,6 @@ class NetworkReplay:
         self.loss_recorder: RegionRecorder | None = None
         self._pool: ReplayPool | None = None
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
-        self._warmup_calls = 1
-
-    def warm_up_natively(self, calls: int) -> None:
-        """Run the first ``calls`` calls of each signature natively before recording it (the
-        recorders' default is 1), in the recorders built so far and in later ones.
-
-        A data-parallel fit sets it to the accumulation factor, so the whole first optimizer
-        step is native: DDP builds its gradient buckets from the order gradients arrive in the
-        first synchronised backward, and a replayed backward hands them over in another order
-        (docs/engineering/multi-gpu.md).
-        """
-        self._warmup_calls = max(self._warmup_calls, calls)
-        for recorder in self.recorders():
-            recorder.warmup_steps = max(recorder.warmup_steps, calls)
 
     def __call__(self, images: Tensor) -> dict[str, Tensor]:
         """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images."""
@@ -119,7 +105,6 @@ class NetworkReplay:
                 LossRegion(self.criterion, output_keys, batch_keys),
                 name="loss",
                 max_signatures=self.config.max_signatures,
-                warmup_steps=self._warmup_calls,
                 pool=self._bind(fraction.device),
             )
         region = self.loss_recorder.region
@@ -161,7 +146,6 @@ class NetworkReplay:
                 self._network_region,
                 name="network",
                 max_signatures=self.config.max_signatures,
-                warmup_steps=self._warmup_calls,
                 pool=pool,
             )
         if self.config.segment_heads:
@@ -169,7 +153,6 @@ class NetworkReplay:
                 SegmentHeadRegion(self.net),
                 name="segment-heads",
                 max_signatures=self.config.max_signatures,
-                warmup_steps=self._warmup_calls,
                 pool=pool,
             )
         return pool
