@@ -143,7 +143,9 @@ def run_rank(args: argparse.Namespace) -> None:
         name = _case_name(task, precision, acc)
         try:
             results[name] = {
-                mode: _rank_fit(args, task, precision, acc, replay=mode == "replay")
+                mode: _rank_fit(
+                    args, task, precision, acc, replay=mode == "replay" and not args.control
+                )
                 for mode in ("native", "replay")
             }
         except Exception as error:  # a failing case is a row, not the end of the run
@@ -168,6 +170,17 @@ def _row(name: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
                 "rank": rank,
                 "first_difference": first_difference(native["digests"], replay["digests"]),
                 "losses_equal": native["losses"] == replay["losses"],
+                "first_loss_difference": next(
+                    (
+                        i
+                        for i, (a, b) in enumerate(
+                            zip(native["losses"], replay["losses"], strict=False)
+                        )
+                        if a != b
+                    ),
+                    None,
+                ),
+                "micro_batches": len(native["losses"]),
                 "val_equal": native["val"] == replay["val"] and len(native["val"]) > 0,
                 "replays": replay["replays"],
                 "retired": replay["retired"],
@@ -202,6 +215,11 @@ def main() -> int:
     parser.add_argument("--accelerator", default="gpu")
     parser.add_argument(
         "--timeout", type=float, default=600.0, help="seconds for all cases; cut ones fail"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="run both fits natively: is native DDP itself reproducible here?",
     )
     parser.add_argument("--rank", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--root", default="", help=argparse.SUPPRESS)
@@ -241,6 +259,7 @@ def main() -> int:
             *args.precisions,
             "--accumulations",
             *map(str, args.accumulations),
+            *(["--control"] if args.control else []),
         ]
         launched = run_group(command, args.timeout)
         ranks = [

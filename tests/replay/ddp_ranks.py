@@ -18,10 +18,10 @@ from lucid_yolo.replay import ModuleRegion, RegionRecorder, grads_of, state_dige
 class _Recorded(nn.Module):
     """``net`` behind a region recorder (the recorder is not a submodule: DDP sees ``net``)."""
 
-    def __init__(self, net: SmallNet) -> None:
+    def __init__(self, net: SmallNet, warmup_steps: int) -> None:
         super().__init__()
         self.net = net
-        self.recorder = RegionRecorder(ModuleRegion(net))
+        self.recorder = RegionRecorder(ModuleRegion(net), warmup_steps=warmup_steps)
 
     def forward(self, x: Tensor) -> dict[str, Tensor]:
         out: dict[str, Tensor] = self.recorder(x)
@@ -29,13 +29,14 @@ class _Recorded(nn.Module):
 
 
 def ddp_train(
-    rank: int, world_size: int, replay: bool, accumulation: int, steps: int
+    rank: int, world_size: int, replay: bool, accumulation: int, steps: int, warmup: int = 1
 ) -> tuple[dict[str, str], int]:
     """SGD steps of a DDP-wrapped :class:`SmallNet`, ``accumulation`` micro-batches each (all
-    but the last under ``no_sync``), each rank on its own data. Returns the digest of weights,
-    buffers, the reduced gradients, optimizer state and losses, and the replays made."""
+    but the last under ``no_sync``), each rank on its own data; the recorder runs ``warmup``
+    calls natively before it records. Returns the digest of weights, buffers, the reduced
+    gradients, optimizer state and losses, and the replays made."""
     net = make_net()
-    module: nn.Module = _Recorded(net) if replay else net
+    module: nn.Module = _Recorded(net, warmup) if replay else net
     # a bucket per parameter or two: the rebuilt bucket order and bucket edges matter
     ddp = DistributedDataParallel(module, bucket_cap_mb=0.0005)
     optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)

@@ -19,18 +19,22 @@ STEPS = 3
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("accumulation", [1, 2])
+@pytest.mark.parametrize(
+    ("accumulation", "warmup"),
+    [(1, 1), (2, 1), (2, 2)],
+    ids=["acc1", "acc2-record-synced", "acc2-record-under-no-sync"],
+)
 def test_ddp_replayed_region_matches_native_ddp_on_every_rank(
-    tmp_path: Path, accumulation: int
+    tmp_path: Path, accumulation: int, warmup: int
 ) -> None:
     (tmp_path / "native").mkdir()
     (tmp_path / "replay").mkdir()
-    native = run_ranks(ddp_train, 2, tmp_path / "native", False, accumulation, STEPS)
-    replayed = run_ranks(ddp_train, 2, tmp_path / "replay", True, accumulation, STEPS)
+    native = run_ranks(ddp_train, 2, tmp_path / "native", False, accumulation, STEPS, warmup)
+    replayed = run_ranks(ddp_train, 2, tmp_path / "replay", True, accumulation, STEPS, warmup)
     for rank in range(2):
         assert first_difference(native[rank][0], replayed[rank][0]) is None, f"rank {rank}"
-        # the recorder warms up one call, then replays every later one
-        assert replayed[rank][1] == STEPS * accumulation - 1
+        # the recorder warms up natively, then replays every later call
+        assert replayed[rank][1] == STEPS * accumulation - warmup
     # the ranks trained on different data: equal weights show the all-reduce ran (BatchNorm
     # statistics stay per rank: DDP broadcasts rank 0's before each forward, which updates them)
     weights = [

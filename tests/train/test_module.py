@@ -184,6 +184,21 @@ def test_module_data_parallel_fit_refuses_verify_every(tmp_path: Path) -> None:
         module.setup("fit")
 
 
+def test_module_data_parallel_fit_refuses_regions_over_two_micro_batches(tmp_path: Path) -> None:
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
+    module.trainer = _two_process_trainer(tmp_path, accumulate_grad_batches=3)
+    with pytest.raises(TrainConfigError, match="accumulate_grad_batches=3 on 2 processes"):
+        module.setup("fit")
+
+
+def test_module_data_parallel_fit_takes_update_replay_at_any_accumulation(
+    tmp_path: Path,
+) -> None:
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(update=True))
+    module.trainer = _two_process_trainer(tmp_path, accumulate_grad_batches=3)
+    module.setup("fit")
+
+
 def test_module_sync_batchnorm_retires_the_network_region() -> None:
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
     # what Lightning's sync_batchnorm does before the recorders are built

@@ -145,13 +145,23 @@ class YoloModule(pl.LightningModule):
         Raises:
             TrainConfigError: ``replay.verify_every`` is set: its native shadow step runs
                 outside DDP's forward, so its gradients would not be all-reduced and every
-                comparison would fail.
+                comparison would fail. Or a region replays with ``accumulate_grad_batches``
+                above 2: its recording would fall on a micro-batch under DDP's ``no_sync``, and
+                such a fit differed from native DDP on two CPU processes.
         """
+        world, accumulation = self.trainer.world_size, self.trainer.accumulate_grad_batches
         if self.step_verifier.schedule.every:
             raise TrainConfigError(
                 f"replay.verify_every={self.step_verifier.schedule.every!r} is not supported on "
-                f"{self.trainer.world_size!r} processes: the shadow step bypasses DDP's gradient "
-                "all-reduce; set replay.verify_every=0 or verify on one device"
+                f"{world!r} processes: the shadow step bypasses DDP's gradient all-reduce; set "
+                "replay.verify_every=0 or verify on one device"
+            )
+        if self.replay.config.regions and accumulation > 2:
+            raise TrainConfigError(
+                f"replay regions with accumulate_grad_batches={accumulation!r} on {world!r} "
+                "processes are not verified: a region recorded on a micro-batch under DDP's "
+                "no_sync differed from native DDP; use accumulate_grad_batches <= 2, or replay "
+                "only the update (replay.network/segment_heads/loss false)"
             )
 
     @override
