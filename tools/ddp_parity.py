@@ -1,10 +1,11 @@
 """DDP parity: a multi-GPU fit with replay against the same fit without, bitwise, on every rank.
 
 Each case (task x precision x accumulation) runs two short seeded DDP fits on a tiny synthetic
-set, one native and one with every region that applies replayed (network, segment heads, loss,
-update), in the same torchrun launch. Every rank digests its weights and buffers, EMA,
-optimizer, LR schedule and GradScaler, and keeps the bits of each step's loss and of the
-validation metrics. The parent compares, per rank, replay against native, and the ranks'
+set, one native and one replayed (``--regions``: the update by default; the network, segment
+heads and loss are refused by the module under DDP for now, and ``--allow-regions`` lifts that
+refusal for an experiment), in the same torchrun launch. Every rank digests its weights and
+buffers, EMA, optimizer, LR schedule and GradScaler, and keeps the bits of each step's loss and
+of the validation metrics. The parent compares, per rank, replay against native, and the ranks'
 weights with each other (equal weights show the gradients were all-reduced), and checks that
 every region replayed and none retired.
 
@@ -38,6 +39,7 @@ from multi_gpu_env import multicast_off, run_group
 multicast_off()
 
 TASKS = ("detect", "segment")
+REGIONS = ("network", "segment_heads", "loss", "update")
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 STEPS = 4
 
@@ -80,11 +82,16 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     pl.seed_everything(0)
     yaml = Path(args.root) / task / "data.yaml"
     data = YoloDataModule(yaml, task=task, imgsz=64, batch_size=2, workers=0, max_instances=16)
+    if args.allow_regions:
+        # experiment only: lift the module's refusal of replayed regions under DDP to measure
+        # whether they match native DDP (docs/engineering/multi-gpu.md)
+        YoloModule._setup_data_parallel = lambda self: None  # type: ignore[method-assign]
+    regions = set(args.regions)
     options = ReplayConfig(
-        network=replay,
-        segment_heads=replay and task == "segment",
-        loss=replay and task in LOSS_REPLAY_TASKS,
-        update=replay,
+        network=replay and "network" in regions,
+        segment_heads=replay and "segment_heads" in regions and task == "segment",
+        loss=replay and "loss" in regions and task in LOSS_REPLAY_TASKS,
+        update=replay and "update" in regions,
     )
     shape = data.spec.kpt_shape
     module = YoloModule(
@@ -217,6 +224,19 @@ def main() -> int:
         "--timeout", type=float, default=600.0, help="seconds for all cases; cut ones fail"
     )
     parser.add_argument(
+        "--regions",
+        nargs="+",
+        default=["update"],
+        choices=REGIONS,
+        help="what the replayed fit replays (each where the task allows it); the module refuses "
+        "network, segment_heads and loss under DDP unless --allow-regions",
+    )
+    parser.add_argument(
+        "--allow-regions",
+        action="store_true",
+        help="experiment: lift the module's refusal of replayed regions under DDP",
+    )
+    parser.add_argument(
         "--control",
         action="store_true",
         help="run both fits natively: is native DDP itself reproducible here?",
@@ -260,6 +280,9 @@ def main() -> int:
             "--accumulations",
             *map(str, args.accumulations),
             *(["--control"] if args.control else []),
+            "--regions",
+            *args.regions,
+            *(["--allow-regions"] if args.allow_regions else []),
         ]
         launched = run_group(command, args.timeout)
         ranks = [

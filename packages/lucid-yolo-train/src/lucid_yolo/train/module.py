@@ -140,28 +140,27 @@ class YoloModule(pl.LightningModule):
             self._setup_data_parallel()
 
     def _setup_data_parallel(self) -> None:
-        """Check the options of a multi-process fit (docs/engineering/multi-gpu.md).
+        """Check the replay options of a multi-process fit (docs/engineering/multi-gpu.md).
 
         Raises:
-            TrainConfigError: ``replay.verify_every`` is set: its native shadow step runs
+            TrainConfigError: ``replay.verify_every`` is set (its native shadow step runs
                 outside DDP's forward, so its gradients would not be all-reduced and every
-                comparison would fail. Or a region replays with ``accumulate_grad_batches``
-                above 2: its recording would fall on a micro-batch under DDP's ``no_sync``, and
-                such a fit differed from native DDP on two CPU processes.
+                comparison would fail), or a region replays: under Lightning's DDP a replayed
+                network region differed from native DDP on two CPU processes (the update alone
+                was bitwise), so regions are refused until that is explained.
         """
-        world, accumulation = self.trainer.world_size, self.trainer.accumulate_grad_batches
+        world = self.trainer.world_size
         if self.step_verifier.schedule.every:
             raise TrainConfigError(
                 f"replay.verify_every={self.step_verifier.schedule.every!r} is not supported on "
                 f"{world!r} processes: the shadow step bypasses DDP's gradient all-reduce; set "
                 "replay.verify_every=0 or verify on one device"
             )
-        if self.replay.config.regions and accumulation > 2:
+        if self.replay.config.regions:
             raise TrainConfigError(
-                f"replay regions with accumulate_grad_batches={accumulation!r} on {world!r} "
-                "processes are not verified: a region recorded on a micro-batch under DDP's "
-                "no_sync differed from native DDP; use accumulate_grad_batches <= 2, or replay "
-                "only the update (replay.network/segment_heads/loss false)"
+                f"replay.network/segment_heads/loss are not yet bitwise equal to native DDP on "
+                f"{world!r} processes (docs/engineering/multi-gpu.md): set them false; "
+                "replay.update is verified under DDP and may stay on"
             )
 
     @override
