@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
+from torch import nn
 
-from lucid_yolo.replay import first_difference
+from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig
+from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
+from lucid_yolo.train.replay.update_step import UpdateStep
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
@@ -64,3 +68,32 @@ def test_update_step_joins_the_network_replay_pool(
     assert module.replay.network is not None
     assert module.update_step.graphed.recorder.pool is module.replay.network.pool
     assert fit.telemetry["retirements"] == 0
+
+
+def _linear_step(allows: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """State digests of a linear net's training state before and after one ``optimizer.step``."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3))
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.1, momentum=0.9)
+    ema = trainer_ema(net, decay=0.9, tau=1.0)
+    UpdateStep(optimizer, ema, replay=False, allows_update=lambda: allows)
+
+    def state() -> dict[str, Any]:
+        return state_digest(
+            {"net": net.state_dict(), "opt": optimizer.state_dict(), "ema": ema.state_tensors()}
+        )
+
+    net(torch.randn(2, 4)).sum().backward()
+    before = state()
+    optimizer.step()
+    return before, state()
+
+
+def test_update_step_left_out_when_not_allowed() -> None:
+    before, after = _linear_step(allows=False)
+    assert first_difference(before, after) is None
+
+
+def test_update_step_runs_when_allowed() -> None:
+    before, after = _linear_step(allows=True)
+    assert first_difference(before, after) is not None

@@ -9,11 +9,14 @@ update), which reads gradients from static buffers that each replay refreshes.
 
 The step is installed as :attr:`MuSGD.update_runner`, so it runs exactly where Lightning applies an
 optimizer step: after the closure (forward, backward, gradient clipping), only on accumulation
-boundaries, and not at all on a step that fp16's GradScaler skips. The EMA therefore blends once per
-applied update, natively and replayed alike.
+boundaries, and not at all on a step that fp16's GradScaler skips, or that the non-finite loss
+guard leaves out in fp32/bf16 (:mod:`lucid_yolo.train.non_finite_loss`). The EMA therefore blends
+once per applied update, natively and replayed alike.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from lucid_yolo.replay import GraphedOptimizer, ModelEMA, ReplayPool, Telemetry
 from lucid_yolo.train.optim import MuSGD
@@ -30,6 +33,8 @@ class UpdateStep:
         max_signatures: update recordings kept (one per set of parameters with gradients).
         pool: the memory pool the step's other graphs use (graph memory is held for good, so
             every graph of a step shares one pool); ``None`` makes a private one.
+        allows_update: asked before each update; ``False`` leaves the update and the EMA blend
+            out of this step (``None``: always run).
     """
 
     def __init__(
@@ -40,6 +45,7 @@ class UpdateStep:
         replay: bool,
         max_signatures: int = 2,
         pool: ReplayPool | None = None,
+        allows_update: Callable[[], bool] | None = None,
     ) -> None:
         self.optimizer = optimizer
         self.ema = ema
@@ -52,12 +58,17 @@ class UpdateStep:
             pool=pool,
             enabled=replay,
         )
-        optimizer.update_runner = self.graphed.step
+        self.allows_update = allows_update
+        optimizer.update_runner = self._run
 
     @property
     def telemetry(self) -> Telemetry:
         """The update recorder's counters (native calls only when the step is not replayed)."""
         return self.graphed.telemetry
+
+    def _run(self) -> None:
+        if self.allows_update is None or self.allows_update():
+            self.graphed.step()
 
     def _native(self) -> None:
         self.optimizer.apply_update()
