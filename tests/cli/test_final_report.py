@@ -49,3 +49,12 @@ def test_final_line_without_validation_says_so() -> None:
 def test_best_epoch_is_the_first_with_the_best_score() -> None:
     tied = {**HISTORY, 3: dict(HISTORY[1])}
     assert best_epoch(tied, float(torch.tensor(0.0010))) == 1
+
+
+def test_final_line_counts_steps_skipped_for_a_non_finite_loss() -> None:
+    line = final_line(_trainer(0.0010), HISTORY, skipped_steps=2)
+    assert line.endswith("best.ckpt | non-finite loss: 2 step(s) skipped")
+
+
+def test_final_line_says_nothing_of_skips_when_none() -> None:
+    assert "non-finite" not in final_line(_trainer(0.0010), HISTORY, skipped_steps=0)

@@ -37,7 +37,7 @@ def test_guard_stop_names_step_and_non_finite_terms() -> None:
 def test_guard_stop_message_says_the_option_that_skips() -> None:
     guard = NonFiniteLossGuard("stop")
     guard.observe(INF, _terms(cls=INF))
-    with pytest.raises(NonFiniteLossError, match="--model.non_finite_loss skip"):
+    with pytest.raises(NonFiniteLossError, match=r"--model\.non_finite_loss skip"):
         guard.allows_update(step=1)
 
 

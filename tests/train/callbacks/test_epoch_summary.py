@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from lucid_yolo.train.callbacks import replay_line, validation_table
+from lucid_yolo.train.callbacks import replay_line, skipped_line, validation_table
 
 
 def _render(table: object) -> str:
@@ -52,3 +52,13 @@ def test_replay_line_lists_retirement_reasons() -> None:
 
 def test_replay_line_none_when_replay_off() -> None:
     assert replay_line({"val/box/mAP50": 0.1}) is None
+
+
+def test_skipped_line_counts_non_finite_steps() -> None:
+    line = skipped_line({"train/non_finite_skipped": 3.0, "val/box/mAP50": 0.1})
+    assert line == "non-finite loss: 3 step(s) skipped so far"
+
+
+def test_skipped_line_none_without_skips() -> None:
+    assert skipped_line({"train/non_finite_skipped": 0.0}) is None
+    assert skipped_line({}) is None

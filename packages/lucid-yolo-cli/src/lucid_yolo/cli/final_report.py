@@ -63,12 +63,20 @@ def best_epoch(history: dict[int, dict[str, float]], best_score: float | None) -
     return None
 
 
-def final_line(trainer: Any, history: dict[int, dict[str, float]]) -> str:
+def final_line(
+    trainer: Any, history: dict[int, dict[str, float]], *, skipped_steps: int = 0
+) -> str:
     """``final: best epoch E of 0-L: <metrics> | checkpoint: path``.
 
     Without a best checkpoint (no validation, or no checkpoint callback) the line reports the
-    last validated epoch and the last checkpoint.
+    last validated epoch and the last checkpoint. ``skipped_steps`` (updates left out for a
+    non-finite loss) adds ``| non-finite loss: N step(s) skipped`` when not 0.
     """
+    tail = f" | non-finite loss: {skipped_steps} step(s) skipped" if skipped_steps else ""
+    return _metrics_and_checkpoint(trainer, history) + tail
+
+
+def _metrics_and_checkpoint(trainer: Any, history: dict[int, dict[str, float]]) -> str:
     callback = trainer.checkpoint_callback
     best_path = getattr(callback, "best_model_path", "") or ""
     score = getattr(callback, "best_model_score", None)

@@ -251,7 +251,8 @@ class YoloCLI(LightningCLI):
         """Print the final metrics line and where the checkpoint is."""
         callbacks = self.trainer_defaults["callbacks"]
         history = next(cb for cb in callbacks if isinstance(cb, ValidationHistory))
-        _print_once(final_line(self.trainer, history.epochs))
+        skipped = self.model.loss_guard.skipped if isinstance(self.model, YoloModule) else 0
+        _print_once(final_line(self.trainer, history.epochs, skipped_steps=skipped))
 
     def after_predict(self) -> None:
         """Print how many images and detections were written, and where."""

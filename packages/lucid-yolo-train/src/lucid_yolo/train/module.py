@@ -23,6 +23,7 @@ from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
+from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS, NonFiniteLossGuard, NonFinitePolicy
 from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
 from lucid_yolo.train.replay import (
     NetworkReplay,
@@ -67,6 +68,10 @@ class YoloModule(pl.LightningModule):
             verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
             true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a
             checkpoint does not depend on it and a resumed fit replays as its command line says.
+        non_finite_loss: what a step whose loss is NaN or infinite does in fp32 and bf16:
+            ``stop`` the fit before its update, naming the step and the terms, or ``skip`` the
+            update and count it (:mod:`lucid_yolo.train.non_finite_loss`). fp16's GradScaler
+            skips such steps itself.
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
@@ -95,6 +100,7 @@ class YoloModule(pl.LightningModule):
         val_conf: float = 0.001,
         max_det: int = 300,
         replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
+        non_finite_loss: NonFinitePolicy = "stop",
     ) -> None:
         super().__init__()
         if lr0 <= 0.0:
@@ -128,6 +134,7 @@ class YoloModule(pl.LightningModule):
         self.register_buffer("loss_progress", torch.zeros(()), persistent=False)
         self.update_step: UpdateStep | None = None
         self.step_verifier = StepVerifier(replay.verify_every)
+        self.loss_guard = NonFiniteLossGuard(non_finite_loss, agree=self._all_processes_agree)
         self.names: tuple[str, ...] = tuple(str(i) for i in range(num_classes))
         self.phase_marker: PhaseMarker | None = None
 
@@ -172,6 +179,9 @@ class YoloModule(pl.LightningModule):
     @override
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         total, terms = self._loss(batch)
+        if self._scaler() is None:
+            # fp16's GradScaler skips non-finite steps itself (and backs off its scale)
+            self.loss_guard.observe(total, terms)
         batch_size = batch["images"].shape[0]
         self.log("train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size)
         self.log_dict(
@@ -240,6 +250,14 @@ class YoloModule(pl.LightningModule):
         scaler: torch.amp.GradScaler | None = getattr(self.trainer.precision_plugin, "scaler", None)
         return scaler
 
+    def _allows_update(self) -> bool:
+        """Whether this step's update may run: the loss guard's verdict in fp32/bf16."""
+        return self._scaler() is not None or self.loss_guard.allows_update(self.global_step + 1)
+
+    def _all_processes_agree(self, finite: bool) -> bool:
+        """``finite`` on every process (data-parallel ranks skip or stop together)."""
+        return bool(self.trainer.strategy.reduce_boolean_decision(finite, all=True))
+
     def replay_recorders(self) -> list[RegionRecorder | UpdateRecorder]:
         """Every recorder that replays part of the step: regions in use, then the update."""
         recorders: list[RegionRecorder | UpdateRecorder] = list(self.replay.recorders())
@@ -267,6 +285,7 @@ class YoloModule(pl.LightningModule):
             replay=self.replay.config.update,
             max_signatures=self.replay.config.max_signatures,
             pool=self.replay.shared_pool(self.device),
+            allows_update=self._allows_update,
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)
@@ -308,6 +327,10 @@ class YoloModule(pl.LightningModule):
                 sync_dist=True,
                 reduce_fx="sum",
             )
+        if self.loss_guard.policy == "skip" and not self.trainer.sanity_checking:
+            # every rank skipped the same steps (the guard's verdict is agreed)
+            skipped = float(self.loss_guard.skipped)
+            self.log(SKIPPED_STEPS, skipped, sync_dist=True, reduce_fx="max")
 
     @override
     def on_test_epoch_start(self) -> None:
@@ -332,6 +355,7 @@ class YoloModule(pl.LightningModule):
         checkpoint["ema_updates"] = self.ema.updates.detach().cpu()
         checkpoint["class_names"] = list(self.names)
         checkpoint["task"] = self.task
+        checkpoint["non_finite_skipped"] = self.loss_guard.skipped
 
     @override
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
@@ -339,6 +363,7 @@ class YoloModule(pl.LightningModule):
             self.ema.updates.copy_(checkpoint["ema_updates"])
         if "class_names" in checkpoint:
             self.names = tuple(checkpoint["class_names"])
+        self.loss_guard.skipped = int(checkpoint.get("non_finite_skipped", 0))
 
     @property
     def replay_telemetry(self) -> Telemetry:

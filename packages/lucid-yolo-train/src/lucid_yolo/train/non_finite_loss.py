@@ -18,6 +18,7 @@ the same place and the same cost as GradScaler's own check, and it comes before 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -29,6 +30,9 @@ NonFinitePolicy = Literal["stop", "skip"]
 """What a step whose loss is not finite does: ``stop`` the fit, or ``skip`` its update."""
 
 NON_FINITE_POLICIES: tuple[NonFinitePolicy, ...] = ("stop", "skip")
+
+SKIPPED_STEPS = "train/non_finite_skipped"
+"""The metric logged at each validation under ``skip``: steps whose update was left out so far."""
 
 TOTAL = "total"
 """The name of the summed loss among the terms a message lists."""
@@ -44,6 +48,9 @@ class NonFiniteLossGuard:
     Args:
         policy: ``stop`` raises :class:`NonFiniteLossError` before the update; ``skip`` leaves
             the update out and counts the step.
+        agree: turns this process's verdict ("finite") into the verdict of every process
+            (``True`` only if all say ``True``), so that data-parallel ranks, whose gradients are
+            all-reduced, skip or stop together; ``None`` on one process.
 
     Raises:
         TrainConfigError: an unknown policy.
@@ -56,12 +63,15 @@ class NonFiniteLossGuard:
             ...  # leave the update out
     """
 
-    def __init__(self, policy: NonFinitePolicy = "stop") -> None:
+    def __init__(
+        self, policy: NonFinitePolicy = "stop", agree: Callable[[bool], bool] | None = None
+    ) -> None:
         if policy not in NON_FINITE_POLICIES:
             raise TrainConfigError(
                 f"non_finite_loss={policy!r} is not a policy; use one of {NON_FINITE_POLICIES!r}"
             )
         self.policy: NonFinitePolicy = policy
+        self.agree = agree
         self.skipped = 0
         """Steps whose update was left out, over the whole fit (a resume restores it)."""
         self._names: tuple[str, ...] = ()
@@ -101,12 +111,19 @@ class NonFiniteLossGuard:
             NonFiniteLossError: under ``stop``, when a loss was not finite.
         """
         finite, self._finite = self._finite, None
-        if finite is None or bool(finite.all()):
+        here = finite is None or bool(finite.all())
+        everywhere = here if self.agree is None else self.agree(here)
+        if everywhere:
             return True
-        bad = [name for name, ok in zip(self._names, finite.tolist(), strict=True) if not ok]
+        bad = (
+            []
+            if finite is None
+            else [name for name, ok in zip(self._names, finite.tolist(), strict=True) if not ok]
+        )
+        where = f"non-finite terms: {', '.join(bad)}" if bad else "on another process"
         if self.policy == "stop":
             raise NonFiniteLossError(
-                f"step {step}: the loss is not finite (non-finite terms: {', '.join(bad)}); the "
+                f"step {step}: the loss is not finite ({where}); the "
                 "fit stopped before this step's update, so the weights, the EMA and the last "
                 "checkpoint hold the last good step. Lower --model.lr0, check the data with "
                 "`lucid-yolo data check`, or pass --model.non_finite_loss skip to leave such "
@@ -118,6 +135,7 @@ class NonFiniteLossGuard:
 
 __all__ = [
     "NON_FINITE_POLICIES",
+    "SKIPPED_STEPS",
     "NonFiniteLossError",
     "NonFiniteLossGuard",
     "NonFinitePolicy",

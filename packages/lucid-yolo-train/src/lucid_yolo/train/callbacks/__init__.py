@@ -5,7 +5,12 @@ generators' state, which together let a fit resume where it stopped.
 """
 
 from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, atomic_save
-from lucid_yolo.train.callbacks.epoch_summary import EpochSummary, replay_line, validation_table
+from lucid_yolo.train.callbacks.epoch_summary import (
+    EpochSummary,
+    replay_line,
+    skipped_line,
+    validation_table,
+)
 from lucid_yolo.train.callbacks.phase_timer import PHASES, PhaseTimer
 from lucid_yolo.train.callbacks.rng_state import RngState
 from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
@@ -16,6 +21,7 @@ __all__ = [
     "PHASES",
     "PhaseTimer",
     "replay_line",
+    "skipped_line",
     "validation_table",
     # checkpoints
     "AtomicCheckpointIO",

@@ -1,4 +1,5 @@
-"""A validation table per epoch, and the replay telemetry when replay is on.
+"""A validation table per epoch, the replay telemetry when replay is on, and the steps left out
+for a non-finite loss.
 
 Reads only what the module logged (``val/<kind>/<stat>``, ``replay/<counter>``), so it works for
 every task and prints nothing the logs do not already hold. Printing is rank-zero only.
@@ -13,6 +14,8 @@ from lightning.pytorch.utilities import rank_zero_only
 from rich.console import Console
 from rich.table import Table
 from typing_extensions import override
+
+from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS
 
 STATS = ("P", "R", "mAP50", "mAP50-95")
 """Columns of the table, in order."""
@@ -56,6 +59,12 @@ def replay_line(metrics: dict[str, float]) -> str | None:
     return f"replay: {main}" + (f" (retired: {', '.join(reasons)})" if reasons else "")
 
 
+def skipped_line(metrics: dict[str, float]) -> str | None:
+    """``non-finite loss: N step(s) skipped so far`` (``None`` when none was)."""
+    skipped = int(metrics.get(SKIPPED_STEPS, 0))
+    return f"non-finite loss: {skipped} step(s) skipped so far" if skipped else None
+
+
 class EpochSummary(Callback):
     """Print the validation table and the replay counters after each validation.
 
@@ -75,9 +84,9 @@ class EpochSummary(Callback):
         table = validation_table(metrics, trainer.current_epoch if fitting else None)
         if table is not None:
             self._console.print(table)
-        line = replay_line(metrics)
-        if line is not None:
-            self._console.print(line)
+        for line in (replay_line(metrics), skipped_line(metrics)):
+            if line is not None:
+                self._console.print(line)
 
 
-__all__ = ["STATS", "EpochSummary", "replay_line", "validation_table"]
+__all__ = ["STATS", "EpochSummary", "replay_line", "skipped_line", "validation_table"]
