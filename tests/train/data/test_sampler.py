@@ -77,6 +77,23 @@ def test_epoch_sampler_resume_skips_the_trained_part_of_this_ranks_shard() -> No
     assert _indices(sampler) == shard[4:]
 
 
+def test_epoch_sampler_resume_at_the_end_of_an_epoch_leaves_the_next_epoch_whole() -> None:
+    # a checkpoint written at an epoch's end: the resumed fit's next epoch skipped everything
+    sampler = EpochSampler(8, seed=2)
+    sampler.resume_at(0, 8)
+    sampler.set_epoch(1)
+    assert len(_indices(sampler)) == 8
+
+
+def test_epoch_sampler_resume_position_kept_when_its_epoch_is_set_again() -> None:
+    sampler = EpochSampler(8, seed=2)
+    sampler.set_epoch(1)
+    shard = _indices(sampler)
+    sampler.resume_at(1, 3)
+    sampler.set_epoch(1)
+    assert _indices(sampler) == shard[3:]
+
+
 def test_epoch_sampler_resume_at_rejects_a_start_past_the_shard() -> None:
     with pytest.raises(ValueError, match=r"start=6 must be in \[0, 5\]"):
         EpochSampler(10, num_replicas=2, rank=0).resume_at(0, 6)

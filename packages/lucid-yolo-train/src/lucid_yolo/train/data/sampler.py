@@ -83,7 +83,14 @@ class EpochSampler(DistributedSampler[tuple[int, int]]):
         self.start = 0
 
     def set_epoch(self, epoch: int) -> None:
-        """Select the epoch whose order and augmentation the next iteration produces."""
+        """Select the epoch whose order and augmentation the next iteration produces.
+
+        A resume position (:meth:`resume_at`) belongs to its epoch: another epoch starts from
+        its first position. A checkpoint written at an epoch's end holds that epoch complete,
+        and the resumed fit's next epoch must not skip that many positions of its own.
+        """
+        if epoch != self.epoch:
+            self.start = 0
         self.epoch = epoch
 
     def resume_at(self, epoch: int, start: int) -> None:
