@@ -73,10 +73,13 @@ def digested_fit(
     weights: str | None = None,
     channels_last: bool = False,
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
+    grad_clip_norm: float = 0.0,
+    gradient_clip_val: float | None = None,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), per-step loss bits. ``channels_last`` converts the module's weights
-    (the images stay NCHW), as the parity matrix does."""
+    (the images stay NCHW), as the parity matrix does. ``grad_clip_norm`` is the module's clip,
+    ``gradient_clip_val`` the trainer's (by norm)."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
@@ -88,6 +91,7 @@ def digested_fit(
         warmup_epochs=0.0,
         weights=weights,
         replay=replay,
+        grad_clip_norm=grad_clip_norm,
     )
     if channels_last:
         module = module.to(memory_format=torch.channels_last)
@@ -106,6 +110,7 @@ def digested_fit(
         enable_progress_bar=False,
         enable_model_summary=False,
         callbacks=[losses],
+        gradient_clip_val=gradient_clip_val,
     )
     trainer.fit(module, data)
     state: dict[str, Any] = {

@@ -59,6 +59,14 @@ class YoloModule(pl.LightningModule):
             a run shorter than that never leaves warm-up).
         warmup_momentum: momentum at the start of warm-up.
         warmup_bias_lr: learning rate of the bias group at the start of warm-up.
+        grad_clip_norm: before every optimizer step the gradients of all parameters are scaled
+            down to this total L2 norm when they exceed it (0 never clips). The summed, batch-scaled
+            YOLO loss has gradient norms in the thousands at initialisation (2,500 for yolo26n,
+            7,600 with the mask loss, ``tools/loss_term_gradients.py``): unclipped, the SGD part of
+            MuSGD takes steps that long and the first epochs read ~0 mAP. 10 is the reference
+            trainer's clip. Off by default until a replayed fit with it is shown bitwise equal to
+            native (on the CPU the loss region's fit differed with it on). A
+            ``--trainer.gradient_clip_val`` given to Lightning takes precedence.
         ema_decay: asymptotic EMA decay; validation, prediction and checkpoints use the EMA weights.
         ema_tau: EMA ramp length in optimizer steps.
         val_conf: score threshold of validation and prediction outputs, in [0, 1] (low for
@@ -95,6 +103,7 @@ class YoloModule(pl.LightningModule):
         warmup_min_steps: int = 100,
         warmup_momentum: float = 0.8,
         warmup_bias_lr: float = 0.1,
+        grad_clip_norm: float = 0.0,
         ema_decay: float = 0.9999,
         ema_tau: float = 2000.0,
         val_conf: float = 0.001,
@@ -109,6 +118,10 @@ class YoloModule(pl.LightningModule):
             raise TrainConfigError(f"max_det must be >= 1, got {max_det!r}")
         if not 0.0 <= val_conf <= 1.0:
             raise TrainConfigError(f"val_conf must be in [0, 1], got {val_conf!r}")
+        if not grad_clip_norm >= 0.0:
+            raise TrainConfigError(
+                f"grad_clip_norm must be >= 0 (0 never clips), got {grad_clip_norm!r}"
+            )
         self.save_hyperparameters(ignore=["weights", "replay"])
         spec = model_spec(model)
         self.task = spec.task
@@ -224,6 +237,22 @@ class YoloModule(pl.LightningModule):
                 recorders=self.replay_recorders(),
                 device=self.device,
             )
+
+    @override
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip to ``grad_clip_norm`` unless the trainer was given a clip of its own.
+
+        Lightning calls this after the closure (forward, backward; fp16 gradients already
+        unscaled) and before the optimizer step, in the shadow step of the verifier too.
+        """
+        if gradient_clip_val is None and self.hparams["grad_clip_norm"] > 0:
+            gradient_clip_val, gradient_clip_algorithm = self.hparams["grad_clip_norm"], "norm"
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _native_step(self, batches: Sequence[Batch]) -> None:
         """Lightning's closure and optimizer step over ``batches``, replay off (the shadow)."""
