@@ -73,6 +73,20 @@ def test_resume_after_sigkill_from_last_checkpoint_is_bitwise(data: Path, tmp_pa
     _check_resume(data, tmp_path, kill, 3, replay=False)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="open: steps 5-8 and every weight, EMA, optimizer, scheduler and loader digest match, "
+    "but the global torch generator differs: the next epoch's DataLoader iterator draws its base "
+    "seed before RngState restores at the first batch (docs/engineering/reliability.md)",
+)
+def test_resume_from_a_checkpoint_written_at_an_epoch_end_is_bitwise(
+    data: Path, tmp_path: Path
+) -> None:
+    # 4 steps per epoch: last.ckpt of step 4 holds epoch 0 complete
+    kill = ("--kill-at", "6", "--signal", "KILL", "--every-n-steps", "4")
+    _check_resume(data, tmp_path, kill, 4, replay=False)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize(
     ("kill", "checkpoint_step"),
