@@ -2,8 +2,8 @@
 
 A recorded backward reads each output's incoming gradient from a static buffer, and the kernels
 captured over it were chosen for that buffer's strides: a reduction over the gradient (a conv's
-bias gradient sums it over batch and space) runs in another order over an NCHW tensor than over a
-channels-last one, and so rounds differently. Natively the gradient keeps whatever layout the
+bias gradient sums it over batch and space) may run in another order over an NCHW tensor than
+over a channels-last one, and round differently. Natively the gradient keeps whatever layout the
 code after the region produced (a loss over ``channels_last`` logits may hand back an NCHW
 gradient). So the static buffers take the strides of the gradients seen on the native warm-up
 calls, and a replayed backward whose incoming gradient has other strides is reported.
