@@ -358,11 +358,6 @@ def _train_partial_group(replay: bool) -> dict[str, str]:
     return state_digest([net, optimizer])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="defect 2 is open: its fix (cc8dfbc) broke every replayed backward on CUDA and was "
-    "reverted (docs/engineering/replay-complete.md)",
-)
 def test_gpu_group_used_in_part_matches_native() -> None:
     # head_b feeds only the unused b.box: eager leaves its .grad None, so SGD's weight decay
     # and momentum must not move it in the replay either.
