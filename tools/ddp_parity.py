@@ -53,31 +53,10 @@ def _case_name(task: str, precision: str, accumulation: int) -> str:
 
 def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, replay: bool) -> Any:
     import lightning.pytorch as pl
-    import torch
-    from lightning.pytorch.callbacks import Callback
 
-    from lucid_yolo.replay import state_digest
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
     from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
-
-    class Record(Callback):
-        def __init__(self) -> None:
-            self.losses: list[str] = []
-            self.val: list[dict[str, str]] = []
-
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *_: Any) -> None:
-            self.losses.append(outputs["loss"].detach().float().cpu().numpy().tobytes().hex())
-
-        def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
-            if not trainer.sanity_checking:
-                metrics = trainer.callback_metrics
-                self.val.append(
-                    {
-                        k: torch.as_tensor(v).float().cpu().numpy().tobytes().hex()
-                        for k, v in sorted(metrics.items())
-                        if k.startswith("val/")
-                    }
-                )
+    from parity_matrix import Record, fit_state_digests
 
     pl.seed_everything(0)
     yaml = Path(args.root) / task / "data.yaml"
@@ -123,18 +102,9 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
         callbacks=[record],
     )
     trainer.fit(module, data)
-    state: dict[str, Any] = {
-        "model": module.net.state_dict(),
-        "ema": module.ema.state_dict(),
-        "optimizer": trainer.optimizers[0].state_dict(),
-        "scheduler": [c.scheduler.state_dict() for c in trainer.lr_scheduler_configs],
-    }
-    scaler = getattr(trainer.precision_plugin, "scaler", None)
-    if scaler is not None:
-        state["scaler"] = scaler.state_dict()
     recorders = module.replay_recorders()
     return {
-        "digests": state_digest(state),
+        "digests": fit_state_digests(trainer, module),
         "losses": record.losses,
         "val": record.val,
         "replays": {r.name: r.telemetry.replays for r in recorders},

@@ -104,7 +104,7 @@ class Row:
         )
 
 
-class _Record(Callback):
+class Record(Callback):
     """Keeps the bits of every per-step loss and of the validation metrics."""
 
     def __init__(self) -> None:
@@ -119,6 +119,20 @@ class _Record(Callback):
             return
         metrics = {k: v for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         self.val.append({k: _bits(v) for k, v in sorted(metrics.items())})
+
+
+def fit_state_digests(trainer: pl.Trainer, module: YoloModule) -> dict[str, str]:
+    """Digests of everything two fits must share to be called equal (scaler only where one runs)."""
+    state: dict[str, Any] = {
+        "model": module.net.state_dict(),
+        "ema": module.ema.state_dict(),
+        "optimizer": trainer.optimizers[0].state_dict(),
+        "scheduler": [c.scheduler.state_dict() for c in trainer.lr_scheduler_configs],
+    }
+    scaler = getattr(trainer.precision_plugin, "scaler", None)
+    if scaler is not None:
+        state["scaler"] = scaler.state_dict()
+    return state_digest(state)
 
 
 def _bits(value: Any) -> str:
@@ -152,7 +166,7 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
     )
     if case.layout == "channels_last":
         module = module.to(memory_format=torch.channels_last)
-    record = _Record()
+    record = Record()
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,
@@ -172,18 +186,9 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         callbacks=[record],
     )
     trainer.fit(module, data)
-    state: dict[str, Any] = {
-        "model": module.net.state_dict(),
-        "ema": module.ema.state_dict(),
-        "optimizer": trainer.optimizers[0].state_dict(),
-        "scheduler": [c.scheduler.state_dict() for c in trainer.lr_scheduler_configs],
-    }
-    scaler = getattr(trainer.precision_plugin, "scaler", None)
-    if scaler is not None:
-        state["scaler"] = scaler.state_dict()
     recorders = module.replay_recorders()
     return _Fit(
-        digests=state_digest(state),
+        digests=fit_state_digests(trainer, module),
         losses=record.losses,
         val=record.val,
         replays={r.name: r.telemetry.replays for r in recorders},
