@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -36,7 +37,9 @@ def test_predict_from_pretrained_weights(
     argv += ["--data.source", str(images), "--data.workers", "0"]
     argv += ["--trainer.enable_progress_bar", "false", "--model.val_conf", "0"]
     assert main([*argv, "--model.max_det", "3"]) == 0
-    assert "predicted 2 image(s), 6 detection(s)" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "predicted 2 image(s), 6 detection(s)" in out
+    assert re.search(rf"^loaded \d+ tensors from .*{re.escape(weights.name)}", out, re.M), out
     record = json.loads(next((tmp_path / "runs/detect/predict1").glob("*.json")).read_text())
     assert len(record["detections"]) == 3
 

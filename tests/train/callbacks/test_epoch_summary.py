@@ -36,6 +36,14 @@ def test_validation_table_without_an_epoch_has_a_plain_title() -> None:
     assert "epoch" not in text
 
 
+def test_test_table_reads_the_test_metrics_only() -> None:
+    metrics = {"val/box/mAP50-95": 0.5, "test/box/mAP50-95": 0.25}
+    text = _render(validation_table(metrics, epoch=None, stage="test"))
+    assert text.splitlines()[0].strip() == "test"
+    assert "0.2500" in text
+    assert "0.5000" not in text
+
+
 def test_validation_table_none_without_validation_metrics() -> None:
     assert validation_table({"train/loss": 1.0}, epoch=0) is None
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from lightning.pytorch.utilities import rank_zero_only
 
-from lucid_yolo.train.data.progress import Progress, print_progress
+from lucid_yolo.train.data.progress import Progress
 
 
 class _Clock:
@@ -68,16 +67,3 @@ def test_progress_defaults_are_read_when_it_starts() -> None:
     progress.advance()
     progress.advance()
     assert len(lines) == 2
-
-
-def test_print_progress_writes_stdout(capsys: pytest.CaptureFixture[str]) -> None:
-    print_progress("data: val: 3 images")
-    assert capsys.readouterr() == ("data: val: 3 images\n", "")
-
-
-def test_print_progress_is_silent_off_rank_zero(
-    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(rank_zero_only, "rank", 1)
-    print_progress("data: val: 3 images")
-    assert capsys.readouterr().out == ""

@@ -151,6 +151,8 @@ class YoloCLI(LightningCLI):
         :meth:`before_instantiate_classes`.
         """
         parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
+        # the epoch summary already prints the metric table: Lightning's own (`verbose`) repeats it
+        parser.set_defaults({"validate.verbose": False, "test.verbose": False})
         # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
         # console script has already read them (and resolved config names), so hide them while
         # parsing only: DDP's launcher starts the other ranks with this process's sys.argv.

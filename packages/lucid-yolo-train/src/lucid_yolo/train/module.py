@@ -13,12 +13,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.utilities import rank_zero_info
 from torch import Tensor
 from typing_extensions import override
 
 from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
 from lucid_yolo.replay import RegionRecorder, Telemetry, UpdateRecorder, merge_telemetry
+from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
@@ -127,7 +127,7 @@ class YoloModule(pl.LightningModule):
         self.task = spec.task
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
         if weights is not None:
-            rank_zero_info(load_weights(self.net, read_weights(weights)).summary())
+            print_line(load_weights(self.net, read_weights(weights)).summary())
         self.ema = trainer_ema(self.net, decay=ema_decay, tau=ema_tau)
         # Registered so that Lightning moves it and checkpoints it; its train/eval mode follows
         # the module's like any submodule (Lightning warns about eval-mode submodules at fit

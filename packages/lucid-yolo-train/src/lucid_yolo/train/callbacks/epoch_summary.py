@@ -23,22 +23,26 @@ STATS = ("P", "R", "mAP50", "mAP50-95")
 _REPLAY_KEYS = ("recordings", "replays", "graph_launches", "native_calls", "retirements")
 
 
-def validation_table(metrics: dict[str, float], epoch: int | None) -> Table | None:
-    """A table with one row per metric kind found in ``metrics`` (``None`` when there is none).
+def validation_table(
+    metrics: dict[str, float], epoch: int | None, stage: str = "val"
+) -> Table | None:
+    """A table with one row per metric kind of ``stage`` in ``metrics`` (``None`` when none).
 
-    ``epoch`` titles the table of a fit; ``None`` (a ``validate`` run, which has no epoch of its
-    own: Lightning counts 0) leaves it out.
+    ``epoch`` titles the table of a fit; ``None`` (a ``validate`` or ``test`` run, which has no
+    epoch of its own: Lightning counts 0) leaves it out. ``stage`` is the metrics' prefix:
+    ``"val"`` or ``"test"`` (the ``test`` command logs the same metrics under ``test/``).
     """
     kinds = sorted({key.split("/")[1] for key in metrics if key.count("/") == 2})
-    rows = [k for k in kinds if any(f"val/{k}/{s}" in metrics for s in STATS)]
+    rows = [k for k in kinds if any(f"{stage}/{k}/{s}" in metrics for s in STATS)]
     if not rows:
         return None
-    table = Table(title="validation" if epoch is None else f"validation, epoch {epoch}")
+    name = "validation" if stage == "val" else stage
+    table = Table(title=name if epoch is None else f"{name}, epoch {epoch}")
     table.add_column("metric")
     for stat in STATS:
         table.add_column(stat, justify="right")
     for kind in rows:
-        cells = [metrics.get(f"val/{kind}/{stat}") for stat in STATS]
+        cells = [metrics.get(f"{stage}/{kind}/{stat}") for stat in STATS]
         table.add_row(kind, *("-" if c is None else f"{c:.4f}" for c in cells))
     return table
 
@@ -66,9 +70,11 @@ def skipped_line(metrics: dict[str, float]) -> str | None:
 
 
 class EpochSummary(Callback):
-    """Print the validation table and the replay counters after each validation.
+    """Print the validation table and the replay counters after each validation, and the test
+    table after a test.
 
-    Fires in ``on_validation_end``, after the module's epoch-end hook has logged the metrics.
+    Fires in ``on_validation_end`` / ``on_test_end``, after the module's epoch-end hook has logged
+    the metrics.
     """
 
     def __init__(self) -> None:
@@ -87,6 +93,14 @@ class EpochSummary(Callback):
         for line in (replay_line(metrics), skipped_line(metrics)):
             if line is not None:
                 self._console.print(line)
+
+    @override
+    @rank_zero_only
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
+        table = validation_table(metrics, None, stage="test")
+        if table is not None:
+            self._console.print(table)
 
 
 __all__ = ["STATS", "EpochSummary", "replay_line", "skipped_line", "validation_table"]

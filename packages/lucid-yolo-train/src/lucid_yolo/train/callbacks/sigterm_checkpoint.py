@@ -18,9 +18,10 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
-from lightning.pytorch.utilities import rank_zero_info
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
+
+from lucid_yolo.train.console import print_line
 
 
 class SigtermCheckpoint(Callback):
@@ -57,7 +58,7 @@ class SigtermCheckpoint(Callback):
         path = self._folder(trainer) / f"{self.filename}.ckpt"
         trainer.save_checkpoint(path)
         self.saved_path = path
-        rank_zero_info(
+        print_line(
             f"SIGTERM: saved {path} at step {trainer.global_step}; resume with --ckpt_path {path}"
         )
 

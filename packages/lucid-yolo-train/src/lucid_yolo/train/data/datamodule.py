@@ -24,6 +24,7 @@ import torch
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
+from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.cache import ImageCache
@@ -39,7 +40,6 @@ from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
-from lucid_yolo.train.data.progress import print_progress
 from lucid_yolo.train.data.resources import (
     CacheRequest,
     available_memory,
@@ -327,7 +327,7 @@ class YoloDataModule(L.LightningDataModule):
                 f"data: {split}: writing the disk cache",
             )
             state = "reused" if cache.reused else "written"
-            print_progress(f"data: {split}: disk cache {state} at {cache.directory}")
+            print_line(f"data: {split}: disk cache {state} at {cache.directory}")
         kpt_shape = self.spec.kpt_shape
         return YoloDataset(
             labels,
@@ -348,7 +348,7 @@ class YoloDataModule(L.LightningDataModule):
         """Print a loading decision once, the workers' with the first split."""
         if self._worker_line is not None:
             line, self._worker_line = f"{line}; {self._worker_line}", None
-        print_progress(f"data: {line}")
+        print_line(f"data: {line}")
 
     def _close_mosaic_epoch(self) -> int | None:
         trainer = self.trainer

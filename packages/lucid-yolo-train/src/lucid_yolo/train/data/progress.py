@@ -5,11 +5,8 @@ the first training step; a user watching a silent terminal cannot tell a slow di
 :class:`Progress` prints nothing for work that ends quickly, then one line every few seconds with
 the count, the elapsed time and an estimate of the time left from the rate so far.
 
-Every line goes to stdout through :func:`print_progress`, beside the CLI's own lines and the
-validation tables: it is the normal story of a run, and stderr is kept for warnings and errors,
-so ``lucid-yolo fit > run.log`` keeps the whole story in one file. (Lightning's rank-zero INFO
-logger, used before, wrote to stderr, and the CLI, which hides Lightning's own INFO lines, hid
-these with them.)
+Every line goes to stdout through :func:`lucid_yolo.train.console.print_line`, the trainer's
+one home for lines a user reads.
 """
 
 from __future__ import annotations
@@ -18,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from lightning.pytorch.utilities import rank_zero_only
+from lucid_yolo.train.console import print_line
 
 QUIET_SECONDS = 2.0
 """Seconds of silence before a :class:`Progress`'s first line: quick work prints nothing."""
@@ -27,12 +24,6 @@ EVERY_SECONDS = 5.0
 """Seconds between two lines of a :class:`Progress`."""
 
 _Item = TypeVar("_Item")
-
-
-@rank_zero_only
-def print_progress(line: str) -> None:
-    """Print ``line`` on stdout, flushed, from the rank-zero process only (one line per run)."""
-    print(line, flush=True)
 
 
 def _clock_text(seconds: float) -> str:
@@ -50,7 +41,7 @@ class Progress:
         every: seconds between two lines (default :data:`EVERY_SECONDS`).
         after: seconds of silence before the first line (default :data:`QUIET_SECONDS`).
         clock: monotonic seconds (a test passes its own).
-        emit: where a line goes (:func:`print_progress` by default).
+        emit: where a line goes (:func:`~lucid_yolo.train.console.print_line` by default).
     """
 
     def __init__(
@@ -61,7 +52,7 @@ class Progress:
         every: float | None = None,
         after: float | None = None,
         clock: Callable[[], float] = time.monotonic,
-        emit: Callable[[str], None] = print_progress,
+        emit: Callable[[str], None] = print_line,
     ) -> None:
         self.what = what
         self.total = total
@@ -94,4 +85,4 @@ class Progress:
             self.advance()
 
 
-__all__ = ["EVERY_SECONDS", "QUIET_SECONDS", "Progress", "print_progress"]
+__all__ = ["EVERY_SECONDS", "QUIET_SECONDS", "Progress"]
