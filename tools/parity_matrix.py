@@ -91,6 +91,10 @@ class Row:
     loss: str
     seconds: float
     error: str | None = None
+    first_loss_difference: int | None = None
+    """0-based micro-batch of the first per-step loss that differs."""
+    retired: list[str] = field(default_factory=list)
+    """Each retirement as ``recorder: reason: detail``."""
     passed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -146,6 +150,7 @@ class _Fit:
     val: list[dict[str, str]]
     replays: dict[str, int]
     retirements: int
+    retired: list[str]
     updates: int
     micro_batches: int
 
@@ -193,9 +198,23 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         val=record.val,
         replays={r.name: r.telemetry.replays for r in recorders},
         retirements=sum(r.telemetry.as_dict()["retirements"] for r in recorders),
+        retired=[str(event) for r in recorders for event in _retire_history(r)],
         updates=int(module.ema.updates),
         micro_batches=len(record.losses),
     )
+
+
+def _retire_history(recorder: Any) -> list[Any]:
+    """A recorder's retirements (region recorders and the update keep a ``retire_log``)."""
+    log = getattr(recorder, "retire_log", None)
+    return list(log.history) if log is not None else []
+
+
+def _first_loss_difference(a: list[str], b: list[str]) -> int | None:
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
 
 
 def _expected(fit: _Fit, case: Case) -> dict[str, int]:
@@ -230,6 +249,8 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
         retirements=replayed.retirements,
         loss=loss,
         seconds=round(time.perf_counter() - begin, 1),
+        first_loss_difference=_first_loss_difference(native.losses, replayed.losses),
+        retired=replayed.retired,
     )
 
 
