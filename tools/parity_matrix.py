@@ -95,6 +95,9 @@ class Row:
     """0-based micro-batch of the first per-step loss that differs."""
     retired: list[str] = field(default_factory=list)
     """Each retirement as ``recorder: reason: detail``."""
+    updates: int = 0
+    """Optimizer updates applied by the replayed fit (GradScaler skips steps with inf
+    gradients; a case with none compares no gradient at all)."""
     passed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -251,6 +254,7 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
         seconds=round(time.perf_counter() - begin, 1),
         first_loss_difference=_first_loss_difference(native.losses, replayed.losses),
         retired=replayed.retired,
+        updates=replayed.updates,
     )
 
 

@@ -64,7 +64,12 @@ def test_replay_step_matches_hand_written_loop(accumulation: int) -> None:
     expected = _native_loop(make_net(), batches, accumulation)
     got, step = _replay_loop(make_net(), batches, accumulation)
     assert first_difference(expected, got) is None
-    assert step.telemetry.as_dict()["replays"] > 0
+    steps = len(batches) // accumulation
+    # one native warm-up call each, then every call replays
+    assert step.region.telemetry.replays == len(batches) - 1
+    assert step.updater.telemetry.replays == steps - 1
+    assert step.ema is not None
+    assert step.ema.telemetry.replays == steps - 1
 
 
 def test_replay_step_verifier_passes_when_replay_is_exact() -> None:

@@ -88,7 +88,10 @@ def test_replayed_fine_tune_is_bitwise_native(
         weights=weights,
         replay=ReplayConfig(network=True, update=True),
     )
-    assert replayed.telemetry["replays"] > 0, replayed.telemetry
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == {
+        "network": len(replayed.losses) - 1,
+        "optimizer MuSGD": replayed.ema_updates - 1,
+    }, replayed.regions
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert replayed.losses == native.losses
     assert replayed.digests == native.digests
