@@ -1,11 +1,10 @@
 """DDP parity: a multi-GPU fit with replay against the same fit without, bitwise, on every rank.
 
 Each case (task x precision x accumulation) runs two short seeded DDP fits on a tiny synthetic
-set, one native and one replayed (``--regions``: the update by default; the network, segment
-heads and loss are refused by the module under DDP for now, and ``--allow-regions`` lifts that
-refusal for an experiment), in the same torchrun launch. Every rank digests its weights and
-buffers, EMA, optimizer, LR schedule and GradScaler, and keeps the bits of each step's loss and
-of the validation metrics. The parent compares, per rank, replay against native, and the ranks'
+set, one native and one replayed (``--regions``; by default every region that applies to the
+task: network, segment heads, loss, update), in the same torchrun launch. Every rank digests its
+weights and buffers, EMA, optimizer, LR schedule and GradScaler, and keeps the bits of each
+step's loss and of the validation metrics. The parent compares, per rank, replay against native, and the ranks'
 weights with each other (equal weights show the gradients were all-reduced), and checks that
 every region replayed and none retired.
 
@@ -61,10 +60,6 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     pl.seed_everything(0)
     yaml = Path(args.root) / task / "data.yaml"
     data = YoloDataModule(yaml, task=task, imgsz=64, batch_size=2, workers=0, max_instances=16)
-    if args.allow_regions:
-        # experiment only: lift the module's refusal of replayed regions under DDP to measure
-        # whether they match native DDP (docs/engineering/multi-gpu.md)
-        YoloModule._setup_data_parallel = lambda self: None  # type: ignore[method-assign]
     regions = set(args.regions)
     options = ReplayConfig(
         network=replay and "network" in regions,
@@ -196,15 +191,9 @@ def main() -> int:
     parser.add_argument(
         "--regions",
         nargs="+",
-        default=["update"],
+        default=list(REGIONS),
         choices=REGIONS,
-        help="what the replayed fit replays (each where the task allows it); the module refuses "
-        "network, segment_heads and loss under DDP unless --allow-regions",
-    )
-    parser.add_argument(
-        "--allow-regions",
-        action="store_true",
-        help="experiment: lift the module's refusal of replayed regions under DDP",
+        help="what the replayed fit replays, each where the task allows it",
     )
     parser.add_argument(
         "--control",
@@ -252,7 +241,6 @@ def main() -> int:
             *(["--control"] if args.control else []),
             "--regions",
             *args.regions,
-            *(["--allow-regions"] if args.allow_regions else []),
         ]
         launched = run_group(command, args.timeout)
         ranks = [

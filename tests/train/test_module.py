@@ -184,11 +184,12 @@ def test_module_data_parallel_fit_refuses_verify_every(tmp_path: Path) -> None:
         module.setup("fit")
 
 
-def test_module_data_parallel_fit_refuses_replayed_regions(tmp_path: Path) -> None:
-    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
+def test_module_data_parallel_fit_takes_replayed_regions(tmp_path: Path) -> None:
+    config = ReplayConfig(network=True, loss=True, update=True)
+    module = YoloModule("yolo26n", num_classes=2, replay=config)
     module.trainer = _two_process_trainer(tmp_path)
-    with pytest.raises(TrainConfigError, match="not yet bitwise equal to native DDP on 2"):
-        module.setup("fit")
+    module.setup("fit")
+    assert module.replay.config == config
 
 
 def test_module_data_parallel_fit_takes_update_replay(tmp_path: Path) -> None:

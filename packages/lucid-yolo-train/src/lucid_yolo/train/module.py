@@ -162,25 +162,20 @@ class YoloModule(pl.LightningModule):
     def _setup_data_parallel(self) -> None:
         """Check the replay options of a multi-process fit (docs/engineering/multi-gpu.md).
 
+        Every region replays under DDP as on one device: its replayed backward hands the
+        gradients to each parameter's own ``AccumulateGrad`` node, where DDP's hooks all-reduce
+        them. Only the verifier cannot follow.
+
         Raises:
             TrainConfigError: ``replay.verify_every`` is set (its native shadow step runs
                 outside DDP's forward, so its gradients would not be all-reduced and every
-                comparison would fail), or a region replays: under Lightning's DDP a replayed
-                network region differed from native DDP on two CPU processes (the update alone
-                was bitwise), so regions are refused until that is explained.
+                comparison would fail).
         """
-        world = self.trainer.world_size
         if self.step_verifier.schedule.every:
             raise TrainConfigError(
                 f"replay.verify_every={self.step_verifier.schedule.every!r} is not supported on "
-                f"{world!r} processes: the shadow step bypasses DDP's gradient all-reduce; set "
-                "replay.verify_every=0 or verify on one device"
-            )
-        if self.replay.config.regions:
-            raise TrainConfigError(
-                f"replay.network/segment_heads/loss are not yet bitwise equal to native DDP on "
-                f"{world!r} processes (docs/engineering/multi-gpu.md): set them false; "
-                "replay.update is verified under DDP and may stay on"
+                f"{self.trainer.world_size!r} processes: the shadow step bypasses DDP's gradient "
+                "all-reduce; set replay.verify_every=0 or verify on one device"
             )
 
     @override
