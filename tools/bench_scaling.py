@@ -6,8 +6,7 @@ capture, every epoch's training and validation and the final line all count. Eve
 the per-device batch, so N devices train the same epoch in 1/N of the steps at N times the
 global batch (data-parallel weak scaling). Runs alternate between the configurations; reported
 per configuration: median and range of wall seconds and images/s (training images x epochs /
-wall seconds). "replay" is the network, loss and update on one device and the update alone on
-several (the regions are refused under DDP for now: docs/engineering/multi-gpu.md).
+wall seconds). "replay" is the network, loss and update on every device count.
 
 Example (2-GPU machine, from the repository root)::
 
@@ -37,9 +36,7 @@ REPLAY_FLAGS = (
     "--model.replay.loss=true",
     "--model.replay.update=true",
 )
-"""Replay on one device: the network, the loss and the update."""
-DATA_PARALLEL_REPLAY_FLAGS = ("--model.replay.update=true",)
-"""Replay on several devices: the update only (regions are refused under DDP for now)."""
+"""Replay: the network, the loss and the update."""
 
 
 def _fit(
@@ -59,7 +56,7 @@ def _fit(
         f"--trainer.default_root_dir={root}",
         "--trainer.enable_progress_bar=false",
         "--trainer.precision=bf16-mixed",
-        *((REPLAY_FLAGS if devices == 1 else DATA_PARALLEL_REPLAY_FLAGS) if replay else ()),
+        *(REPLAY_FLAGS if replay else ()),
     ]
     begin = time.perf_counter()
     done = run_group(command, args.timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)

@@ -4,9 +4,9 @@ Each case (task x precision x accumulation) runs two short seeded DDP fits on a 
 set, one native and one replayed (``--regions``; by default every region that applies to the
 task: network, segment heads, loss, update), in the same torchrun launch. Every rank digests its
 weights and buffers, EMA, optimizer, LR schedule and GradScaler, and keeps the bits of each
-step's loss and of the validation metrics. The parent compares, per rank, replay against native, and the ranks'
-weights with each other (equal weights show the gradients were all-reduced), and checks that
-every region replayed and none retired.
+step's loss and of the validation metrics. The parent compares, per rank, replay against
+native, and the ranks' weights with each other (equal weights show the gradients were
+all-reduced), and checks that every region replayed and none retired.
 
 Writes one JSON file with a row per case and prints a line per case; exit status 1 if any case
 differs. NVLink multicast stays off (tools/multi_gpu_env.py).
