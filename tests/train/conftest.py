@@ -77,9 +77,9 @@ def digested_fit(
     gradient_clip_val: float | None = None,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
-    optimizer (and scaler), per-step loss bits. ``channels_last`` converts the module's weights
-    (the images stay NCHW), as the parity matrix does. ``grad_clip_norm`` is the module's clip,
-    ``gradient_clip_val`` the trainer's (by norm)."""
+    optimizer (and scaler), learning-rate schedule, per-step loss bits. ``channels_last``
+    converts the module's weights (the images stay NCHW), as the parity matrix does.
+    ``grad_clip_norm`` is the module's clip, ``gradient_clip_val`` the trainer's (by norm)."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
@@ -117,6 +117,7 @@ def digested_fit(
         "model": module.net.state_dict(),
         "ema": module.ema_net.state_dict(),
         "optimizer": trainer.optimizers[0].state_dict(),
+        "scheduler": [config.scheduler for config in trainer.lr_scheduler_configs],
     }
     scaler = getattr(trainer.precision_plugin, "scaler", None)
     if scaler is not None:
