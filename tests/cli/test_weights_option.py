@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 import torch
@@ -13,6 +14,9 @@ import yaml
 from lucid_yolo.cli.main import main
 from lucid_yolo.models import create_model, read_weights, save_reference_weights
 from lucid_yolo.train.data.synthetic import generate_synthetic
+
+if TYPE_CHECKING:
+    from conftest import CliRunner
 
 # Lightning's advice for an in-process predict on a small CPU machine, and its own pytree call
 IN_PROCESS_WARNINGS = (
@@ -51,6 +55,19 @@ def test_predict_from_weights_needs_the_dataset_yaml(
     argv = ["predict", "--model.weights", str(weights), "--data.source", str(tmp_path)]
     assert main(argv) == 2
     assert "predict with --model.weights needs --data.yaml" in capsys.readouterr().err
+
+
+def test_fit_from_weights_of_another_class_count_says_what_it_kept(
+    tmp_path: Path, tiny_data: Path, tiny_fit: tuple[str, ...], cli: CliRunner
+) -> None:
+    weights = save_reference_weights(create_model("yolo26n"), tmp_path / "yolo26n.pt")
+    done = cli("fit", "--model.weights", str(weights), "--data.yaml", str(tiny_data), *tiny_fit)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert (
+        f"\nloaded 606 tensors from {weights}; the file has 80 classes and the model 5: "
+        "kept every tensor but the 102 class-count-dependent ones of the class branches, which "
+        "start fresh\n"
+    ) in done.stdout
 
 
 @pytest.mark.parametrize("fmt", ["ultralytics", "safetensors"])
