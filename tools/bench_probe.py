@@ -9,7 +9,8 @@ synchronisation is at the end of the fit.
 Recorded: seconds from process start to the first training batch (start-up), seconds spent in
 validation (sanity check excluded), training images seen and the seconds they took (the fit's
 training wall time minus validation), peak reserved CUDA memory of the process, and the last
-validation metrics the module logged.
+validation metrics the module logged. Under DDP every rank runs the probe and rank 0 writes
+(its own images, and the world size, so a reader can count the global images).
 """
 
 from __future__ import annotations
@@ -112,6 +113,7 @@ class FitProbe(pl.Callback):
             "epochs": epochs,
             "phases_ms": self.phases,
         }
+        record["world_size"] = trainer.world_size
         path = os.environ.get(PROBE_ENV)
-        if path:
+        if path and trainer.is_global_zero:
             Path(path).write_text(json.dumps(record, indent=2))

@@ -4,14 +4,22 @@ Each run is one ``lucid-yolo fit`` process (Lightning's own DDP launcher starts 
 for ``--trainer.devices N``), timed from its start to its exit: data loading, the DDP set-up,
 capture, every epoch's training and validation and the final line all count. Every rank keeps
 the per-device batch, so N devices train the same epoch in 1/N of the steps at N times the
-global batch (data-parallel weak scaling). Runs alternate between the configurations; reported
-per configuration: median and range of wall seconds and images/s (training images x epochs /
-wall seconds). "replay" is the network, loss and update on every device count.
+global batch (data-parallel weak scaling). "replay" is the network, loss and update on every
+device count.
 
-Example (2-GPU machine, from the repository root)::
+A short fit is mostly start-up (interpreter, CUDA, the second rank's launch, NCCL, data,
+capture), so each run is also split by ``tools/bench_probe.py``: start-up (process start to the
+first training batch) and the steady epochs (every epoch after the first, training and its
+validation, images/s over the global epoch). Configurations alternate in rounds, the order
+reversed every other round, while ``--budget`` seconds last: a round is only started for a fit
+that the slowest run of its configuration says still fits. The JSON is rewritten after every
+fit, so a cut run keeps what it measured. Per configuration: medians and ranges.
 
-    export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
-    NCCL_NVLS_ENABLE=0 python3 tools/bench_scaling.py --devices 1 2 --out $OUT/scaling.json
+Example (2-GPU machine, from the repository root, about two minutes)::
+
+    export PYTHONPATH=$(ls -d packages/*/src | paste -sd:):tools
+    NCCL_NVLS_ENABLE=0 python3 tools/bench_scaling.py --devices 1 2 --budget 140 \\
+        --out $OUT/scaling.json
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -37,12 +46,20 @@ REPLAY_FLAGS = (
     "--model.replay.update=true",
 )
 """Replay: the network, the loss and the update."""
+TOOLS_DIR = Path(__file__).resolve().parent
+FIRST_FIT_GUESS_S = 40.0
+"""Seconds a configuration's first fit is assumed to need before one has been timed."""
+
+Config = tuple[int, bool]
 
 
 def _fit(
-    args: argparse.Namespace, yaml: Path, root: Path, devices: int, replay: bool
-) -> float | str:
-    """Wall seconds of one ``lucid-yolo fit``, or why it failed."""
+    args: argparse.Namespace, yaml: Path, root: Path, config: Config, timeout: float
+) -> dict[str, Any] | str:
+    """One ``lucid-yolo fit`` in a fresh process: its probe record and wall seconds, or why it
+    failed."""
+    devices, replay = config
+    probe = root.with_suffix(".json")
     command = [
         sys.executable,
         "-m",
@@ -55,26 +72,74 @@ def _fit(
         f"--trainer.devices={devices}",
         f"--trainer.default_root_dir={root}",
         "--trainer.enable_progress_bar=false",
-        "--trainer.precision=bf16-mixed",
+        f"--trainer.accelerator={args.accelerator}",
+        f"--trainer.precision={args.precision}",
+        "--trainer.callbacks+=bench_probe.FitProbe",
         *(REPLAY_FLAGS if replay else ()),
     ]
-    begin = time.perf_counter()
-    done = run_group(command, args.timeout, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    seconds = time.perf_counter() - begin
-    if done.returncode != 0 or "final:" not in done.stdout:
-        return f"status {done.returncode}: {done.stderr[-2000:]}"
-    return seconds
+    spawned = time.time()
+    path = os.pathsep.join(filter(None, [str(TOOLS_DIR), os.environ.get("PYTHONPATH")]))
+    env = {"LUCID_BENCH_PROBE": str(probe), "LUCID_BENCH_SPAWN": repr(spawned), "PYTHONPATH": path}
+    done = run_group(
+        command, timeout, extra_env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    wall = time.time() - spawned
+    if done.returncode != 0 or "final:" not in done.stdout or not probe.is_file():
+        return f"status {done.returncode} after {wall:.1f} s: {done.stderr[-1500:]}"
+    record: dict[str, Any] = json.loads(probe.read_text())
+    return {"wall_s": wall, **record}
 
 
-def _summary(seconds: list[float], images: int) -> dict[str, Any]:
-    rates = [images / s for s in seconds]
+def _measures(run: dict[str, Any]) -> dict[str, float]:
+    """The numbers of one run: whole fit, start-up, steady epochs (global images/s)."""
+    world = int(run.get("world_size", 1))
+    images = run["train_images"] * world  # rank 0 counted its own shard
+    epochs = [e["wall_s"] for e in run["epochs"]]
+    steady = epochs[1:] or epochs
+    per_epoch = images / max(len(epochs), 1)
     return {
-        "runs": len(seconds),
-        "wall_s_median": round(statistics.median(seconds), 2),
-        "wall_s_range": [round(min(seconds), 2), round(max(seconds), 2)],
-        "images_per_s_median": round(statistics.median(rates), 1),
-        "images_per_s_range": [round(min(rates), 1), round(max(rates), 1)],
+        "wall_s": run["wall_s"],
+        "whole_fit_img_per_s": images / run["wall_s"],
+        "startup_s": run["startup_s"],
+        "steady_epoch_s": statistics.median(steady),
+        "steady_img_per_s": per_epoch / statistics.median(steady),
+        "peak_reserved_gib": run["peak_reserved_gib"],
     }
+
+
+def _summary(runs: list[dict[str, float]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"runs": len(runs)}
+    for key in runs[0]:
+        values = [r[key] for r in runs]
+        out[key] = round(statistics.median(values), 2)
+        out[f"{key}_range"] = [round(min(values), 2), round(max(values), 2)]
+    return out
+
+
+def _write(
+    args: argparse.Namespace,
+    configs: list[Config],
+    measured: dict[Config, list[Any]],
+    fails: list[str],
+) -> list[dict[str, Any]]:
+    rows = [
+        {
+            "devices": devices,
+            "mode": "replay" if replay else "native",
+            **_summary([_measures(r) for r in measured[(devices, replay)]]),
+        }
+        for devices, replay in configs
+        if measured[(devices, replay)]
+    ]
+    result = {
+        "settings": {k: str(v) for k, v in vars(args).items()},
+        "rows": rows,
+        "runs": {f"{d}-{'replay' if r else 'native'}": measured[(d, r)] for d, r in configs},
+        "failures": fails,
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return rows
 
 
 def main() -> int:
@@ -82,17 +147,23 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("scaling.json"))
     parser.add_argument("--devices", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--images", type=int, default=512, help="training images")
-    parser.add_argument("--val", type=int, default=128, help="validation images")
-    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--val", type=int, default=64, help="validation images")
+    parser.add_argument("--imgsz", type=int, default=320)
     parser.add_argument("--batch", type=int, default=16, help="per-device batch")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=1, help="runs per configuration")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds per fit")
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--accelerator", default="gpu", help="cpu: a smoke run of the tool")
+    parser.add_argument("--precision", default="bf16-mixed")
+    parser.add_argument("--rounds", type=int, default=3, help="at most this many per config")
+    parser.add_argument(
+        "--budget", type=float, default=600.0, help="seconds for everything, data included"
+    )
     args = parser.parse_args()
+    begin = time.perf_counter()
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
     configs = list(itertools.product(args.devices, (False, True)))
-    seconds: dict[tuple[int, bool], list[float]] = {c: [] for c in configs}
+    measured: dict[Config, list[Any]] = {c: [] for c in configs}
+    slowest: dict[Config, float] = {}
     failures: list[str] = []
     with tempfile.TemporaryDirectory() as tmp:
         yaml = generate_synthetic(
@@ -103,37 +174,32 @@ def main() -> int:
             imgsz=args.imgsz,
             seed=0,
         )
-        for repeat in range(args.repeats):
-            # alternate the order so no configuration always runs on a cold machine
-            for devices, replay in configs if repeat % 2 == 0 else configs[::-1]:
-                root = Path(tmp) / f"runs-{devices}-{replay}-{repeat}"
-                took = _fit(args, yaml, root, devices, replay)
-                mode = "replay" if replay else "native"
-                if isinstance(took, str):
-                    failures.append(f"{devices} device(s), {mode}: {took}")
-                    print(failures[-1], flush=True)
+        print(f"data ready at {time.perf_counter() - begin:.1f} s", flush=True)
+        for round_ in range(args.rounds):
+            # alternate the order so no configuration always runs first or on a warm machine
+            for config in configs if round_ % 2 == 0 else configs[::-1]:
+                left = args.budget - (time.perf_counter() - begin)
+                need = slowest.get(config, FIRST_FIT_GUESS_S)
+                if left < need:
+                    print(f"{config}: {left:.0f} s left, a fit needs ~{need:.0f}: skipped")
                     continue
-                seconds[(devices, replay)].append(took)
-                print(f"{devices} device(s), {mode}: {took:.1f} s", flush=True)
-    rows = [
-        {
-            "devices": devices,
-            "mode": "replay" if replay else "native",
-            **_summary(seconds[(devices, replay)], args.images * args.epochs),
-        }
-        for devices, replay in configs
-        if seconds[(devices, replay)]
-    ]
-    result = {
-        "settings": {k: str(v) for k, v in vars(args).items()},
-        "rows": rows,
-        "failures": failures,
-    }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
+                root = Path(tmp) / f"run-{config[0]}-{int(config[1])}-{round_}"
+                took = _fit(args, yaml, root, config, timeout=left)
+                name = f"{config[0]} device(s), {'replay' if config[1] else 'native'}"
+                if isinstance(took, str):
+                    failures.append(f"{name}: {took}")
+                    print(failures[-1], flush=True)
+                    slowest[config] = float("inf")
+                else:
+                    measured[config].append(took)
+                    slowest[config] = max(slowest.get(config, 0.0), took["wall_s"])
+                    print(f"{name}: {json.dumps(_measures(took))}", flush=True)
+                _write(args, configs, measured, failures)
+    rows = _write(args, configs, measured, failures)
     for row in rows:
         print(json.dumps(row), flush=True)
-    return 1 if failures else 0
+    print(f"done in {time.perf_counter() - begin:.1f} s", flush=True)
+    return 1 if failures or not rows else 0
 
 
 if __name__ == "__main__":

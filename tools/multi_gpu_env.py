@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
@@ -32,13 +32,20 @@ def child_env(**extra: str) -> dict[str, str]:
 
 
 def run_group(
-    command: Sequence[str], timeout: float, **kwargs: object
+    command: Sequence[str],
+    timeout: float,
+    extra_env: Mapping[str, str] | None = None,
+    **kwargs: object,
 ) -> subprocess.CompletedProcess[str]:
-    """Run ``command`` in its own process group with :func:`child_env`; past ``timeout``
-    seconds the whole group (a launcher and every rank it started) is stopped, so no orphaned
-    rank keeps a GPU busy. Returns status -9 when it was stopped."""
+    """Run ``command`` in its own process group with :func:`child_env` (plus ``extra_env``);
+    past ``timeout`` seconds the whole group (a launcher and every rank it started) is stopped,
+    so no orphaned rank keeps a GPU busy. Returns status -9 when it was stopped."""
     process = subprocess.Popen(
-        list(command), env=child_env(), start_new_session=True, text=True, **kwargs
+        list(command),
+        env=child_env(**(extra_env or {})),
+        start_new_session=True,
+        text=True,
+        **kwargs,
     )
     try:
         stdout, stderr = process.communicate(timeout=timeout)

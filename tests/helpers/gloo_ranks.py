@@ -1,4 +1,4 @@
-"""Spawn CPU processes on the gloo backend, for the tests of distributed code.
+"""Spawn processes on the gloo backend (or NCCL, one GPU each), for the tests of distributed code.
 
 ``torch.multiprocessing.spawn`` pickles its target by module name, and pytest's importlib mode
 gives test modules names a fresh process cannot import: a rank's body lives in a helper module
@@ -25,10 +25,14 @@ def _rank_main(
     out_dir: str,
     fn: Callable[..., Any],
     args: tuple[Any, ...],
+    backend: str,
 ) -> None:
     torch.set_num_threads(1)
+    if backend == "nccl":
+        # NCCL's object collectives stage through the current device: one GPU per rank
+        torch.cuda.set_device(rank)
     dist.init_process_group(
-        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size
+        backend, init_method=f"file://{init_file}", rank=rank, world_size=world_size
     )
     try:
         result = fn(rank, world_size, *args)
@@ -37,14 +41,18 @@ def _rank_main(
     (Path(out_dir) / f"rank{rank}.pkl").write_bytes(pickle.dumps(result))
 
 
-def run_ranks(fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: Any) -> list[Any]:
-    """``fn(rank, world_size, *args)`` in ``world_size`` spawned gloo ranks; their results.
+def run_ranks(
+    fn: Callable[..., Any], world_size: int, tmp_path: Path, *args: Any, backend: str = "gloo"
+) -> list[Any]:
+    """``fn(rank, world_size, *args)`` in ``world_size`` spawned ranks; their results.
 
     ``fn`` and ``args`` must pickle by reference (``fn`` defined at the top of a helper module).
+    ``backend="nccl"`` needs ``world_size`` CUDA devices, and NVLink multicast off in the
+    environment where the host requires it (``NCCL_NVLS_ENABLE=0``; the ranks inherit it).
     """
     mp.spawn(
         _rank_main,
-        args=(world_size, str(tmp_path / "init"), str(tmp_path), fn, args),
+        args=(world_size, str(tmp_path / "init"), str(tmp_path), fn, args, backend),
         nprocs=world_size,
     )
     return [pickle.loads((tmp_path / f"rank{r}.pkl").read_bytes()) for r in range(world_size)]

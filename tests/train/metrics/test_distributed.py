@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from gloo_ranks import run_ranks
 from metric_ranks import KINDS, scene, shard_metrics
 
@@ -30,6 +31,15 @@ def test_gather_across_ranks_two_gloo_ranks_equal_one_process(tmp_path: Path, pa
     ranks = run_ranks(shard_metrics, 2, tmp_path, padded)
     assert ranks[0] == ranks[1] == expected
     assert {name.split("/")[0] for name in expected} == set(KINDS)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_gather_across_ranks_two_nccl_ranks_equal_one_process(tmp_path: Path) -> None:
+    expected = _one_process()
+    ranks = run_ranks(shard_metrics, 2, tmp_path, False, backend="nccl")
+    assert ranks[0] == ranks[1] == expected
 
 
 def test_gather_across_ranks_scene_is_sensitive_to_image_order() -> None:
