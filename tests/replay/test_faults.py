@@ -3,9 +3,10 @@
 One training loop (a replayed region, a graphed SGD update, two micro-batches per step) runs
 twice from the same seed, natively and replayed, with the same fault injected at step
 :data:`AT`, after the region and the update have recorded. The digests of the weights, buffers,
-optimizer, GradScaler, losses and hook calls must be identical, and the replay's telemetry must
-say what it did. On the CPU the replay library's stand-in runs the same bookkeeping; the ``cuda``
-cases replay real CUDA graphs (``-m gpu``).
+optimizer, GradScaler, every step's losses and hook calls must be identical, so the steps after
+the fault are native's too; the replay's telemetry must name the fault (``retired.<reason>`` or
+``recorded.<cause>``) and the retirement be warned. On the CPU the replay library's stand-in
+runs the same bookkeeping; the ``cuda`` cases replay real CUDA graphs (``-m gpu``).
 """
 
 from __future__ import annotations
@@ -91,7 +92,13 @@ class Run:
     scale: float = 1.0
     """The GradScaler's final scale (1.0 without one)."""
     telemetry: dict[str, int] = field(default_factory=dict)
-    retirements: dict[str, int] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+    """Retirement reasons the run warned about."""
+
+    def causes(self, kind: str) -> dict[str, int]:
+        """``{"<recorder>.<reason or cause>": count}`` of the ``retired`` or ``recorded`` keys."""
+        marker = f".{kind}."
+        return {k.replace(marker, "."): v for k, v in self.telemetry.items() if marker in k}
 
 
 def _run(device: str, fault: str, *, replay: bool) -> Run:
@@ -159,8 +166,8 @@ def _both(device: str, fault: str) -> Run:
         warnings.simplefilter("always")
         replayed = _run(device, fault, replay=True)
     assert first_difference(native.digests, replayed.digests) is None
-    replayed.retirements = {
-        str(w.message).split(": ")[2]: 1 for w in caught if "replay retired" in str(w.message)
+    replayed.warned = {
+        str(w.message).split(": ")[2] for w in caught if "replay retired" in str(w.message)
     }
     return replayed
 
@@ -170,20 +177,26 @@ def test_fault_none_replays_every_step(device: str) -> None:
     run = _both(device, "none")
     assert run.telemetry["region.replays"] == 2 * STEPS - 1
     assert run.telemetry["update.replays"] == STEPS - 1
-    assert run.retirements == {}
+    assert run.causes("recorded") == {"region.first": 1, "update.first": 1}
+    assert run.causes("retired") == {}
+    assert run.warned == set()
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fault_input_shape_change_records_again(device: str) -> None:
     run = _both(device, "shape")
-    assert run.telemetry["region.recordings"] == 2
-    assert run.telemetry["region.retirements"] == 0
+    assert run.causes("recorded") == {"region.first": 1, "region.inputs": 1, "update.first": 1}
+    assert run.causes("retired") == {}
+    # one warm-up call per shape; every later call replays, the new shape's included
+    assert run.telemetry["region.replays"] == 2 * STEPS - 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fault_hook_added_after_recording_retires_module_hooks(device: str) -> None:
     run = _both(device, "hook")
-    assert run.retirements == {RetireReason.MODULE_HOOKS.value: 1}
+    reason = RetireReason.MODULE_HOOKS.value
+    assert run.causes("retired") == {f"region.{reason}": 1}
+    assert run.warned == {reason}
     # the warm-up call, then every call from the hook on
     assert run.telemetry["region.native_calls"] == 1 + 2 * (STEPS - AT)
 
@@ -192,14 +205,21 @@ def test_fault_hook_added_after_recording_retires_module_hooks(device: str) -> N
 def test_fault_accumulation_changed_mid_run_keeps_replaying(device: str) -> None:
     run = _both(device, "accumulation")
     assert run.telemetry["region.replays"] == 2 * AT + 3 * (STEPS - AT) - 1
-    assert run.retirements == {}
+    assert run.causes("recorded") == {"region.first": 1, "update.first": 1}
+    assert run.causes("retired") == {}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fault_parameter_group_added_records_update_again(device: str) -> None:
     run = _both(device, "param-group")
-    assert run.telemetry["update.recordings"] == 2
-    assert run.retirements == {}
+    assert run.causes("recorded") == {
+        "region.first": 1,
+        "update.first": 1,
+        "update.gradients+hyperparameters": 1,
+    }
+    assert run.causes("retired") == {}
+    # one warm-up step per key; every later step replays, the new group's included
+    assert run.telemetry["update.replays"] == STEPS - 2
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -208,14 +228,16 @@ def test_fault_nan_in_replayed_step_skipped_by_grad_scaler_as_native(device: str
     assert run.scale == 2.0**7  # backed off once, from the injected step
     assert run.telemetry["region.replays"] == 2 * STEPS - 1
     assert run.telemetry["update.replays"] == STEPS - 2
-    assert run.retirements == {}
+    assert run.causes("retired") == {}
 
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.usefixtures("oom_on_capture")
 def test_fault_out_of_memory_during_capture_retires_capture_failed(device: str) -> None:
     run = _both(device, "oom")
-    assert run.retirements == {RetireReason.CAPTURE_FAILED.value: 1}
+    reason = RetireReason.CAPTURE_FAILED.value
+    assert run.causes("retired") == {f"region.{reason}": 1}
+    assert run.warned == {reason}
     assert run.telemetry["region.recordings"] == 0
     assert run.telemetry["region.native_calls"] == 2 * STEPS
 
@@ -223,6 +245,8 @@ def test_fault_out_of_memory_during_capture_retires_capture_failed(device: str) 
 @pytest.mark.parametrize("device", DEVICES)
 def test_fault_host_sync_inside_region_retires_capture_failed(device: str) -> None:
     run = _both(device, "sync")
-    assert run.retirements == {RetireReason.CAPTURE_FAILED.value: 1}
+    reason = RetireReason.CAPTURE_FAILED.value
+    assert run.causes("retired") == {f"region.{reason}": 1}
+    assert run.warned == {reason}
     assert run.telemetry["region.recordings"] == 0
     assert run.telemetry["update.replays"] == STEPS - 1

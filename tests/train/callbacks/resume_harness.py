@@ -3,14 +3,22 @@
 Usage (from the repository root)::
 
     python tests/train/callbacks/resume_harness.py DATA ROOT OUT.json \
-        [--kill-at STEP --signal TERM|KILL] [--every-n-steps N] [--resume CKPT] [--accelerator gpu]
-        [--replay]
+        [--kill-at STEP --signal TERM|KILL [--during step|validation|save]] [--every-n-steps N]
+        [--resume CKPT] [--accelerator gpu] [--replay]
 
-It trains ``yolo26n`` for 2 epochs of 4 steps (8 images, batch 2, 64 px) with validation each
-epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` and
+It trains ``yolo26n`` for 2 epochs of 4 steps (8 images, batch 2, 64 px) with a validation of 2
+batches each epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` and
 :class:`SigtermCheckpoint`, and at the end writes OUT.json: per step the global step, the image
-ids and the loss bits, and the digests of the final state (weights, EMA, optimizer, scaler,
-scheduler, RNG, loader position). ``--kill-at`` sends the signal to itself after that step.
+ids, the loss bits and one draw from each global generator (torch, NumPy, Python; CUDA on a GPU)
+taken as the batch starts, as a dropout or a user's augmentation would draw; and the digests of
+the final state (weights, EMA, optimizer, scaler, scheduler, RNG, loader position).
+
+``--kill-at`` sends the signal to the process itself ``--during``:
+
+- ``step``: after that training step;
+- ``validation``: after the first batch of the validation that follows that step;
+- ``save``: while the next checkpoint after that step is being written, once 1 MiB of it is
+  out.
 """
 
 from __future__ import annotations
@@ -18,11 +26,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import lightning.pytorch as pl
+import numpy as np
+import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lucid_yolo.replay import state_digest
@@ -33,13 +44,54 @@ from lucid_yolo.train.callbacks.rng_state import rng_state
 EPOCHS = 2
 
 
-class StepLog(Callback):
-    """Records each step's batch and loss; kills the process after ``kill_at`` when asked."""
+class SignalMidWrite:
+    """A writable file that sends ``signum`` to this process once ``after`` bytes went through."""
 
-    def __init__(self, kill_at: int | None, signum: int) -> None:
+    def __init__(self, handle: IO[bytes], signum: int, after: int = 1 << 20) -> None:
+        self.handle = handle
+        self.signum = signum
+        self.left = after
+
+    def write(self, data: bytes) -> int:
+        written = self.handle.write(data)
+        self.left -= written
+        if self.left <= 0 and self.signum:
+            signum, self.signum = self.signum, 0
+            os.kill(os.getpid(), signum)
+        return written
+
+    def flush(self) -> None:
+        self.handle.flush()
+
+
+def signal_during_next_save(signum: int) -> None:
+    """Make the next ``torch.save`` into a file send ``signum`` part-way (then save as usual)."""
+    save = torch.save
+
+    def save_with_signal(obj: object, handle: Any, *args: Any, **kwargs: Any) -> None:
+        torch.save = save
+        save(obj, SignalMidWrite(handle, signum), *args, **kwargs)
+
+    torch.save = save_with_signal
+
+
+class StepLog(Callback):
+    """Records each step's batch, loss and global draws; sends the signal where asked."""
+
+    def __init__(self, kill_at: int | None, signum: int, during: str) -> None:
         self.kill_at = kill_at
         self.signum = signum
+        self.during = during
         self.steps: list[dict[str, Any]] = []
+        self._draws: list[str] = []
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        draws = [torch.rand(1).item(), float(np.random.random()), random.random()]
+        if torch.cuda.is_available():
+            draws.append(torch.rand(1, device="cuda").item())
+        self._draws = [draw.hex() for draw in draws]
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, *_: Any
@@ -49,9 +101,31 @@ class StepLog(Callback):
                 "step": trainer.global_step,
                 "image_ids": batch["image_ids"].tolist(),
                 "loss": outputs["loss"].detach().float().cpu().numpy().tobytes().hex(),
+                "draws": self._draws,
             }
         )
-        if trainer.global_step == self.kill_at:
+        if trainer.global_step != self.kill_at:
+            return
+        if self.during == "step":
+            os.kill(os.getpid(), self.signum)
+        elif self.during == "save":
+            signal_during_next_save(self.signum)
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if (
+            self.during == "validation"
+            and trainer.global_step == self.kill_at
+            and batch_idx == 0
+            and not trainer.sanity_checking
+        ):
             os.kill(os.getpid(), self.signum)
 
 
@@ -81,6 +155,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--signal", choices=("TERM", "KILL"), default="TERM")
+    parser.add_argument("--during", choices=("step", "validation", "save"), default="step")
     parser.add_argument("--every-n-steps", type=int, default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--accelerator", default="cpu")
@@ -88,16 +163,18 @@ def main() -> None:
     args = parser.parse_args()
 
     pl.seed_everything(0, verbose=False)
-    data = YoloDataModule(args.data, imgsz=64, batch_size=2, workers=0, max_instances=32, seed=0)
+    data = YoloDataModule(
+        args.data, imgsz=64, batch_size=2, val_batch_size=1, workers=0, max_instances=32, seed=0
+    )
     replay = ReplayConfig(network=args.replay, update=args.replay)
     module = YoloModule("yolo26n", num_classes=data.num_classes, warmup_epochs=1.0, replay=replay)
-    log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"))
+    log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"), args.during)
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,
         precision="32-true" if args.accelerator == "cpu" else "bf16-mixed",
         max_epochs=EPOCHS,
-        limit_val_batches=1,
+        limit_val_batches=2,
         deterministic=True,
         benchmark=False,
         logger=False,

@@ -1,10 +1,11 @@
-"""A fit killed mid-epoch (SIGTERM, or SIGKILL after a checkpoint) resumes bit for bit.
+"""A fit stopped by SIGTERM or SIGKILL, anywhere, resumes bit for bit from its ``last.ckpt``.
 
-Each fit runs :mod:`resume_harness` in its own process: the uninterrupted fit, a fit that sends
-itself the signal after a step, and the fit resumed from the ``last.ckpt`` the first one left.
-The resumed fit must run the same batches with the same loss bits as the uninterrupted one from
-the step after the checkpoint on, and end with the same digests of weights, EMA, optimizer,
-scheduler, scaler, random generators and loader position.
+Each fit runs :mod:`resume_harness` in its own process: the uninterrupted fit (once per module
+and device), a fit that sends itself the signal, and the fit resumed from the ``last.ckpt`` the
+second one left. The resumed fit must run the same batches with the same loss bits and the same
+draws from the global generators as the uninterrupted one from the step after the checkpoint on,
+and end with the same digests of weights, EMA, optimizer, scheduler, scaler, random generators
+and loader position. With 4 steps per epoch, step 4 ends epoch 0.
 """
 
 from __future__ import annotations
@@ -13,17 +14,53 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
+import torch
 
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import TEMP_SUFFIX
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 HARNESS = Path(__file__).with_name("resume_harness.py")
 
+Fit = dict[str, Any]
 
-def _fit(data: Path, root: Path, *args: str) -> tuple[int, dict[str, Any] | None]:
+
+class Interruption(NamedTuple):
+    """How a fit is stopped, and the step of the ``last.ckpt`` it leaves."""
+
+    args: tuple[str, ...]
+    checkpoint_step: int
+
+
+INTERRUPTIONS = {
+    "sigterm-mid-epoch": Interruption(("--kill-at", "6", "--signal", "TERM"), 6),
+    "sigkill-mid-epoch": Interruption(
+        ("--kill-at", "5", "--signal", "KILL", "--every-n-steps", "3"), 3
+    ),
+    # saved at the end of the epoch's last batch, before its validation (Lightning skips that
+    # validation on resume)
+    "sigkill-epoch-end-before-validation": Interruption(
+        ("--kill-at", "6", "--signal", "KILL", "--every-n-steps", "4"), 4
+    ),
+    # saved after the epoch's validation: the `last.ckpt` that `lucid-yolo fit` writes
+    "sigkill-epoch-end-after-validation": Interruption(("--kill-at", "6", "--signal", "KILL"), 4),
+    "sigterm-during-validation": Interruption(
+        ("--kill-at", "4", "--signal", "TERM", "--during", "validation"), 4
+    ),
+    "sigterm-during-save": Interruption(
+        ("--kill-at", "3", "--signal", "TERM", "--during", "save", "--every-n-steps", "3"), 3
+    ),
+    "sigkill-during-save": Interruption(
+        ("--kill-at", "6", "--signal", "KILL", "--during", "save", "--every-n-steps", "3"), 3
+    ),
+}
+
+
+def _fit(data: Path, root: Path, *args: str) -> tuple[int, Fit | None]:
     out = root.with_suffix(".json")
     done = subprocess.run(
         [sys.executable, str(HARNESS), str(data), str(root), str(out), *args],
@@ -36,66 +73,75 @@ def _fit(data: Path, root: Path, *args: str) -> tuple[int, dict[str, Any] | None
     return done.returncode, result
 
 
+def _device(replay: bool) -> tuple[str, ...]:
+    return ("--accelerator", "gpu", "--replay") if replay else ()
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("resume-data")
     return generate_synthetic(root, num_train=8, num_val=2, imgsz=64, seed=0)
 
 
-def _accelerator(replay: bool) -> tuple[str, ...]:
-    return ("--accelerator", "gpu", "--replay") if replay else ()
+@pytest.fixture(scope="module")
+def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool], Fit]:
+    """The uninterrupted fit, native or replayed, run once per module."""
+    fits: dict[bool, Fit] = {}
+
+    def fit(replay: bool) -> Fit:
+        if replay not in fits:
+            root = tmp_path_factory.mktemp("uninterrupted") / "full"
+            code, result = _fit(data, root, *_device(replay))
+            assert code == 0
+            assert result is not None
+            fits[replay] = result
+        return fits[replay]
+
+    return fit
 
 
-def _check_resume(
-    data: Path, tmp_path: Path, kill: tuple[str, ...], checkpoint_step: int, replay: bool
-) -> None:
-    device = _accelerator(replay)
-    code, full = _fit(data, tmp_path / "full", *device)
-    assert code == 0
-    assert full is not None
-    code, killed = _fit(data, tmp_path / "killed", *kill, *device)
+def _interrupt(data: Path, tmp_path: Path, case: str, replay: bool) -> Path:
+    """Run the fit that ``case`` stops; return its ``last.ckpt``, checked for the right step."""
+    interruption = INTERRUPTIONS[case]
+    code, killed = _fit(data, tmp_path / "killed", *interruption.args, *_device(replay))
     assert killed is None
-    assert code in (0, -signal.SIGKILL)
+    assert code == (-signal.SIGKILL if "sigkill" in case else 0)
     checkpoint = tmp_path / "killed" / "checkpoints" / "last.ckpt"
-    code, resumed = _fit(data, tmp_path / "resumed", "--resume", str(checkpoint), *device)
+    saved = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert saved["global_step"] == interruption.checkpoint_step
+    return checkpoint
+
+
+def _check_resume(full: Fit, data: Path, tmp_path: Path, case: str, replay: bool) -> None:
+    checkpoint = _interrupt(data, tmp_path, case, replay)
+    code, resumed = _fit(data, tmp_path / "resumed", "--resume", str(checkpoint), *_device(replay))
     assert code == 0
     assert resumed is not None
-    assert resumed["steps"] == [s for s in full["steps"] if s["step"] > checkpoint_step]
+    after = INTERRUPTIONS[case].checkpoint_step
+    assert resumed["steps"] == [s for s in full["steps"] if s["step"] > after]
     assert resumed["final"] == full["final"]
 
 
-def test_resume_after_sigterm_mid_epoch_is_bitwise(data: Path, tmp_path: Path) -> None:
-    _check_resume(data, tmp_path, ("--kill-at", "6", "--signal", "TERM"), 6, replay=False)
-
-
-def test_resume_after_sigkill_from_last_checkpoint_is_bitwise(data: Path, tmp_path: Path) -> None:
-    kill = ("--kill-at", "5", "--signal", "KILL", "--every-n-steps", "3")
-    _check_resume(data, tmp_path, kill, 3, replay=False)
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="open: steps 5-8 and every weight, EMA, optimizer, scheduler and loader digest match, "
-    "but the global torch generator differs: the next epoch's DataLoader iterator draws its base "
-    "seed before RngState restores at the first batch (docs/engineering/reliability.md)",
-)
-def test_resume_from_a_checkpoint_written_at_an_epoch_end_is_bitwise(
-    data: Path, tmp_path: Path
+@pytest.mark.parametrize("case", list(INTERRUPTIONS))
+def test_resume_is_bitwise(
+    uninterrupted: Callable[[bool], Fit], data: Path, tmp_path: Path, case: str
 ) -> None:
-    # 4 steps per epoch: last.ckpt of step 4 holds epoch 0 complete
-    kill = ("--kill-at", "6", "--signal", "KILL", "--every-n-steps", "4")
-    _check_resume(data, tmp_path, kill, 4, replay=False)
+    _check_resume(uninterrupted(False), data, tmp_path, case, replay=False)
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize(
-    ("kill", "checkpoint_step"),
-    [
-        (("--kill-at", "6", "--signal", "TERM"), 6),
-        (("--kill-at", "5", "--signal", "KILL", "--every-n-steps", "3"), 3),
-    ],
-)
+@pytest.mark.parametrize("case", list(INTERRUPTIONS))
 def test_resume_replayed_fit_is_bitwise(
-    data: Path, tmp_path: Path, kill: tuple[str, ...], checkpoint_step: int
+    uninterrupted: Callable[[bool], Fit], data: Path, tmp_path: Path, case: str
 ) -> None:
-    _check_resume(data, tmp_path, kill, checkpoint_step, replay=True)
+    _check_resume(uninterrupted(True), data, tmp_path, case, replay=True)
+
+
+def test_sigkill_during_save_leaves_the_previous_checkpoint_whole(
+    data: Path, tmp_path: Path
+) -> None:
+    checkpoint = _interrupt(data, tmp_path, "sigkill-during-save", replay=False)
+    partial = list(checkpoint.parent.glob(f".last.ckpt.*{TEMP_SUFFIX}"))
+    assert len(partial) == 1
+    assert partial[0].stat().st_size >= 1 << 20
+    assert partial[0].stat().st_size < checkpoint.stat().st_size

@@ -76,6 +76,16 @@ def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:
     assert torch.equal(a["keypoints"], b["keypoints"])
 
 
+def test_datamodule_loaders_leave_the_global_generator_untouched(pose_yaml: Path) -> None:
+    # a resumed fit creates its iterators at other points than the uninterrupted one (issue 15)
+    dm = _module(pose_yaml)
+    dm.setup("fit")
+    before = torch.get_rng_state()
+    for loader in (dm.train_dataloader(), dm.val_dataloader()):
+        next(iter(loader))
+    assert torch.equal(torch.get_rng_state(), before)
+
+
 def test_datamodule_workers_capped_at_cpu_count(
     pose_yaml: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

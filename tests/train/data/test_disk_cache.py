@@ -80,6 +80,28 @@ def test_disk_cache_failed_build_leaves_nothing(tmp_path: Path, images: list[Pat
     assert list((tmp_path / "cache").iterdir()) == []
 
 
+class _MakesMarker:
+    """Unpickling it creates ``marker``: proof that a load ran code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (os.mkdir, (str(self.marker),))
+
+
+def test_disk_cache_index_with_pickled_objects_is_refused_unrun(
+    tmp_path: Path, images: list[Path]
+) -> None:
+    cache = DiskImageCache(tmp_path / "cache", images, IMGSZ)
+    marker = tmp_path / "marker"
+    index = np.array([_MakesMarker(marker)], dtype=object)
+    np.save(cache.directory / "index.npy", index, allow_pickle=True)
+    with pytest.raises(ValueError, match="allow_pickle=False"):
+        DiskImageCache(tmp_path / "cache", images, IMGSZ)
+    assert not marker.exists()
+
+
 def test_disk_cache_refuses_a_missing_image(tmp_path: Path, images: list[Path]) -> None:
     with pytest.raises(DatasetConfigError, match="cannot read the image to cache it"):
         DiskImageCache(tmp_path / "cache", [*images, tmp_path / "gone.png"], IMGSZ)

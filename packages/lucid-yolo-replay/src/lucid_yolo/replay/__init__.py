@@ -27,7 +27,7 @@ from lucid_yolo.replay.recorder import RegionRecorder
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import Binding, Signature, TensorSpec
 from lucid_yolo.replay.step import LossFn, ReplayStep
-from lucid_yolo.replay.telemetry import Telemetry, merge_telemetry
+from lucid_yolo.replay.telemetry import Telemetry, merge_telemetry, recording_cause
 from lucid_yolo.replay.update import GraphedOptimizer, UpdateRecorder
 from lucid_yolo.replay.verifier import TrainingSnapshot, Verifier
 
@@ -63,6 +63,7 @@ __all__ = [
     "Retirement",
     "Telemetry",
     "merge_telemetry",
+    "recording_cause",
     # digests
     "first_difference",
     "grads_of",

@@ -38,7 +38,7 @@ from lucid_yolo.replay.pool import OpenForward, ReplayPool
 from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import Binding, Signature, UnsupportedInputError
-from lucid_yolo.replay.telemetry import Telemetry
+from lucid_yolo.replay.telemetry import Telemetry, recording_cause
 
 
 @dataclass
@@ -146,6 +146,7 @@ class RegionRecorder:
         self.retire_log = RetireLog(name)
         self.retired: Retirement | None = None
         self._recordings: dict[Signature, _Recording] = {}
+        self._last_recorded: Signature | None = None
         self._seen: Counter[Signature] = Counter()
         self._native_signatures: set[Signature] = set()
         self._sharing = SharingProbe(self.retire)
@@ -210,6 +211,7 @@ class RegionRecorder:
     def reset(self) -> None:
         """Forget every recording (its graph memory is freed once no output references it)."""
         self._recordings.clear()
+        self._last_recorded = None
         self._seen.clear()
         self._native_signatures.clear()
 
@@ -277,8 +279,10 @@ class RegionRecorder:
         # Warm-up ran real forwards: undo BN statistics and RNG advance, in place (invariant 1).
         snapshot.restore()
         self._telemetry.recordings += 1
+        self._telemetry.recorded[recording_cause(self._last_recorded, signature)] += 1
         self._telemetry.pool_bytes = self.pool.pool_bytes()
         self._recordings[signature] = recording
+        self._last_recorded = signature
         return recording
 
     def _devices(self, args: Sequence[Any]) -> list[torch.device]:

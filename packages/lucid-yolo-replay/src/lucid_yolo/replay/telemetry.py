@@ -1,11 +1,17 @@
 """Counters a logger can read each epoch: recordings, replays, launches, native calls, retirements.
 
+Every recording after a recorder's first says why it was needed (``recorded.<cause>``), as every
+retirement does (``retired.<reason>``): a fault that makes a recorder record again, such as an
+input of a new shape or a parameter group added to the optimizer, is as visible in the telemetry
+as one that makes it retire (issue 15).
+
 Everything is a plain ``int`` so the dict from :meth:`Telemetry.as_dict` goes straight into any
 logger (Lightning's ``log_dict``, TensorBoard, a CSV row) without conversion.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -18,6 +24,8 @@ class Telemetry:
 
     Attributes:
         recordings: signatures captured (forward + backward graphs, or update graphs).
+        recorded: recordings by cause: ``first``, or the fields of the key that differ from
+            the previous recording's (:func:`recording_cause`), e.g. ``inputs``.
         replays: calls served by replaying a recording.
         graph_launches: graph launches (forward and backward count separately).
         native_calls: calls run eagerly, by cause (``warm-up``, ``no-grad``, ``retired`` ...).
@@ -31,6 +39,7 @@ class Telemetry:
     """
 
     recordings: int = 0
+    recorded: Counter[str] = field(default_factory=Counter)
     replays: int = 0
     graph_launches: int = 0
     native_calls: Counter[str] = field(default_factory=Counter)
@@ -49,9 +58,10 @@ class Telemetry:
             self.mismatch_key, self.mismatch_step = key, step
 
     def as_dict(self, prefix: str = "") -> dict[str, int]:
-        """Flatten to ``{prefix + name: count}``; causes and reasons become ``native.<cause>``
-        and ``retired.<reason>`` keys so every value is an ``int``; the verifier's counts follow
-        once it has run (the mismatch key is text: read it from :attr:`mismatch_key`)."""
+        """Flatten to ``{prefix + name: count}``; causes and reasons become ``recorded.<cause>``,
+        ``native.<cause>`` and ``retired.<reason>`` keys so every value is an ``int``; the
+        verifier's counts follow once it has run (the mismatch key is text: read it from
+        :attr:`mismatch_key`)."""
         flat = {
             "recordings": self.recordings,
             "replays": self.replays,
@@ -60,6 +70,7 @@ class Telemetry:
             "retirements": sum(self.retirements.values()),
             "pool_bytes": self.pool_bytes,
         }
+        flat.update({f"recorded.{cause}": n for cause, n in sorted(self.recorded.items())})
         flat.update({f"native.{cause}": n for cause, n in sorted(self.native_calls.items())})
         flat.update({f"retired.{r.value}": n for r, n in sorted(self.retirements.items())})
         flat.update({f"ungraded.{group}": n for group, n in sorted(self.ungraded.items())})
@@ -80,6 +91,7 @@ def merge_telemetry(*parts: Telemetry) -> Telemetry:
     total = Telemetry()
     for part in parts:
         total.recordings += part.recordings
+        total.recorded.update(part.recorded)
         total.replays += part.replays
         total.graph_launches += part.graph_launches
         total.native_calls.update(part.native_calls)
@@ -93,4 +105,23 @@ def merge_telemetry(*parts: Telemetry) -> Telemetry:
     return total
 
 
-__all__ = ["Telemetry", "merge_telemetry"]
+def recording_cause(previous: object | None, key: object) -> str:
+    """Why a recorder records ``key``: ``first``, or what changed since its ``previous`` key.
+
+    Keys that are dataclasses or named tuples of one type name their differing fields, joined
+    with ``+`` (``inputs``, ``gradients+hyperparameters``); other keys give ``key``.
+    """
+    if previous is None:
+        return "first"
+    names = _field_names(key) if type(previous) is type(key) else ()
+    changed = [n for n in names if getattr(previous, n) != getattr(key, n)]
+    return "+".join(changed) or "key"
+
+
+def _field_names(key: object) -> tuple[str, ...]:
+    if dataclasses.is_dataclass(key):
+        return tuple(f.name for f in dataclasses.fields(key))
+    return tuple(getattr(type(key), "_fields", ()))
+
+
+__all__ = ["Telemetry", "merge_telemetry", "recording_cause"]

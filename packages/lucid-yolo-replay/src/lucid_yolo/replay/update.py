@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -24,7 +24,16 @@ from lucid_yolo.replay.pool import ReplayPool
 from lucid_yolo.replay.protocols import UpdateOptimizer
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import TensorSpec
-from lucid_yolo.replay.telemetry import Telemetry
+from lucid_yolo.replay.telemetry import Telemetry, recording_cause
+
+
+class UpdateKey(NamedTuple):
+    """What an optimizer step's graph bakes in beyond its tensors' addresses."""
+
+    gradients: tuple[TensorSpec | None, ...]
+    """Per parameter, in group order: its gradient's layout, ``None`` without a gradient."""
+    hyperparameters: tuple[tuple[tuple[str, Hashable], ...], ...]
+    """Per group: every setting but ``params``, as :func:`hyperparameter_key` keys it."""
 
 
 class UpdateRecorder:
@@ -78,6 +87,7 @@ class UpdateRecorder:
         self.retire_log = RetireLog(name)
         self.retired: Retirement | None = None
         self._graphs: dict[Hashable, UpdateGraph] = {}
+        self._last_recorded: Hashable | None = None
         self._seen: Counter[Hashable] = Counter()
         self._native_keys: set[Hashable] = set()
 
@@ -153,8 +163,10 @@ class UpdateRecorder:
             return None
         snapshot.restore()
         self._telemetry.recordings += 1
+        self._telemetry.recorded[recording_cause(self._last_recorded, key)] += 1
         self._telemetry.pool_bytes = pool.pool_bytes()
         self._graphs[key] = graph
+        self._last_recorded = key
         return graph
 
 
@@ -282,7 +294,7 @@ class GraphedOptimizer:
     def _with_grads(self) -> list[tuple[Tensor, Tensor]]:
         return [(p, p.grad) for p in self._params() if p.grad is not None]
 
-    def _current_key(self) -> Hashable:
+    def _current_key(self) -> UpdateKey:
         params = self._params()
         grads = tuple(None if p.grad is None else TensorSpec.of(p.grad) for p in params)
         device = params[0].device if params else torch.device("cpu")
@@ -294,7 +306,7 @@ class GraphedOptimizer:
             )
             for group in self.optimizer.param_groups
         )
-        return grads, hyper
+        return UpdateKey(grads, hyper)
 
     def _state_tensors(self) -> list[Tensor]:
         state = getattr(self.optimizer, "state", {})
@@ -326,4 +338,4 @@ class GraphedOptimizer:
                 buffer.copy_(live)
 
 
-__all__ = ["GraphedOptimizer", "UpdateRecorder", "hyperparameter_key"]
+__all__ = ["GraphedOptimizer", "UpdateKey", "UpdateRecorder", "hyperparameter_key"]

@@ -3,9 +3,14 @@
 Lightning saves neither the global torch generator (CPU and CUDA) nor NumPy's or Python's, so a
 resumed fit draws from ``seed_everything``'s fresh state, not from where the interrupted fit was.
 This callback saves all four with every checkpoint and restores them just before the first
-training batch after the restore: the loaders, the sanity check and the validation a resume runs
-first all draw from the generators in between, so restoring any earlier would be consumed before
-the batch that the uninterrupted fit ran next (issue 15, resume bitwise).
+training batch after the restore: what a resume runs before that batch (a sanity check, the rest
+of an interrupted validation, a user's callback) may draw from them, and a restore at load time
+would be consumed by it (issue 15, resume bitwise).
+
+The other half of the contract: what the uninterrupted fit runs between writing the checkpoint
+and that batch must not draw from them either, or the two fits would part there. The data
+module's loaders therefore seed their workers from a generator of their own, not the global one
+(:class:`~lucid_yolo.train.data.datamodule.YoloDataModule`).
 """
 
 from __future__ import annotations

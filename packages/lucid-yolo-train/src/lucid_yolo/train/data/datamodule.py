@@ -380,6 +380,12 @@ class YoloDataModule(L.LightningDataModule):
             dataset,
             batch_size=batch_size,
             sampler=sampler,
+            # Each iterator draws its workers' base seed from this generator, not from the global
+            # one: a resumed fit creates its iterators at other points than the uninterrupted fit
+            # (before the generators are restored, and without the validation Lightning skips
+            # after a checkpoint of an epoch's last batch), so draws from the global generator
+            # would leave it elsewhere than without the interruption (issue 15).
+            generator=torch.Generator().manual_seed(self.seed),
             num_workers=self.workers,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),

@@ -88,7 +88,10 @@ class DiskImageCache:
         self.reused = self.directory.is_dir()
         if not self.reused:
             self._build(paths, threads, Progress(label, len(paths)))
-        self._index: np.ndarray[Any, np.dtype[np.int64]] = np.load(self.directory / INDEX)
+        # a cache folder is data, never code: an index holding pickled objects is refused
+        self._index: np.ndarray[Any, np.dtype[np.int64]] = np.load(
+            self.directory / INDEX, allow_pickle=False
+        )
         self._pixels: np.memmap[Any, np.dtype[np.uint8]] | None = None
 
     def __len__(self) -> int:
