@@ -124,11 +124,12 @@ def _fit(
     return module, trainer, states
 
 
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_fit_stops_before_the_update_of_a_non_finite_step(
-    tiny_dataset: Any, tmp_path: Path
+    tiny_dataset: Any, tmp_path: Path, precision: str
 ) -> None:
     with pytest.raises(NonFiniteLossError, match=rf"step {POISONED}: .*non-finite terms: total"):
-        _fit(tiny_dataset("detect"), "stop", checkpoints=tmp_path)
+        _fit(tiny_dataset("detect"), "stop", precision=precision, checkpoints=tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["step=1.ckpt", "step=2.ckpt"]
 
 

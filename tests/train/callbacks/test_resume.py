@@ -24,6 +24,8 @@ import torch
 from lucid_yolo.train.callbacks.atomic_checkpoint_io import TEMP_SUFFIX
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
+pytestmark = pytest.mark.slow
+
 HARNESS = Path(__file__).with_name("resume_harness.py")
 
 Fit = dict[str, Any]
