@@ -14,18 +14,37 @@ validation seconds, start-up seconds, peak reserved CUDA memory, the tool's own 
 for lucid-yolo the per-phase step times (data wait, network, loss, backward, update) and the share
 of each epoch spent outside training steps.
 
+Every fit also keeps its per-epoch validation metrics (lucid-yolo through
+``epoch_metrics_probe.EpochMetrics``, Ultralytics from its ``results.csv``), read back even when a
+fit is cut by ``--timeout``. ``--lucid-args`` appends flags to every lucid-yolo fit (for example
+``--model.grad_clip_norm 0``).
+
+``--accuracy`` is the accuracy side-by-side of issue 13: every fit starts at once, Ultralytics on
+the first visible GPU and lucid-yolo on the second (when there are two), the loader workers split
+over the CPU cores, and the report is each tool's mAP50-95 of every metric kind at its last epoch
+(box; mask for segment, keypoint OKS for pose, rotated box for OBB) with the per-epoch task metric.
+Times of such a run are void (the fits share GPUs and cores).
+
 Example (GPU machine, repository root, wheels installed as the device README says)::
 
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:) YOLO_OFFLINE=1
     python3 tools/bench_side_by_side.py \\
         --tasks detect --batch 16 --epochs 30 --tools ultralytics,replay,native --out $OUT
+
+The accuracy table on a two-GPU machine (four tasks, both tools, 320 px, 30 epochs)::
+
+    python3 tools/bench_side_by_side.py --accuracy --tasks detect,segment,pose,obb \\
+        --tools ultralytics,native --imgsz 320 --batch 16 --epochs 30 --timeout 500 \\
+        --runs-dir /tmp/acc-runs --out $OUT
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import os
+import shlex
 import statistics
 import subprocess
 import sys
@@ -42,8 +61,16 @@ REPLAY_FLAGS = {
     "obb": ["--model.replay.network", "true"],
 }
 UPDATE_FLAGS = ["--model.replay.update", "true"]
-ULTRALYTICS_METRIC = {"detect": "B", "segment": "M", "pose": "P", "obb": "B"}
-"""Suffix of the Ultralytics metric that is the task's primary mAP50-95."""
+PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
+"""The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""
+ULTRALYTICS_KINDS = {
+    "detect": {"B": "box"},
+    "segment": {"B": "box", "M": "mask"},
+    "pose": {"B": "box", "P": "pose"},
+    "obb": {"B": "obb"},
+}
+"""Ultralytics' metric suffixes per task and the lucid-yolo kind each one is (OBB's ``B`` is the
+rotated box)."""
 
 
 # --------------------------------------------------------------------------- one Ultralytics fit
@@ -102,6 +129,7 @@ def ultralytics_worker(spec: dict[str, Any]) -> None:
         plots=False,
         seed=0,
         **({"cache": "ram"} if spec["cache"] else {}),
+        **({"workers": spec["workers"]} if spec["workers"] is not None else {}),
     )
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -141,12 +169,59 @@ def _lucid_command(
         "--trainer.default_root_dir", str(run_dir),
         "--trainer.enable_progress_bar", "false",
         "--trainer.callbacks+=bench_probe.FitProbe",
+        "--trainer.callbacks+=epoch_metrics_probe.EpochMetrics",
     ]  # fmt: skip
     if tool == "replay":
         command += REPLAY_FLAGS[task] + UPDATE_FLAGS
     if args.device == "cpu":
         command += ["--trainer.accelerator", "cpu"]
-    return command
+    if args.workers is not None:
+        command += ["--data.workers", str(args.workers)]
+    return command + shlex.split(args.lucid_args)
+
+
+def _visible_device(index: int) -> str:
+    """The ``CUDA_VISIBLE_DEVICES`` entry of this process's ``index``-th visible GPU."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible:
+        devices = [d.strip() for d in visible.split(",") if d.strip()]
+        return devices[min(index, len(devices) - 1)]
+    return str(index)
+
+
+def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> list[dict[str, Any]]:
+    """``[{"epoch": e, "<kind>": mAP50-95, ...}]`` per validation, epochs from 0.
+
+    Read from the files each tool writes as it goes, so a fit cut by the timeout keeps its
+    finished epochs.
+    """
+    rows: list[dict[str, Any]] = []
+    if tool == "ultralytics":
+        results = run_dir / "train" / "results.csv"
+        if not results.exists():
+            return rows
+        with results.open() as file:
+            for raw in csv.DictReader(file):
+                line = {k.strip(): v.strip() for k, v in raw.items() if k}
+                row: dict[str, Any] = {"epoch": int(float(line["epoch"])) - 1}
+                for suffix, kind in ULTRALYTICS_KINDS[task].items():
+                    value = line.get(f"metrics/mAP50-95({suffix})")
+                    if value:
+                        row[kind] = float(value)
+                rows.append(row)
+        return rows
+    if not epochs_file.exists():
+        return rows
+    for text in epochs_file.read_text().splitlines():
+        if text.strip():
+            record = json.loads(text)
+            row = {"epoch": int(record["epoch"])}
+            for key, value in record.items():
+                parts = key.split("/")
+                if len(parts) == 3 and parts[0] == "val" and parts[2] == "mAP50-95":
+                    row[parts[1]] = float(value)
+            rows.append(row)
+    return rows
 
 
 def run_one(
@@ -155,16 +230,21 @@ def run_one(
     """One fit in a fresh process; returns the probe's record plus the parent's wall time."""
     run_dir = args.runs_dir / f"{task}-{tool}-{index}"
     probe = args.runs_dir / f"{task}-{tool}-{index}.json"
+    epochs_file = args.runs_dir / f"{task}-{tool}-{index}.epochs.jsonl"
     run_dir.mkdir(parents=True, exist_ok=True)
+    epochs_file.unlink(missing_ok=True)
     spawned = time.time()
     env = dict(os.environ, LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
+    env["LUCID_EPOCH_METRICS"] = str(epochs_file)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+    if args.split_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = _visible_device(0 if tool == "ultralytics" else 1)
     if tool == "ultralytics":
         spec = {
             "task": task, "data": str(data), "epochs": args.epochs, "batch": args.batch,
             "imgsz": args.imgsz, "device": 0 if args.device == "cuda" else "cpu",
             "run_dir": str(run_dir), "probe": str(probe), "spawned": spawned,
-            "cache": args.ultralytics_cache,
+            "cache": args.ultralytics_cache, "workers": args.workers,
         }  # fmt: skip
         command = [
             sys.executable,
@@ -191,6 +271,10 @@ def run_one(
     }
     if probe.exists():
         record.update(json.loads(probe.read_text()))
+    record["epoch_metrics"] = _epoch_metrics(task, tool, run_dir, epochs_file)
+    if code != 0:
+        lines = (args.runs_dir / f"{task}-{tool}-{index}.log").read_text(errors="replace")
+        record["log_tail"] = lines.splitlines()[-5:]
     return record
 
 
@@ -203,15 +287,9 @@ def _median_range(values: list[float]) -> dict[str, float]:
 
 
 def _primary_map(record: dict[str, Any]) -> float | None:
-    task, metrics = record["task"], record.get("metrics", {})
-    if record["tool"] == "ultralytics":
-        key = f"metrics/mAP50-95({ULTRALYTICS_METRIC[task]})"
-        return metrics.get(key)
-    kind = {"detect": "box", "segment": "mask", "pose": "kpt", "obb": "obb"}[task]
-    for key, value in metrics.items():
-        if key.endswith("mAP50-95") and f"/{kind}/" in key:
-            return float(value)
-    return None
+    """The task's primary mAP50-95 at the fit's last validation (``None`` before any)."""
+    epochs = record.get("epoch_metrics") or []
+    return epochs[-1].get(PRIMARY_KIND[record["task"]]) if epochs else None
 
 
 def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
@@ -291,6 +369,56 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def accuracy_table(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    """Each tool's mAP50-95 per metric kind at its last epoch, then the task metric per epoch."""
+    tools = list(dict.fromkeys(r["tool"] for r in records))
+    last: dict[tuple[str, str], dict[str, Any]] = {}
+    for record in records:
+        epochs = record.get("epoch_metrics") or []
+        if epochs:
+            last[record["task"], record["tool"]] = epochs[-1]
+    lines = [
+        f"mAP50-95 at each fit's last validation, each tool's own evaluator: batch {args.batch}, "
+        f"{args.epochs} epochs, {args.imgsz} px, {args.images}/{args.val_images} images"
+        + (f", lucid-yolo flags `{args.lucid_args}`" if args.lucid_args else ""),
+        "",
+        "| task | metric | " + " | ".join(tools) + " | epochs reached |",
+        "|---|---|" + "---|" * len(tools) + "---|",
+    ]
+    for task in dict.fromkeys(r["task"] for r in records):
+        kinds = dict.fromkeys(
+            kind for tool in tools for kind in last.get((task, tool), {}) if kind != "epoch"
+        )
+        for kind in kinds:
+            values = [last.get((task, tool), {}).get(kind) for tool in tools]
+            reached = [last.get((task, tool), {}).get("epoch") for tool in tools]
+            lines.append(
+                f"| {task} | {kind} | "
+                + " | ".join("—" if v is None else f"{v:.3f}" for v in values)
+                + " | "
+                + " / ".join("—" if e is None else str(e + 1) for e in reached)
+                + " |"
+            )
+    columns = [(r["task"], r["tool"]) for r in records]
+    by_column = {(r["task"], r["tool"]): r.get("epoch_metrics") or [] for r in records}
+    longest = max((len(rows) for rows in by_column.values()), default=0)
+    lines += [
+        "",
+        "Task metric (" + ", ".join(f"{t}: {k}" for t, k in PRIMARY_KIND.items()) + ") per epoch:",
+        "",
+        "| epoch | " + " | ".join(f"{task} {tool}" for task, tool in columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
+    for epoch in range(longest):
+        cells = []
+        for task, tool in columns:
+            rows = {row["epoch"]: row for row in by_column[task, tool]}
+            value = rows.get(epoch, {}).get(PRIMARY_KIND[task])
+            cells.append("—" if value is None else f"{value:.3f}")
+        lines.append(f"| {epoch} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def svg(rows: list[dict[str, Any]]) -> str:
     """Horizontal bars of the median whole-fit seconds, one per (task, tool)."""
     shown = [r for r in rows if r["whole_s"]]
@@ -347,6 +475,18 @@ def main() -> None:
         action="store_true",
         help="start every fit at once (accuracy only: times are void)",
     )
+    parser.add_argument(
+        "--accuracy",
+        action="store_true",
+        help="the accuracy side-by-side: every fit at once, Ultralytics and lucid-yolo on "
+        "separate GPUs when two are visible, workers split over the cores (times are void)",
+    )
+    parser.add_argument(
+        "--workers", type=int, default=None, help="loader workers per fit (each tool's default)"
+    )
+    parser.add_argument(
+        "--lucid-args", default="", help="extra flags for every lucid-yolo fit, one string"
+    )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fit")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
     parser.add_argument("--data-root", type=Path, default=Path("/tmp/lucid-bench-data"))
@@ -356,11 +496,18 @@ def main() -> None:
     args = parser.parse_args()
     args.runs_dir = args.runs_dir or args.out / "runs"
 
+    import torch
+
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
     args.out.mkdir(parents=True, exist_ok=True)
     tasks = args.tasks.split(",")
     tools = args.tools.split(",")
+    fits = len(tasks) * len(tools) * args.repeats
+    args.concurrent = args.concurrent or args.accuracy
+    args.split_gpus = args.accuracy and args.device == "cuda" and torch.cuda.device_count() > 1
+    if args.accuracy and args.workers is None:
+        args.workers = max((os.cpu_count() or 1) // fits - 1, 1)
     datasets = {
         task: generate_synthetic(
             args.data_root / f"{task}-{args.images}-{args.imgsz}",
@@ -389,7 +536,8 @@ def main() -> None:
                 indent=2,
             )
         )
-        (args.out / "side_by_side.md").write_text(table(rows, args) + "\n")
+        report = accuracy_table(records, args) if args.accuracy else table(rows, args)
+        (args.out / "side_by_side.md").write_text(report + "\n")
         (args.out / "side_by_side.svg").write_text(svg(rows))
 
     if args.concurrent:
@@ -408,7 +556,7 @@ def main() -> None:
                 flush=True,
             )
     save()
-    print(table(summarise(records), args))
+    print(accuracy_table(records, args) if args.accuracy else table(summarise(records), args))
 
 
 if __name__ == "__main__":

@@ -73,25 +73,27 @@ def digested_fit(
     weights: str | None = None,
     channels_last: bool = False,
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
-    grad_clip_norm: float = 0.0,
+    grad_clip_norm: float | None = None,
     gradient_clip_val: float | None = None,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``channels_last``
     converts the module's weights (the images stay NCHW), as the parity matrix does.
-    ``grad_clip_norm`` is the module's clip, ``gradient_clip_val`` the trainer's (by norm)."""
+    ``grad_clip_norm`` is the module's clip (``None``: the module's default),
+    ``gradient_clip_val`` the trainer's (by norm)."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
     )
     suffix = TASK_SUFFIXES[task]
+    clip = {} if grad_clip_norm is None else {"grad_clip_norm": grad_clip_norm}
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=data.num_classes,
         warmup_epochs=0.0,
         weights=weights,
         replay=replay,
-        grad_clip_norm=grad_clip_norm,
+        **clip,
     )
     if channels_last:
         module = module.to(memory_format=torch.channels_last)

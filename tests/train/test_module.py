@@ -211,6 +211,10 @@ def test_module_sync_batchnorm_retires_the_network_region() -> None:
     assert network.retired.reason is RetireReason.UNSUPPORTED_MODULE
 
 
+def test_module_clips_gradients_at_norm_10_by_default() -> None:
+    assert YoloModule("yolo26n", num_classes=2).hparams["grad_clip_norm"] == 10.0
+
+
 def test_module_rejects_a_negative_gradient_clip() -> None:
     with pytest.raises(TrainConfigError, match=r"grad_clip_norm must be >= 0 .*got -1\.0"):
         YoloModule("yolo26n", num_classes=2, grad_clip_norm=-1.0)
@@ -223,8 +227,10 @@ def test_module_clips_gradients_to_grad_clip_norm(
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 2}
     own = fit_digests(yaml, "detect", "32-true", 1, grad_clip_norm=10.0, **cpu)
-    unclipped = fit_digests(yaml, "detect", "32-true", 1, **cpu)
-    lightning = fit_digests(yaml, "detect", "32-true", 1, gradient_clip_val=10.0, **cpu)
+    unclipped = fit_digests(yaml, "detect", "32-true", 1, grad_clip_norm=0.0, **cpu)
+    lightning = fit_digests(
+        yaml, "detect", "32-true", 1, grad_clip_norm=0.0, gradient_clip_val=10.0, **cpu
+    )
     assert own.digests == lightning.digests
     assert own.digests != unclipped.digests
 
@@ -235,8 +241,6 @@ def test_module_gradient_clip_of_the_trainer_takes_precedence(
 ) -> None:
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 2}
-    never = fit_digests(
-        yaml, "detect", "32-true", 1, grad_clip_norm=10.0, gradient_clip_val=1e12, **cpu
-    )
-    unclipped = fit_digests(yaml, "detect", "32-true", 1, **cpu)
+    never = fit_digests(yaml, "detect", "32-true", 1, gradient_clip_val=1e12, **cpu)
+    unclipped = fit_digests(yaml, "detect", "32-true", 1, grad_clip_norm=0.0, **cpu)
     assert never.digests == unclipped.digests

@@ -70,13 +70,36 @@ def test_loss_region_cpu_fit_equals_native(
     task: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
     yaml = tiny_dataset(task)
-    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "grad_clip_norm": 0.0}
     native = fit_digests(yaml, task, "32-true", 1, **cpu)
     replay = ReplayConfig(network=True, loss=True)
     replayed = fit_digests(yaml, task, "32-true", 1, replay=replay, **cpu)
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
         "network": 3,
         "loss": 3,
+    }
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_replayed_cpu_fit_with_the_default_gradient_clip_equals_native(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # The module clips to norm 10 by default; at initialisation the total gradient norm is in
+    # the thousands, so every step here is clipped. Accumulation 2: the clip reads the summed
+    # gradients the replayed backward delivered, and the replayed update reads the clipped ones.
+    yaml = tiny_dataset("detect")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3}
+    native = fit_digests(yaml, "detect", "32-true", 2, **cpu)
+    assert native.module.hparams["grad_clip_norm"] == 10.0
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    replayed = fit_digests(yaml, "detect", "32-true", 2, replay=replay, **cpu)
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == {
+        "network": 5,
+        "loss": 5,
+        "optimizer MuSGD": 2,
     }
     assert replayed.telemetry["retirements"] == 0
     assert first_difference(native.digests, replayed.digests) is None

@@ -2,7 +2,8 @@
 
 Two fits with the same seed, one with the network region(s) and/or the update (MuSGD + EMA)
 replayed from CUDA graphs: digests of the model, EMA, optimizer and GradScaler state and every
-per-step loss must be identical.
+per-step loss must be identical. The fits clip gradients at the module's default norm (10)
+unless a test says otherwise.
 """
 
 from __future__ import annotations
@@ -75,6 +76,31 @@ def test_replayed_fit_is_bitwise_native(
     assert set(replayed.regions) == regions
     for name in regions:
         assert replayed.regions[name]["replays"] == expected[name], (name, replayed.regions)
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
+@pytest.mark.parametrize("grad_clip_norm", [10.0, 0.0])
+@pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
+def test_replayed_fit_clipped_or_not_is_bitwise_native(
+    precision: str,
+    grad_clip_norm: float,
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+) -> None:
+    # The clip reduces every gradient to one norm after the replayed backward (fp16: after
+    # GradScaler's unscale) and before the replayed update reads them; accumulation 2 clips the
+    # sum. fp16 skips its first steps (inf gradients at the initial scale): enough steps that
+    # clipped updates apply and replay.
+    yaml = tiny_dataset("detect")
+    options = {"grad_clip_norm": grad_clip_norm, "max_steps": 24 if precision == "16-mixed" else 6}
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    native = fit_digests(yaml, "detect", precision, 2, **options)
+    replayed = fit_digests(yaml, "detect", precision, 2, replay=replay, **options)
+    assert native.ema_updates == replayed.ema_updates >= 3, replayed.telemetry
+    assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses

@@ -63,10 +63,11 @@ class YoloModule(pl.LightningModule):
             down to this total L2 norm when they exceed it (0 never clips). The summed, batch-scaled
             YOLO loss has gradient norms in the thousands at initialisation (2,500 for yolo26n,
             7,600 with the mask loss, ``tools/loss_term_gradients.py``): unclipped, the SGD part of
-            MuSGD takes steps that long and the first epochs read ~0 mAP. 10 is the reference
-            trainer's clip. Off by default until a replayed fit with it is shown bitwise equal to
-            native (on the CPU the loss region's fit differed with it on). A
-            ``--trainer.gradient_clip_val`` given to Lightning takes precedence.
+            MuSGD takes steps that long and segment and pose read ~0 mAP for their first epochs
+            (docs/engineering/mask-accuracy.md). 10 is the reference trainer's clip. The clip
+            runs natively on the gradients a replayed step delivers, so replayed fits stay bitwise
+            equal to native with it. A ``--trainer.gradient_clip_val`` given to Lightning takes
+            precedence.
         ema_decay: asymptotic EMA decay; validation, prediction and checkpoints use the EMA weights.
         ema_tau: EMA ramp length in optimizer steps.
         val_conf: score threshold of validation and prediction outputs, in [0, 1] (low for
@@ -103,7 +104,7 @@ class YoloModule(pl.LightningModule):
         warmup_min_steps: int = 100,
         warmup_momentum: float = 0.8,
         warmup_bias_lr: float = 0.1,
-        grad_clip_norm: float = 0.0,
+        grad_clip_norm: float = 10.0,
         ema_decay: float = 0.9999,
         ema_tau: float = 2000.0,
         val_conf: float = 0.001,
