@@ -1,18 +1,21 @@
 """Static gradient buffers take the layout of the gradients native autograd hands the outputs.
 
-On the CPU stand-in the kernels are the same eager ones on both sides, so these tests pin the
-bookkeeping (which strides the buffers get, when a changed layout retires), not the rounding a
-layout changes on a GPU: ``tools/probe_segment_layout.py`` and the ``gpu`` parity tests do that.
+On the CPU stand-in the kernels are the same eager ones on both sides, so most of these tests pin
+the bookkeeping (which strides the buffers get, when a changed layout retires). The rounding a
+layout changes shows on the CPU too, on one intra-op thread: a bias gradient sums the incoming
+gradient in memory order (the cause of the replayed network's difference under DDP, whose ranks
+run one thread each: docs/engineering/multi-gpu.md). On a GPU, ``tools/probe_segment_layout.py``
+and the ``gpu`` parity tests check it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 from replay_nets import make_net
-from torch import Tensor
+from torch import Tensor, nn
 
 from lucid_yolo.replay import (
     ModuleRegion,
@@ -125,3 +128,54 @@ def test_recorder_retires_when_gradient_layout_changes() -> None:
     assert recorder.retired.reason is RetireReason.GRAD_LAYOUT
     recorder(_images())
     assert recorder.telemetry.native_calls["retired"] == 1
+
+
+class _LevelHeads(nn.Module):
+    """Three 1x1 heads over three scales, flattened and concatenated along the anchors, like
+    the YOLO head's ``o2m.box`` ``(B, 4, A)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.convs = nn.ModuleList(nn.Conv2d(64, 4, 1) for _ in range(3))
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        levels = (x, nn.functional.avg_pool2d(x, 2), nn.functional.avg_pool2d(x, 4))
+        flat = [conv(level).flatten(2) for conv, level in zip(self.convs, levels, strict=True)]
+        return {"box": torch.cat(flat, 2)}
+
+
+def _anchor_major_loss(outputs: dict[str, Tensor], weight: Tensor) -> Tensor:
+    """A loss that reads ``box`` as ``(B, A, 4)``, as the YOLO loss does: the gradient it hands
+    back is transposed, strides ``(4A, 1, 4)``."""
+    return (outputs["box"].transpose(1, 2) * weight).sum()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """One intra-op thread, as torchrun gives every rank (``OMP_NUM_THREADS=1``)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_recorder_with_transposed_gradients_matches_native_on_one_thread() -> None:
+    # with the static buffers laid out as the outputs (contiguous) instead of as the learned
+    # native gradient, convs.0.bias differed from the first replay on
+    torch.manual_seed(0)
+    native = _LevelHeads()
+    torch.manual_seed(0)
+    replayed = _LevelHeads()
+    recorder = RegionRecorder(ModuleRegion(replayed))
+    for step in range(4):
+        generator = torch.Generator().manual_seed(step)
+        x = torch.randn(2, 64, 16, 16, generator=generator)
+        weight = torch.randn(2, 256 + 64 + 16, 4, generator=generator)
+        for net, forward in ((native, native), (replayed, recorder)):
+            net.zero_grad(set_to_none=True)
+            _anchor_major_loss(forward(x), weight).backward()  # type: ignore[arg-type]
+        expected = state_digest(grads_of(native))
+        assert first_difference(expected, state_digest(grads_of(replayed))) is None, step
+    assert recorder.telemetry.replays == 3
+    assert recorder.retired is None
