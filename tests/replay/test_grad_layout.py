@@ -3,9 +3,9 @@
 On the CPU stand-in the kernels are the same eager ones on both sides, so most of these tests pin
 the bookkeeping (which strides the buffers get, when a changed layout retires). The rounding a
 layout changes shows on the CPU too, on one intra-op thread: a bias gradient sums the incoming
-gradient in an order that follows its strides (the cause of the replayed network's difference under DDP, whose ranks
-run one thread each: docs/engineering/multi-gpu.md). On a GPU, ``tools/probe_segment_layout.py``
-and the ``gpu`` parity tests check it.
+gradient in an order that follows its strides (the cause of the replayed network's difference
+under DDP, whose ranks run one thread each: docs/engineering/multi-gpu.md). On a GPU,
+``tools/probe_segment_layout.py`` and the ``gpu`` parity tests check it.
 """
 
 from __future__ import annotations
