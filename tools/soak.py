@@ -4,9 +4,11 @@ Issue 15's soak: a few thousand replayed training steps must keep reserved CUDA 
 RSS flat after the first epoch, and a resume from ``last.ckpt`` halfway must carry on. The fit
 runs in two processes (this script calls itself with ``--part``): the first trains
 ``--epochs // 2`` epochs and exits as if stopped; the second resumes from its ``last.ckpt`` to
-``--epochs``. Each epoch end appends one row to ``$OUT/soak.json``: part, epoch, global step,
-reserved and allocated CUDA memory (bytes), host RSS (bytes, from ``/proc/self/statm``), the replay
-telemetry and ``val/box/mAP50-95``.
+``--epochs``. The data set and the checkpoints live in a temporary folder, removed at the end:
+``$OUT`` gets only the small result file (a checkpoint or the images would go over what a GPU
+run brings back). Each epoch end appends one row to ``$OUT/soak/soak.json``: part, epoch, global
+step, reserved and allocated CUDA memory (bytes), host RSS (bytes, from ``/proc/self/statm``), the
+replay telemetry and ``val/box/mAP50-95``.
 
 Command (on the GPU machine, from the repository root; about 3,000 replayed steps)::
 
@@ -24,6 +26,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -72,18 +75,18 @@ class MemoryLog(pl.Callback):
         print(f"soak: {json.dumps(row)}", flush=True)
 
 
-def run_part(args: argparse.Namespace, out: Path) -> None:
+def run_part(args: argparse.Namespace, out: Path, work: Path) -> None:
     """One process: part 1 trains the first half, part 2 resumes and trains the rest."""
     pl.seed_everything(0, verbose=False)
     data = YoloDataModule(
-        out / "data" / "data.yaml", imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
+        work / "data" / "data.yaml", imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
     )
     on = not args.no_replay
     module = YoloModule(
         "yolo26n", num_classes=data.num_classes, replay=ReplayConfig(network=on, update=on)
     )
     cuda = torch.cuda.is_available()
-    last = out / "checkpoints" / "last.ckpt"
+    last = work / "checkpoints" / "last.ckpt"
     trainer = pl.Trainer(
         accelerator="gpu" if cuda else "cpu",
         devices=1,
@@ -91,11 +94,11 @@ def run_part(args: argparse.Namespace, out: Path) -> None:
         max_epochs=args.epochs if args.part == 2 else args.epochs // 2,
         logger=False,
         enable_progress_bar=False,
-        default_root_dir=out,
+        default_root_dir=work,
         plugins=[AtomicCheckpointIO()],
         callbacks=[
             ModelCheckpoint(
-                dirpath=out / "checkpoints", filename="last", enable_version_counter=False
+                dirpath=work / "checkpoints", filename="last", enable_version_counter=False
             ),
             SigtermCheckpoint(),
             RngState(),
@@ -114,18 +117,24 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--no-replay", action="store_true", help="native (for a CPU check)")
     parser.add_argument("--part", type=int, choices=(1, 2), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--work", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     out = Path(os.environ.get("OUT", "out")) / "soak"
     if args.part is not None:
-        run_part(args, out)
+        run_part(args, out, args.work)
         return
     out.mkdir(parents=True, exist_ok=True)
     (out / "soak.json").unlink(missing_ok=True)
-    generate_synthetic(
-        out / "data", num_train=args.images, num_val=max(args.images // 8, 4), imgsz=args.imgsz
-    )
-    for part in (1, 2):
-        subprocess.run([sys.executable, __file__, *sys.argv[1:], "--part", str(part)], check=True)
+    with tempfile.TemporaryDirectory(prefix="soak-") as work:
+        generate_synthetic(
+            Path(work) / "data",
+            num_train=args.images,
+            num_val=max(args.images // 8, 4),
+            imgsz=args.imgsz,
+        )
+        for part in ("1", "2"):
+            command = [sys.executable, __file__, *sys.argv[1:], "--part", part, "--work", work]
+            subprocess.run(command, check=True)
     rows = json.loads((out / "soak.json").read_text())
     later = [r for r in rows if r["epoch"] >= 1]
     for key in ("reserved", "rss"):
