@@ -17,8 +17,10 @@ Example (GPU machine, from the repository root, deterministic cuBLAS)::
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
     CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 tools/parity_matrix.py --out $OUT/parity_matrix.json
 
-``--shard 1/2`` and ``--shard 2/2`` split the cases over two commands; ``--tasks detect`` and
-``--accelerator cpu --limit 1`` give a quick smoke run.
+``--shard 1/2`` and ``--shard 2/2`` split the cases over two commands; ``--tasks detect``,
+``--precisions bf16-mixed`` and ``--accelerator cpu --limit 1`` give a quick smoke run.
+``--extra imgsz-changed ...`` runs the extra cases of :mod:`parity_extras` instead (per task and
+precision, accumulation 1, contiguous).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.replay import LOSS_REPLAY_TASKS, binding
+from parity_extras import EXTRAS
 
 TASKS = ("detect", "segment", "pose", "obb")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
@@ -61,10 +64,13 @@ class Case:
     layout: str
     loss_replayed: bool = False
     segment_heads: bool = True
+    extra: str = ""
+    """An extra case's name (:data:`parity_extras.EXTRAS`), empty for a matrix case."""
 
     @property
     def name(self) -> str:
-        return f"{self.task}/{self.precision}/acc{self.accumulation}/{self.layout}"
+        name = f"{self.task}/{self.precision}/acc{self.accumulation}/{self.layout}"
+        return f"{name}/{self.extra}" if self.extra else name
 
     def replay_config(self) -> ReplayConfig:
         """Every region that applies to the task."""
@@ -160,8 +166,20 @@ class _Fit:
 
 def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit:
     pl.seed_everything(0)
-    data = YoloDataModule(
-        yaml, task=case.task, imgsz=args.imgsz, batch_size=2, workers=0, max_instances=16, seed=0
+    extra = EXTRAS.get(case.extra)
+    options: dict[str, Any] = {
+        "task": case.task,
+        "imgsz": args.imgsz,
+        "batch_size": 2,
+        "workers": 0,
+        "max_instances": 16,
+        "seed": 0,
+    }
+    data = YoloDataModule(yaml, **options) if extra is None else extra.datamodule(yaml, **options)
+    schedule: dict[str, Any] = (
+        {"max_steps": STEPS, "accumulate_grad_batches": case.accumulation}
+        if extra is None
+        else extra.trainer_options(case.accumulation)
     )
     shape = data.spec.kpt_shape
     module = YoloModule(
@@ -179,8 +197,6 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         accelerator=args.accelerator,
         devices=1,
         precision=case.precision,  # type: ignore[arg-type]
-        max_steps=STEPS,
-        accumulate_grad_batches=case.accumulation,
         val_check_interval=2,
         check_val_every_n_epoch=None,
         limit_val_batches=1,
@@ -191,7 +207,8 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[record],
+        callbacks=[record, *([] if extra is None else extra.callbacks())],
+        **schedule,
     )
     trainer.fit(module, data)
     recorders = module.replay_recorders()
@@ -221,12 +238,14 @@ def _first_loss_difference(a: list[str], b: list[str]) -> int | None:
 
 
 def _expected(fit: _Fit, case: Case) -> dict[str, int]:
-    """Replays each region must show: every call after the warm-up one."""
-    expected = {"network": fit.micro_batches - REGION_WARMUP}
+    """Replays each region must show: every call after the warm-up one of each signature."""
+    signatures = EXTRAS[case.extra].signatures if case.extra else 1
+    calls = fit.micro_batches - REGION_WARMUP * signatures
+    expected = {"network": calls}
     if case.task == "segment" and case.segment_heads:
-        expected["segment-heads"] = fit.micro_batches - REGION_WARMUP
+        expected["segment-heads"] = calls
     if case.loss_replayed:
-        expected["loss"] = fit.micro_batches - REGION_WARMUP
+        expected["loss"] = calls
     # GradScaler skips the update on a step with inf gradients: count applied updates.
     expected["optimizer MuSGD"] = max(fit.updates - REGION_WARMUP, 0)
     return expected
@@ -259,11 +278,23 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
 
 
 def _cases(args: argparse.Namespace) -> list[Case]:
+    """The matrix's cases, or with ``--extra`` each extra at accumulation 1, contiguous."""
     loss_tasks = {*LOSS_REPLAY_TASKS, *args.replay_loss_for}
+    grid = itertools.product(args.tasks, args.precisions, ACCUMULATIONS, LAYOUTS, [""])
+    if args.extra:
+        grid = itertools.product(args.tasks, args.precisions, [1], ["contiguous"], args.extra)
     cases = [
-        Case(*values, loss_replayed=values[0] in loss_tasks, segment_heads=args.segment_heads)
-        for values in itertools.product(args.tasks, PRECISIONS, ACCUMULATIONS, LAYOUTS)
-        if args.accelerator != "cpu" or values[1] != "16-mixed"
+        Case(
+            task,
+            precision,
+            accumulation,
+            layout,
+            loss_replayed=task in loss_tasks,
+            segment_heads=args.segment_heads,
+            extra=extra,
+        )
+        for task, precision, accumulation, layout, extra in grid
+        if args.accelerator != "cpu" or precision != "16-mixed"
     ]
     index, count = (int(x) for x in args.shard.split("/"))
     cases = cases[index - 1 :: count]
@@ -274,6 +305,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("parity_matrix.json"))
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS)
+    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=PRECISIONS)
+    parser.add_argument(
+        "--extra",
+        nargs="+",
+        default=[],
+        choices=EXTRAS,
+        help="run these extra cases (tools/parity_extras.py) instead of the matrix",
+    )
     parser.add_argument("--imgsz", type=int, default=64)
     parser.add_argument("--accelerator", default="gpu")
     parser.add_argument("--shard", default="1/1", help="i/n: run every n-th case from the i-th")
@@ -308,7 +347,10 @@ def main() -> int:
             for task in args.tasks
         }
         for case in _cases(args):
-            row = run_case(yamls[case.task], case, args)
+            yaml = yamls[case.task]
+            if case.extra:
+                yaml = EXTRAS[case.extra].prepare(yaml, Path(tmp))
+            row = run_case(yaml, case, args)
             rows.append(row)
             print(json.dumps(asdict(row)), flush=True)
             args.out.parent.mkdir(parents=True, exist_ok=True)
