@@ -5,8 +5,9 @@ Each extra runs like a matrix case (a native and a replayed fit, compared bitwis
 
 * ``accumulation-changed``: Lightning's ``GradientAccumulationScheduler`` goes from 1 to 2
   micro-batches per step at epoch 1;
-* ``empty-batches``: 6 of the 8 training images have empty label files, so some batches hold no
-  target at all (every target row is padding);
+* ``empty-batches``: 7 of the 8 training images have empty label files, so some batches hold no
+  target at all (every target row is padding; the row counts them, as mosaic may mix in the
+  labelled image);
 * ``imgsz-changed``: epoch 0 trains at the matrix's size, epoch 1 at 96 px: every region records
   a second signature;
 * ``close-mosaic``: mosaic off for the last of two epochs (``close_mosaic=1``).
@@ -51,6 +52,20 @@ class SizeSwitchDataModule(YoloDataModule):
         return super().train_dataloader()
 
 
+class TargetFreeBatches(Callback):
+    """Counts the training batches in which no row is a real target."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, *_: Any) -> None:
+        self.count += int(not bool(batch["valid"].any()))
+
+    def counts(self) -> dict[str, int]:
+        """What the case's row reports."""
+        return {"target_free_batches": self.count}
+
+
 @dataclass(frozen=True)
 class Extra:
     """One extra case: how its fits differ from a matrix case's.
@@ -89,7 +104,10 @@ class Extra:
             shutil.copytree(yaml.parent, root)
         for label in sorted((root / "labels" / "train").glob("*.txt"))[: self.empty_labels]:
             label.write_text("")
-        return root / yaml.name
+        copied = root / yaml.name
+        # the description names its root: point it at the copy
+        copied.write_text(copied.read_text().replace(str(yaml.parent), str(root), 1))
+        return copied
 
     def datamodule(self, yaml: Path, **options: Any) -> YoloDataModule:
         """The data module of both fits."""
@@ -108,17 +126,18 @@ class Extra:
         return options
 
     def callbacks(self) -> list[Callback]:
-        """Callbacks of both fits."""
-        if self.accumulation is None:
-            return []
-        return [GradientAccumulationScheduler(scheduling=dict(self.accumulation))]
+        """Callbacks of both fits; those with a ``counts()`` report into the case's row."""
+        callbacks: list[Callback] = [TargetFreeBatches()] if self.empty_labels else []
+        if self.accumulation is not None:
+            callbacks.append(GradientAccumulationScheduler(scheduling=dict(self.accumulation)))
+        return callbacks
 
 
 EXTRAS = {
     extra.name: extra
     for extra in (
         Extra("accumulation-changed", max_steps=6, accumulation={0: 1, 1: 2}),
-        Extra("empty-batches", max_steps=4, empty_labels=6),
+        Extra("empty-batches", max_steps=4, empty_labels=7),
         Extra("imgsz-changed", max_steps=6, later_imgsz=LATER_IMGSZ),
         Extra("close-mosaic", max_steps=-1, max_epochs=2, close_mosaic=1),
     )
@@ -126,4 +145,4 @@ EXTRAS = {
 """The extra cases by name; 8 training images at batch 2 make 4 micro-batches per epoch."""
 
 
-__all__ = ["EXTRAS", "LATER_IMGSZ", "Extra", "SizeSwitchDataModule"]
+__all__ = ["EXTRAS", "LATER_IMGSZ", "Extra", "SizeSwitchDataModule", "TargetFreeBatches"]

@@ -104,6 +104,8 @@ class Row:
     updates: int = 0
     """Optimizer updates applied by the replayed fit (GradScaler skips steps with inf
     gradients; a case with none compares no gradient at all)."""
+    counts: dict[str, int] = field(default_factory=dict)
+    """What an extra case's callbacks counted in the replayed fit."""
     passed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -162,6 +164,7 @@ class _Fit:
     retired: list[str]
     updates: int
     micro_batches: int
+    counts: dict[str, int]
 
 
 def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit:
@@ -193,6 +196,7 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
     if case.layout == "channels_last":
         module = module.to(memory_format=torch.channels_last)
     record = Record()
+    callbacks = [] if extra is None else extra.callbacks()
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,
@@ -207,7 +211,7 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[record, *([] if extra is None else extra.callbacks())],
+        callbacks=[record, *callbacks],
         **schedule,
     )
     trainer.fit(module, data)
@@ -221,6 +225,7 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         retired=[str(event) for r in recorders for event in _retire_history(r)],
         updates=int(module.ema.updates),
         micro_batches=len(record.losses),
+        counts={k: v for c in callbacks if hasattr(c, "counts") for k, v in c.counts().items()},
     )
 
 
@@ -274,6 +279,7 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
         first_loss_difference=_first_loss_difference(native.losses, replayed.losses),
         retired=replayed.retired,
         updates=replayed.updates,
+        counts=replayed.counts,
     )
 
 

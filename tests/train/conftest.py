@@ -75,12 +75,13 @@ def digested_fit(
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
     gradient_clip_val: float | None = None,
+    callbacks: list[Callback] | None = None,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``channels_last``
     converts the module's weights (the images stay NCHW), as the parity matrix does.
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
-    ``gradient_clip_val`` the trainer's (by norm)."""
+    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
@@ -111,7 +112,7 @@ def digested_fit(
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[losses],
+        callbacks=[losses, *(callbacks or [])],
         gradient_clip_val=gradient_clip_val,
     )
     trainer.fit(module, data)

@@ -18,10 +18,14 @@ from typing import Any
 
 import pytest
 import torch
+from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
 
 from lucid_yolo.models import create_model
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, first_difference, grads_of, state_digest
+from lucid_yolo.train import YoloDataModule
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.losses import build_loss
 from lucid_yolo.train.replay import NetworkReplay, ReplayConfig
 
 
@@ -138,3 +142,72 @@ def test_loss_region_with_changed_keys_runs_natively_with_a_reason() -> None:
     telemetry = replay.telemetry.as_dict()
     assert telemetry["native.inputs-changed"] == 1
     assert telemetry["retired.inputs-changed"] == 1
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+# YoloModule.optimizer_step is meant to run once per optimizer step, which is what the warning says.
+@pytest.mark.filterwarnings(r"ignore:When using `Trainer\(accumulate_grad_batches != 1\)`")
+def test_replayed_fit_with_accumulation_changed_mid_fit_equals_native(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # 8 images at batch 4: two micro-batches per epoch, one per step in epoch 0, both from epoch 1
+    yaml = tiny_dataset("detect")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3}
+
+    def schedule() -> list[Callback]:
+        return [GradientAccumulationScheduler(scheduling={0: 1, 1: 2})]
+
+    native = fit_digests(yaml, "detect", "32-true", 1, callbacks=schedule(), **cpu)
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, callbacks=schedule(), **cpu)
+    assert len(replayed.losses) == 4
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == {
+        "network": 3,
+        "loss": 3,
+        "optimizer MuSGD": 2,
+    }
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
+def _first_batch(yaml: Path, imgsz: int) -> tuple[Batch, int]:
+    """The first training batch at ``imgsz`` and the dataset's class count."""
+    data = YoloDataModule(
+        yaml, task="detect", imgsz=imgsz, batch_size=2, workers=0, max_instances=16, seed=0
+    )
+    data.setup("fit")
+    batch: Batch = next(iter(data.train_dataloader()))
+    return batch, data.num_classes
+
+
+def test_regions_record_a_second_signature_when_the_image_size_changes(
+    tiny_dataset: Callable[[str], Path],
+) -> None:
+    yaml = tiny_dataset("detect")
+    sizes = {size: _first_batch(yaml, size)[0] for size in (64, 96)}
+    num_classes = _first_batch(yaml, 64)[1]
+    net = create_model("yolo26n", num_classes=num_classes)
+    reference = copy.deepcopy(net)
+    criterion = build_loss("detect", num_classes, strides=net.strides)
+    replay = NetworkReplay(net, "detect", ReplayConfig(network=True, loss=True), criterion)
+    fraction = torch.zeros(())
+    for call, size in enumerate((64, 96, 64, 96, 64)):
+        batch = sizes[size]
+        images = batch["images"].float() / 255
+        totals = []
+        for model, forward, loss in (
+            (reference, reference, criterion),
+            (net, replay, replay.loss),
+        ):
+            model.zero_grad(set_to_none=True)
+            total, _ = loss(forward(images), batch, fraction)
+            total.backward()
+            totals.append(total.detach())
+        assert torch.equal(totals[0], totals[1]), call
+        grads = state_digest(grads_of(net)), state_digest(grads_of(reference))
+        assert first_difference(*grads) is None, call
+    # one native warm-up per size (calls 1 and 2), then each call replays its size's recording
+    for recorder in replay.recorders():
+        assert (recorder.recordings, recorder.telemetry.replays) == (2, 3), recorder.name
+        assert recorder.telemetry.as_dict()["retirements"] == 0, recorder.name
