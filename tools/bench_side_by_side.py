@@ -190,7 +190,7 @@ def _visible_device(index: int) -> str:
 
 
 def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> list[dict[str, Any]]:
-    """``[{"epoch": e, "<kind>": mAP50-95, ...}]`` per validation, epochs from 0.
+    """``[{"epoch": e, "fit_s": seconds, "<kind>": mAP50-95, ...}]`` per validation, epochs from 0.
 
     Read from the files each tool writes as it goes, so a fit cut by the timeout keeps its
     finished epochs.
@@ -203,7 +203,10 @@ def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> li
         with results.open() as file:
             for raw in csv.DictReader(file):
                 line = {k.strip(): v.strip() for k, v in raw.items() if k}
-                row: dict[str, Any] = {"epoch": int(float(line["epoch"])) - 1}
+                row: dict[str, Any] = {
+                    "epoch": int(float(line["epoch"])) - 1,
+                    "fit_s": float(line["time"]) if line.get("time") else None,
+                }
                 for suffix, kind in ULTRALYTICS_KINDS[task].items():
                     value = line.get(f"metrics/mAP50-95({suffix})")
                     if value:
@@ -215,7 +218,7 @@ def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> li
     for text in epochs_file.read_text().splitlines():
         if text.strip():
             record = json.loads(text)
-            row = {"epoch": int(record["epoch"])}
+            row = {"epoch": int(record["epoch"]), "fit_s": record.get("fit_s")}
             for key, value in record.items():
                 parts = key.split("/")
                 if len(parts) == 3 and parts[0] == "val" and parts[2] == "mAP50-95":
@@ -369,6 +372,14 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
+def _reached(row: dict[str, Any]) -> str:
+    """``"30 (212 s)"``: epochs validated and the fit's seconds at the last validation."""
+    if "epoch" not in row:
+        return "—"
+    seconds = row.get("fit_s")
+    return f"{row['epoch'] + 1}" + ("" if seconds is None else f" ({seconds:.0f} s)")
+
+
 def accuracy_table(records: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """Each tool's mAP50-95 per metric kind at its last epoch, then the task metric per epoch."""
     tools = list(dict.fromkeys(r["tool"] for r in records))
@@ -382,21 +393,24 @@ def accuracy_table(records: list[dict[str, Any]], args: argparse.Namespace) -> s
         f"{args.epochs} epochs, {args.imgsz} px, {args.images}/{args.val_images} images"
         + (f", lucid-yolo flags `{args.lucid_args}`" if args.lucid_args else ""),
         "",
-        "| task | metric | " + " | ".join(tools) + " | epochs reached |",
+        "| task | metric | " + " | ".join(tools) + " | epochs reached (fit s) |",
         "|---|---|" + "---|" * len(tools) + "---|",
     ]
     for task in dict.fromkeys(r["task"] for r in records):
         kinds = dict.fromkeys(
-            kind for tool in tools for kind in last.get((task, tool), {}) if kind != "epoch"
+            kind
+            for tool in tools
+            for kind in last.get((task, tool), {})
+            if kind not in ("epoch", "fit_s")
         )
         for kind in kinds:
             values = [last.get((task, tool), {}).get(kind) for tool in tools]
-            reached = [last.get((task, tool), {}).get("epoch") for tool in tools]
+            reached = [_reached(last.get((task, tool), {})) for tool in tools]
             lines.append(
                 f"| {task} | {kind} | "
                 + " | ".join("—" if v is None else f"{v:.3f}" for v in values)
                 + " | "
-                + " / ".join("—" if e is None else str(e + 1) for e in reached)
+                + " / ".join(reached)
                 + " |"
             )
     columns = [(r["task"], r["tool"]) for r in records]

@@ -3,7 +3,8 @@
 For runs that a time limit may cut short (the GPU session's commands are killed at their limit):
 each validation's ``val/*`` metrics, the epoch, the optimizer steps so far and the learning rate
 of the first parameter group are one line of ``$LUCID_EPOCH_METRICS``, written and flushed when
-the validation ends. Add it to a CLI fit with ``tools/`` on ``PYTHONPATH``::
+the validation ends, with the seconds since the fit started (``fit_s``: how far a cut run got, and
+how fast). Add it to a CLI fit with ``tools/`` on ``PYTHONPATH``::
 
     LUCID_EPOCH_METRICS=$OUT/seg.jsonl lucid-yolo fit --config segment-n \\
         --trainer.callbacks+=epoch_metrics_probe.EpochMetrics
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -28,6 +30,10 @@ class EpochMetrics(pl.Callback):
 
     def __init__(self) -> None:
         self.path = Path(os.environ.get(PATH_ENV, "epoch_metrics.jsonl"))
+        self.fit_started = time.time()
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.fit_started = time.time()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking:
@@ -35,7 +41,13 @@ class EpochMetrics(pl.Callback):
         metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith("val/")}
         optimizer = trainer.optimizers[0] if trainer.optimizers else None
         lr = float(optimizer.param_groups[0]["lr"]) if optimizer is not None else None
-        record = {"epoch": trainer.current_epoch, "step": trainer.global_step, "lr": lr, **metrics}
+        record = {
+            "epoch": trainer.current_epoch,
+            "step": trainer.global_step,
+            "lr": lr,
+            "fit_s": time.time() - self.fit_started,
+            **metrics,
+        }
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a") as file:
             file.write(json.dumps(record) + "\n")

@@ -31,28 +31,31 @@ def test_epoch_metrics_of_ultralytics_come_from_results_csv(tmp_path: Path) -> N
     )
     rows = _tool()._epoch_metrics("segment", "ultralytics", tmp_path, tmp_path / "none.jsonl")
     assert rows == [
-        {"epoch": 0, "box": 0.05, "mask": 0.03},
-        {"epoch": 1, "box": 0.15, "mask": 0.13},
+        {"epoch": 0, "fit_s": 10.5, "box": 0.05, "mask": 0.03},
+        {"epoch": 1, "fit_s": 20.5, "box": 0.15, "mask": 0.13},
     ]
 
 
 def test_epoch_metrics_of_obb_ultralytics_are_rotated_boxes(tmp_path: Path) -> None:
     results = tmp_path / "train" / "results.csv"
     results.parent.mkdir()
-    results.write_text("epoch,metrics/mAP50-95(B)\n1,0.5\n")
+    results.write_text("epoch,time,metrics/mAP50-95(B)\n1,3.0,0.5\n")
     rows = _tool()._epoch_metrics("obb", "ultralytics", tmp_path, tmp_path / "none.jsonl")
-    assert rows == [{"epoch": 0, "obb": 0.5}]
+    assert rows == [{"epoch": 0, "fit_s": 3.0, "obb": 0.5}]
 
 
 def test_epoch_metrics_of_lucid_yolo_come_from_the_probe_lines(tmp_path: Path) -> None:
     lines = tmp_path / "pose.epochs.jsonl"
     records = [
-        {"epoch": 0, "step": 32, "val/box/mAP50-95": 0.1, "val/pose/mAP50-95": 0.02},
-        {"epoch": 1, "step": 64, "val/box/mAP50-95": 0.3, "val/pose/mAP50": 0.5},
+        {"epoch": 0, "fit_s": 4.0, "val/box/mAP50-95": 0.1, "val/pose/mAP50-95": 0.02},
+        {"epoch": 1, "fit_s": 8.0, "val/box/mAP50-95": 0.3, "val/pose/mAP50": 0.5},
     ]
     lines.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     rows = _tool()._epoch_metrics("pose", "native", tmp_path, lines)
-    assert rows == [{"epoch": 0, "box": 0.1, "pose": 0.02}, {"epoch": 1, "box": 0.3}]
+    assert rows == [
+        {"epoch": 0, "fit_s": 4.0, "box": 0.1, "pose": 0.02},
+        {"epoch": 1, "fit_s": 8.0, "box": 0.3},
+    ]
 
 
 def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
@@ -60,14 +63,14 @@ def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
         {
             "task": "segment",
             "tool": "ultralytics",
-            "epoch_metrics": [{"epoch": 0, "box": 0.1, "mask": 0.05}],
+            "epoch_metrics": [{"epoch": 0, "fit_s": 9.0, "box": 0.1, "mask": 0.05}],
         },
         {
             "task": "segment",
             "tool": "native",
             "epoch_metrics": [
-                {"epoch": 0, "box": 0.2, "mask": 0.1},
-                {"epoch": 1, "box": 0.4, "mask": 0.3},
+                {"epoch": 0, "fit_s": 5.0, "box": 0.2, "mask": 0.1},
+                {"epoch": 1, "fit_s": 10.0, "box": 0.4, "mask": 0.3},
             ],
         },
     ]
@@ -75,6 +78,6 @@ def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
         batch=16, epochs=2, imgsz=320, images=512, val_images=128, lucid_args=""
     )
     table = _tool().accuracy_table(records, args)
-    assert "| segment | box | 0.100 | 0.400 | 1 / 2 |" in table
-    assert "| segment | mask | 0.050 | 0.300 | 1 / 2 |" in table
+    assert "| segment | box | 0.100 | 0.400 | 1 (9 s) / 2 (10 s) |" in table
+    assert "| segment | mask | 0.050 | 0.300 | 1 (9 s) / 2 (10 s) |" in table
     assert "| 1 | — | 0.300 |" in table
