@@ -1,9 +1,11 @@
 """Where a validation pass spends its time: loader wait, network, metric update, metric compute.
 
 Issue 11 asks for validation at GPU speed; this measures today's split before anything changes.
-It validates a fresh ``yolo26n`` of one task on a synthetic validation split with Lightning's
+It validates a ``yolo26n`` of one task on a synthetic validation split with Lightning's
 ``Trainer.validate`` (bf16 on a GPU), ``--repeats`` times after one warm-up pass (cache fill,
-cuDNN autotuning), and times each phase with a CUDA synchronisation on both sides:
+cuDNN autotuning), and times each phase with a CUDA synchronisation on both sides. The network is
+first trained ``--train-epochs`` epochs on the synthetic training split: the metric's work
+depends on how many predictions overlap a target, which a fresh network's hardly do.
 
 - *wait*: from the end of one batch's work to the start of the next (the loader, Lightning);
 - *network*: the EMA network's forward;
@@ -18,9 +20,10 @@ host functions that take the time. Prints a table; with ``$OUT`` set also writes
 Command (GPU machine, from the repository root)::
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/profile_validation.py \\
-        --tasks detect segment --images 128 --imgsz 640 --batch 16
+        --tasks detect segment --images 128 --imgsz 640 --batch 16 --train-epochs 5
 
-A CPU check with small numbers: ``--images 8 --imgsz 64 --batch 4 --repeats 1``.
+A CPU check with small numbers:
+``--images 8 --imgsz 64 --batch 4 --repeats 1 --train-images 8 --train-epochs 1``.
 """
 
 from __future__ import annotations
@@ -101,15 +104,24 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     data = YoloDataModule(data_yaml, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers)
     module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes)
     cuda = torch.cuda.is_available()
-    trainer = pl.Trainer(
-        accelerator="gpu" if cuda else "cpu",
-        devices=1,
-        precision="bf16-mixed" if cuda else "32-true",
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=root / "runs",
-    )
+    common: dict[str, Any] = {
+        "accelerator": "gpu" if cuda else "cpu",
+        "devices": 1,
+        "precision": "bf16-mixed" if cuda else "32-true",
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": root / "runs",
+    }
+    if args.train_epochs:
+        pl.Trainer(
+            **common,
+            max_epochs=args.train_epochs,
+            limit_val_batches=0,
+            num_sanity_val_steps=0,
+            enable_checkpointing=False,
+        ).fit(module, data)
+    trainer = pl.Trainer(**common)
     trainer.validate(module, data, verbose=False)
     plain = []
     for _ in range(args.repeats):
@@ -135,6 +147,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "images": args.images,
         "imgsz": args.imgsz,
         "batch": args.batch,
+        "train_epochs": args.train_epochs,
         "pass_seconds": sorted(plain),
         "phase_seconds": phases,
         "cprofile": text.getvalue(),
@@ -149,6 +162,8 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--train-epochs", type=int, default=0, help="train first (see above)")
+    parser.add_argument("--train-images", type=int, default=512)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-validation"))
     args = parser.parse_args()
     out = Path(os.environ["OUT"]) if "OUT" in os.environ else None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from lucid_yolo.train.metrics import IOU_THRESHOLDS, ImageOverlaps, match_images
 
@@ -85,3 +87,59 @@ def test_match_images_batched_equals_one_at_a_time() -> None:
         (alone,) = match_images([image])
         assert np.array_equal(alone.matched, together.matched)
         assert np.array_equal(alone.ignored, together.ignored)
+
+
+OVERLAP_VALUES = (-1.0, 0.0, 0.3, 0.49, 0.5, 0.55, 0.7, 0.95, 1.0)
+"""Overlaps drawn from few values, so that ties and overlaps exactly at a threshold are common."""
+
+
+def _matched_one_by_one(image: ImageOverlaps) -> tuple[np.ndarray, np.ndarray]:
+    """The rule of the module docstring, written as COCO's loop: threshold, prediction, target."""
+    D, G = image.overlaps.shape
+    matched = np.zeros((IOU_THRESHOLDS.size, D), dtype=bool)
+    ignored = np.zeros_like(matched)
+    for t, threshold in enumerate(np.minimum(IOU_THRESHOLDS, 1 - 1e-10)):
+        taken = np.zeros(G, dtype=bool)
+        for d in range(D):
+            best = -1
+            for counted in (True, False):
+                best_overlap = -np.inf
+                for g in range(G):
+                    free = not taken[g] or image.reusable[g]
+                    overlap = image.overlaps[d, g]
+                    wanted = image.ignore[g] != counted
+                    if wanted and free and overlap >= threshold and overlap >= best_overlap:
+                        best, best_overlap = g, overlap
+                if best >= 0:
+                    break
+            if best >= 0:
+                matched[t, d] = True
+                ignored[t, d] = bool(image.ignore[best])
+                taken[best] = True
+    return matched, ignored
+
+
+@st.composite
+def _images(draw: st.DrawFn) -> list[ImageOverlaps]:
+    images = []
+    for _ in range(draw(st.integers(1, 3))):
+        d, g = draw(st.integers(0, 9)), draw(st.integers(0, 5))
+        cells = draw(st.lists(st.sampled_from(OVERLAP_VALUES), min_size=d * g, max_size=d * g))
+        flags = draw(st.lists(st.booleans(), min_size=2 * g, max_size=2 * g))
+        images.append(
+            ImageOverlaps(
+                np.array(cells, dtype=np.float64).reshape(d, g),
+                np.array(flags[:g], dtype=bool),
+                np.array(flags[g:], dtype=bool),
+            )
+        )
+    return images
+
+
+@settings(max_examples=200, deadline=None)
+@given(_images())
+def test_match_images_equals_cocos_loop(images: list[ImageOverlaps]) -> None:
+    for image, out in zip(images, match_images(images), strict=True):
+        matched, ignored = _matched_one_by_one(image)
+        assert np.array_equal(out.matched, matched)
+        assert np.array_equal(out.ignored, ignored)

@@ -91,13 +91,14 @@ class Evaluator:
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from."""
-        image_ids = batch["image_ids"].tolist()
-        for i, detections in enumerate(self.decode(outputs, batch)):
-            self.metric.update(
-                [self.image_predictions(detections, batch, i)],
-                [self.targets(batch, i)],
-                image_ids=[image_ids[i]],
-            )
+        images = self.decode(outputs, batch)
+        # generators: each image's records (dense masks at source size) are built when the
+        # metric reads them, so one image's masks are alive at a time
+        self.metric.update(
+            (self.image_predictions(d, batch, i) for i, d in enumerate(images)),
+            (self.targets(batch, i) for i in range(len(images))),
+            image_ids=batch["image_ids"].tolist(),
+        )
 
     def compute(self) -> dict[str, float]:
         """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95).

@@ -10,10 +10,10 @@ prediction matched to an ignored target is itself ignored: it is neither a true 
 positive.
 
 Images are padded to a common (predictions, targets) size and the greedy loop runs over the
-prediction rank only, vectorised over images, thresholds and targets; the loop length is the
-largest number of kept predictions in one image (at most ``max_dets`` per class). Different
-classes never compete, so callers put the overlap of cross-class pairs at -1 and match all classes
-of an image together: the order of one class's predictions is unchanged by interleaving.
+prediction rank only, vectorised over images, thresholds and targets; the loop visits only the
+ranks where some image has a prediction overlapping a target at the lowest threshold or more.
+Different classes never compete, so callers put the overlap of cross-class pairs at -1 and match
+all classes of an image together: the order of one class's predictions is unchanged by interleaving.
 """
 
 from __future__ import annotations
@@ -103,14 +103,20 @@ def _greedy(
     matched: BoolArray,
     ignored: BoolArray,
 ) -> None:
-    """Fill ``matched``/``ignored`` (B, T, D) from padded overlaps (B, D, G), rank by rank."""
-    B, D, G = overlaps.shape
+    """Fill ``matched``/``ignored`` (B, T, D) from padded overlaps (B, D, G), rank by rank.
+
+    Only ranks with an overlap at or above the lowest threshold are visited: any other
+    prediction finds no candidate at any threshold, so it stays unmatched and takes nothing.
+    With a low confidence cut most of an image's ``max_dets`` predictions are of that kind.
+    """
+    B, _, G = overlaps.shape
     T = thresholds.shape[0]
     taken = np.zeros((B, T, G), dtype=bool)
     b_idx, t_idx = np.meshgrid(np.arange(B), np.arange(T), indexing="ij")  # (B, T)
     threshold = thresholds[None, :, None]  # (1, T, 1)
     counted = ~ignore[:, None, :]  # (B, 1, G)
-    for d in range(D):
+    reachable = (overlaps >= thresholds.min(initial=np.inf)).any(axis=(0, 2))  # (D,)
+    for d in np.flatnonzero(reachable).tolist():
         overlap = overlaps[:, d, None, :]  # (B, 1, G)
         free = ~taken | reusable[:, None, :]
         candidate = free & (overlap >= threshold)  # (B, T, G)

@@ -8,9 +8,10 @@ Usage::
     metric.compute()  # {"box/mAP50-95": ..., "box/mAP50": ..., "box/P": ..., "box/R": ...,
                       #  "mask/mAP50-95": ..., ...}
 
-``update`` does the per-image work at once (sorting, the overlap matrix on the inputs' device,
-greedy matching on the CPU) and keeps only a few numbers per prediction, so masks are never
-stored; ``compute`` runs COCO's accumulation over everything seen since the last ``reset``.
+``update`` does the per-image work (sorting, the overlap matrix on the inputs' device), matches
+the batch's images together (greedy matching on the CPU) and keeps only a few numbers per
+prediction, so masks are never stored; ``compute`` runs COCO's accumulation over everything seen
+since the last ``reset``.
 
 Definition followed (COCO evaluation, area range "all"):
 
@@ -32,7 +33,8 @@ Not modelled: COCO's small/medium/large area ranges (only "all" is reported, who
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -143,6 +145,19 @@ class _KindRecords:
         )
 
 
+@dataclass(frozen=True)
+class _PreparedImage:
+    """One image's part of an update for one kind: what matching and the records need."""
+
+    overlaps: ImageOverlaps
+    scores: np.ndarray
+    """(D,) float64 scores of the kept predictions, in matching order."""
+    classes: np.ndarray
+    """(D,) int64 classes of the kept predictions."""
+    counts: np.ndarray
+    """Counted (not ignored) targets per class id (``np.bincount``)."""
+
+
 class MeanAveragePrecision:
     """Accumulates predictions and targets image by image; computes COCO mAP50-95, mAP50, P, R.
 
@@ -194,11 +209,16 @@ class MeanAveragePrecision:
     @torch.no_grad()
     def update(
         self,
-        predictions: Sequence[ImagePredictions],
-        targets: Sequence[ImageTargets],
+        predictions: Iterable[ImagePredictions],
+        targets: Iterable[ImageTargets],
         image_ids: Sequence[int] | None = None,
     ) -> None:
         """Match one batch of images and keep the per-prediction outcome.
+
+        The images are read one pair at a time and only their overlaps are kept, so a caller
+        may pass generators that build each image's records (dense masks at source size) when
+        asked: one image's masks are alive at a time. The greedy matching then runs over the
+        whole batch at once, which costs about as much as one image.
 
         Args:
             predictions: per image, decoded predictions in source-image pixels.
@@ -212,27 +232,33 @@ class MeanAveragePrecision:
             MetricsInputError: the sequences differ in length, or a record lacks a field the
                 kinds read or has a field of the wrong shape.
         """
-        if len(predictions) != len(targets) or (
-            image_ids is not None and len(image_ids) != len(targets)
-        ):
+        prepared: dict[str, list[_PreparedImage]] = {kind: [] for kind in self.kinds}
+        images = 0
+        pairs = zip(predictions, targets, strict=True)
+        while True:
+            try:
+                prediction, target = next(pairs)
+            except StopIteration:
+                break
+            except ValueError as error:  # zip's strict check: one ran out before the other
+                raise MetricsInputError(
+                    f"prediction and target records differ in number (one ran out after "
+                    f"{images!r} images): pass one of each per image, in the same order"
+                ) from error
+            images += 1
+            for kind in self.kinds:
+                prepared[kind].append(self._prepare(kind, prediction, target))
+        if image_ids is not None and len(image_ids) != images:
             raise MetricsInputError(
-                f"got {len(predictions)!r} prediction records, {len(targets)!r} target records "
-                f"and {'no' if image_ids is None else len(image_ids)!r} image ids: pass one of "
-                "each per image, in the same order"
+                f"got {images!r} images and {len(image_ids)!r} image ids: pass one id per "
+                "image, in the same order"
             )
-        ids: Sequence[int | None] = [None] * len(targets) if image_ids is None else image_ids
-        for kind in self.kinds:
-            prepared = [
-                self._prepare(kind, p, t) for p, t in zip(predictions, targets, strict=True)
-            ]
-            matches = match_images([overlaps for overlaps, _, _ in prepared])
+        ids: Sequence[int | None] = [None] * images if image_ids is None else image_ids
+        for kind, kind_images in prepared.items():
+            matches = match_images([image.overlaps for image in kind_images])
             records = self._records[kind]
-            for (_, scores, classes), match, target, image_id in zip(
-                prepared, matches, targets, ids, strict=True
-            ):
-                ignore = self._target_ignore(kind, target).cpu().numpy()
-                counted = target.classes.cpu().numpy().astype(np.int64)[~ignore]
-                records.add_image(scores, classes, match, np.bincount(counted), image_id)
+            for image, match, image_id in zip(kind_images, matches, ids, strict=True):
+                records.add_image(image.scores, image.classes, match, image.counts, image_id)
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
@@ -287,9 +313,7 @@ class MeanAveragePrecision:
             if precision[0, 0, c] > -1
         }
 
-    def _prepare(
-        self, kind: str, pred: ImagePredictions, target: ImageTargets
-    ) -> tuple[ImageOverlaps, np.ndarray, np.ndarray]:
+    def _prepare(self, kind: str, pred: ImagePredictions, target: ImageTargets) -> _PreparedImage:
         """Sort and truncate one image's predictions, and build its overlap matrix for ``kind``."""
         scores, pred_classes = require_fields(pred, ("scores", "classes"), kind)
         (target_classes,) = require_fields(target, ("classes",), kind)
@@ -313,7 +337,8 @@ class MeanAveragePrecision:
             ignore=ignore,
             reusable=target.ignore_flags().cpu().numpy(),
         )
-        return image, score_np[keep], class_np[keep]
+        counted = target.classes.cpu().numpy().astype(np.int64)[~ignore]
+        return _PreparedImage(image, score_np[keep], class_np[keep], np.bincount(counted))
 
     def _overlaps(
         self, kind: str, pred: ImagePredictions, target: ImageTargets, index: Tensor
