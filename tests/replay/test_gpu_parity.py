@@ -362,3 +362,39 @@ def test_gpu_group_used_in_part_matches_native() -> None:
     # head_b feeds only the unused b.box: eager leaves its .grad None, so SGD's weight decay
     # and momentum must not move it in the replay either.
     assert first_difference(_train_partial_group(False), _train_partial_group(True)) is None
+
+
+class _Float32Product(nn.Module):
+    """A float32 matrix product computed with autocast off, as the segment loss assembles masks."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        generator = torch.Generator().manual_seed(0)
+        self.weight = nn.Parameter(torch.randn(64, 48, generator=generator).cuda())
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        with torch.autocast("cuda", enabled=False):
+            return {"out": x.float() @ self.weight}
+
+
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_gpu_float32_product_under_autocast_matches_native(precision: str) -> None:
+    # Called under autocast, backward started after leaving it: the recorded backward must not
+    # run the product's bmm/mm under autocast (the segment loss-replay difference).
+    def run(replay: bool) -> dict[str, str]:
+        net = _Float32Product()
+        forward: Any = RegionRecorder(ModuleRegion(net)) if replay else net
+        gen = torch.Generator(device="cuda").manual_seed(0)
+        grads = []
+        for _ in range(3):
+            net.zero_grad(set_to_none=True)
+            x = torch.randn(32, 64, device="cuda", generator=gen).requires_grad_(True)
+            with _autocast(precision):
+                out = forward(x)["out"]
+            out.square().mean().backward()
+            grads += [net.weight.grad.clone(), x.grad.clone()]  # type: ignore[union-attr]
+        if replay:
+            assert forward.telemetry.replays == 2
+        return state_digest(grads)
+
+    assert first_difference(run(False), run(True)) is None

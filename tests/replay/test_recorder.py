@@ -96,6 +96,55 @@ def test_recorder_matches_native_under_autocast_without_cast_cache() -> None:
     assert recorder.telemetry.replays == 3
 
 
+class _BackwardAutocastSpy(torch.autograd.Function):
+    """Identity whose backward notes whether CPU autocast was on while it ran."""
+
+    seen: list[bool] = []  # noqa: RUF012 (one list per test run, cleared by the test)
+
+    @staticmethod
+    def forward(ctx: object, x: Tensor) -> Tensor:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: object, grad: Tensor) -> Tensor:
+        _BackwardAutocastSpy.seen.append(torch.is_autocast_enabled("cpu"))
+        return grad
+
+
+class _SpiedLinear(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(8, 8, generator=torch.Generator().manual_seed(0)))
+
+    def forward(self, x: Tensor) -> dict[str, Tensor]:
+        return {"out": _BackwardAutocastSpy.apply(x @ self.weight)}
+
+
+def test_recorder_records_backward_without_the_callers_autocast() -> None:
+    # The region is called under autocast and its backward started after leaving it, as
+    # Lightning does: every backward the recorder runs (reach, warm-up, capture) must see
+    # autocast off too, or a float32 matrix product's backward would run in bf16.
+    recorder = RegionRecorder(ModuleRegion(_SpiedLinear()))
+    _BackwardAutocastSpy.seen.clear()
+    for _ in range(3):
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out = recorder(torch.randn(4, 8))["out"]
+        out.float().square().sum().backward()
+    assert recorder.telemetry.replays == 2
+    assert _BackwardAutocastSpy.seen
+    assert not any(_BackwardAutocastSpy.seen)
+
+
+def test_recorder_retires_when_backward_runs_under_autocast() -> None:
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = recorder(torch.randn(2, 3, 8, 8))
+        with pytest.warns(ReplayRetiredWarning, match="backward-autocast.*after leaving"):
+            out["a.box"].float().sum().backward()
+    assert recorder.retired is not None
+    assert recorder.retired.reason is RetireReason.BACKWARD_AUTOCAST
+
+
 def test_recorder_first_gradient_does_not_alias_static_buffer() -> None:
     net = make_net()
     recorder = RegionRecorder(ModuleRegion(net), warmup_steps=0)

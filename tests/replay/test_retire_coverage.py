@@ -47,6 +47,10 @@ TRIGGERED_BY: dict[RetireReason, tuple[str, str]] = {
         "replay/test_grad_layout.py",
         "test_recorder_retires_when_gradient_layout_changes",
     ),
+    RetireReason.BACKWARD_AUTOCAST: (
+        RECORDER,
+        "test_recorder_retires_when_backward_runs_under_autocast",
+    ),
     RetireReason.INPUTS_CHANGED: (
         "train/replay/test_binding.py",
         "test_loss_region_with_changed_keys_runs_natively_with_a_reason",

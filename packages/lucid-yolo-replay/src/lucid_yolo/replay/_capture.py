@@ -121,4 +121,27 @@ def autocast_cache_emulation(device_type: str) -> Iterator[None]:
         torch.clear_autocast_cache()
 
 
-__all__ = ["OpTrail", "autocast_cache_emulation", "capture_with_trail", "describe_failure"]
+@contextlib.contextmanager
+def backward_without_autocast(device_type: str) -> Iterator[None]:
+    """Run a recording's backward passes with autocast off, as a native backward runs.
+
+    Autograd runs a backward under the autocast state of the code that starts it, and the
+    recorder starts its warm-up and captured backwards inside the region's call, that is
+    inside the caller's autocast region. A native step calls ``backward()`` after leaving it
+    (Lightning, the AMP recipe), so there the backward of a float32 matrix product the region
+    computed with autocast off (the segment loss's mask assembly) stays float32; under autocast
+    its ``bmm``/``mm`` would run in bf16/fp16 and the gradients differ
+    (docs/engineering/replay-complete.md, *the cause*). A backward started under autocast is
+    reported at replay instead (``backward-autocast``).
+    """
+    with torch.autocast(device_type, enabled=False):
+        yield
+
+
+__all__ = [
+    "OpTrail",
+    "autocast_cache_emulation",
+    "backward_without_autocast",
+    "capture_with_trail",
+    "describe_failure",
+]

@@ -27,7 +27,7 @@ from lucid_yolo.replay._autograd import (
     swapped,
     unsupported_module,
 )
-from lucid_yolo.replay._capture import autocast_cache_emulation
+from lucid_yolo.replay._capture import autocast_cache_emulation, backward_without_autocast
 from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
@@ -332,30 +332,34 @@ class RegionRecorder:
                     i: self._grad_layouts.static_buffer(signature, i, outputs[i])
                     for i in differentiable
                 }
-            reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
-            # Warm-up visits every kernel and shape of the forward and of each backward pattern.
+            with backward_without_autocast(device_type):
+                reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
+            # Warm-up visits every kernel and shape of the forward and of each backward pattern;
+            # the forwards run under the caller's autocast, the backwards without (as natively).
             for iteration in range(self.capture_warmup):
                 if iteration:
                     outputs = forward()
                 for indices in patterns.values():
-                    torch.autograd.grad(
-                        [outputs[i] for i in indices],
+                    with backward_without_autocast(device_type):
+                        torch.autograd.grad(
+                            [outputs[i] for i in indices],
+                            targets,
+                            [static_grad_outputs[i] for i in indices],
+                            allow_unused=True,
+                            retain_graph=True,
+                        )
+            del outputs
+
+        def backward_of(indices: tuple[int, ...]) -> BackwardBody:
+            def backward(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
+                with backward_without_autocast(device_type):
+                    grads = torch.autograd.grad(
+                        [outs[i] for i in indices],
                         targets,
                         [static_grad_outputs[i] for i in indices],
                         allow_unused=True,
                         retain_graph=True,
                     )
-            del outputs
-
-        def backward_of(indices: tuple[int, ...]) -> BackwardBody:
-            def backward(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
-                grads = torch.autograd.grad(
-                    [outs[i] for i in indices],
-                    targets,
-                    [static_grad_outputs[i] for i in indices],
-                    allow_unused=True,
-                    retain_graph=True,
-                )
                 return tuple(grads)
 
             return backward
@@ -424,10 +428,24 @@ class RegionRecorder:
                 "gradient layout on every step",
             )
 
+    def _check_backward_autocast(self) -> None:
+        """Retire when this backward was started under autocast: autograd would run the native
+        backward under it, the recorded one runs without (:func:`backward_without_autocast`)."""
+        device_type = self.pool.device.type
+        if self.retired is None and torch.is_autocast_enabled(device_type):
+            dtype = torch.get_autocast_dtype(device_type)
+            self.retire(
+                RetireReason.BACKWARD_AUTOCAST,
+                f"backward() ran under {device_type} autocast ({dtype}); the backward graph was "
+                "recorded without autocast, so this backward may round differently and later "
+                "calls run native; call backward() after leaving the autocast region",
+            )
+
     def _launch_backward(
         self, ctx: Any, call: _Call, grads: Sequence[Tensor | None]
     ) -> tuple[Tensor | None, ...]:
         recording = call.recording
+        self._check_backward_autocast()
         graded = frozenset(
             name
             for name, indices in recording.groups.items()

@@ -55,6 +55,10 @@ class RetireReason(enum.StrEnum):
     GRAD_LAYOUT = "grad-layout"
     """An output's incoming gradient had other strides than the native warm-up's, which the
     recorded backward reads with: its reductions would round differently."""
+    BACKWARD_AUTOCAST = "backward-autocast"
+    """A replayed backward was started under autocast; the recorded backward runs without it
+    (as a backward started after the autocast region does), so its matrix products may round
+    differently."""
 
     @property
     def permanent(self) -> bool:
