@@ -223,9 +223,11 @@ def loss_experiment(batches: list[Batch], device: torch.device, cache: bool) -> 
                     terms = {k.removeprefix("term."): v for k, v in result.items() if k != "total"}
                 else:
                     total, terms = criterion(leaves, batch, fraction)
+            # replayed outputs are borrowed: digest them before the backward (invariant 14)
+            values = _bits({"total": total, **terms})
             total.backward()
             grads = {k: v.grad for k, v in leaves.items() if v.grad is not None}
-            runs[side] = (_bits({"total": total, **terms}), _bits(grads))
+            runs[side] = (values, _bits(grads))
         native, replay, again = runs["native"], runs["replay"], runs["native-again"]
         calls.append(
             {
@@ -299,8 +301,9 @@ def chain_experiment(
                 outputs = forward(batch["images"].float() / 255)
                 hooks.watch(outputs)
                 total, terms = loss(outputs, batch, fraction)
+            values = _bits({"total": total, **terms})  # borrowed outputs: before the backward
             total.backward()
-            seen.append((_bits({"total": total, **terms}), hooks.seen))
+            seen.append((values, hooks.seen))
             optimizer.step()
         grads_differ = _differ(_param_bits(native, True), _param_bits(replayed, True))
         calls.append(
