@@ -1,4 +1,10 @@
-"""CPU tests of the EMA: the decay ramp, the two options that change its bits, replay, checks."""
+"""CPU tests of the EMA: the decay ramp, the two options that change its bits, replay, checks.
+
+The comparisons with native run on the CPU stand-in, which re-runs each recorded body eagerly: both
+sides execute the same kernels, so they pin the bookkeeping (the decay schedule, the update counter,
+the recorded blend's inputs) and nothing about CUDA graph kernels;
+``tests/replay/test_gpu_parity.py`` compares real graphs.
+"""
 
 from __future__ import annotations
 

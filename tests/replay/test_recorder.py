@@ -1,4 +1,10 @@
-"""CPU tests of the region recorder: routing, signatures, retire reasons, telemetry, pool order."""
+"""CPU tests of the region recorder: routing, signatures, retire reasons, telemetry, pool order.
+
+The comparisons with native run on the CPU stand-in, which re-runs each recorded body eagerly: both
+sides execute the same kernels, so they pin the bookkeeping (static buffers, copy-in, gradient
+routing and accumulation, signatures, retirements) and nothing about CUDA graph kernels;
+``tests/replay/test_gpu_parity.py`` compares real graphs.
+"""
 
 from __future__ import annotations
 

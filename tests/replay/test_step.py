@@ -1,4 +1,10 @@
-"""CPU tests of the whole-step helper: parity with a hand-written loop and the verifier."""
+"""CPU tests of the whole-step helper: parity with a hand-written loop and the verifier.
+
+The comparisons with native run on the CPU stand-in, which re-runs each recorded body eagerly: both
+sides execute the same kernels, so they pin the bookkeeping (micro-batch accounting, the update and
+EMA order, GradScaler handling, the verifier) and nothing about CUDA graph kernels;
+``tests/replay/test_gpu_parity.py`` compares real graphs.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,10 @@
-"""CPU tests of update replay: the optimizer step recorded, keyed and retired."""
+"""CPU tests of update replay: the optimizer step recorded, keyed and retired.
+
+The comparisons with native run on the CPU stand-in, which re-runs each recorded body eagerly: both
+sides execute the same kernels, so they pin the bookkeeping (the hyperparameter key, state snapshots
+around the capture, retirements) and nothing about CUDA graph kernels;
+``tests/replay/test_gpu_parity.py`` compares real graphs.
+"""
 
 from __future__ import annotations
 
