@@ -18,7 +18,8 @@ fit, so a cut run keeps what it measured. Per configuration: medians and ranges.
 Example (2-GPU machine, from the repository root, about two minutes)::
 
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:):tools
-    NCCL_NVLS_ENABLE=0 python3 tools/bench_scaling.py --devices 1 2 --budget 140 \\
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    python3 tools/bench_scaling.py --devices 1 2 --budget 140 \\
         --out $OUT/scaling.json
 """
 

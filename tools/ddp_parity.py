@@ -14,7 +14,8 @@ differs. NVLink multicast stays off (tools/multi_gpu_env.py).
 Example (2-GPU machine, from the repository root, deterministic cuBLAS)::
 
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
-    NCCL_NVLS_ENABLE=0 CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 tools/ddp_parity.py \\
+    export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+    CUBLAS_WORKSPACE_CONFIG=:4096:8 python3 tools/ddp_parity.py \\
         --devices 2 --out $OUT/ddp_parity.json
 
 ``--accelerator cpu --precisions 32-true`` runs the same comparison on two gloo processes

@@ -8,6 +8,7 @@ and this module starts the ranks and brings their results back.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +17,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+NVLINK_MULTICAST_OFF = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+"""Set in every NCCL rank (as ``tools/multi_gpu_env.py`` does for the tools)."""
 
 
 def _rank_main(
@@ -29,6 +37,8 @@ def _rank_main(
 ) -> None:
     torch.set_num_threads(1)
     if backend == "nccl":
+        # NVLink multicast off before NCCL starts: the shared GPU hosts require it
+        os.environ.update(NVLINK_MULTICAST_OFF)
         # NCCL's object collectives stage through the current device: one GPU per rank
         torch.cuda.set_device(rank)
     dist.init_process_group(
@@ -47,8 +57,8 @@ def run_ranks(
     """``fn(rank, world_size, *args)`` in ``world_size`` spawned ranks; their results.
 
     ``fn`` and ``args`` must pickle by reference (``fn`` defined at the top of a helper module).
-    ``backend="nccl"`` needs ``world_size`` CUDA devices, and NVLink multicast off in the
-    environment where the host requires it (``NCCL_NVLS_ENABLE=0``; the ranks inherit it).
+    ``backend="nccl"`` needs ``world_size`` CUDA devices; each rank turns NVLink multicast off
+    (:data:`NVLINK_MULTICAST_OFF`) before NCCL starts.
     """
     mp.spawn(
         _rank_main,
