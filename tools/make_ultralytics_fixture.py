@@ -2,8 +2,9 @@
 
 For each task, a YOLO26 network built by Ultralytics from its YAML at a reduced scale (depth 0.5,
 width 0.0625, channels capped at 256 before the width: the nano topology at a few percent of its
-parameters, so the eight files stay under 3 MB), with small class counts (and 4 keypoints for
-pose, 8 prototypes for segment) so that the importer must take them from the file; BatchNorm
+parameters, so the eight files stay under 3 MB and the trained one is 1.2 MB), with small class
+counts (and 4 keypoints for pose, 8 prototypes for segment) so that the importer must take them
+from the file; BatchNorm
 statistics are made non-trivial, the network is saved as Ultralytics saves a model (``YOLO.save``,
 float16), read back with Ultralytics and run in eval mode on a fixed input. Written to
 ``tests/models/fixtures/``:
@@ -11,17 +12,26 @@ float16), read back with Ultralytics and run in eval mode on a fixed input. Writ
 - ``ultralytics-<task>.pt``: the checkpoint;
 - ``ultralytics-<task>.eval.pt``: ``{"images": (2, 3, 64, 96) uint8, <lucid-yolo output key>:
   tensor, …, "decoded": the reference's end-to-end detections}`` (a plain tensor dict); the
-  network input is ``images / 255``.
+  network input is ``images / 255``;
+- ``ultralytics-detect-trained.pt``: the detector at the same scale trained by Ultralytics'
+  trainer for one epoch on a 4-image synthetic set (5 classes, 64 px) and saved by it mid-run
+  (``save_period=1``): EMA, optimizer state, training arguments and results, as a user's
+  ``last.pt`` holds them before the trainer strips it.
 
-Ultralytics is a test peer, not a dependency: run this in an environment that has it::
+Ultralytics is a test peer, not a dependency: run this with it on the path after the workspace's
+own packages (the trained fixture needs ``lucid_yolo.train``, and so Lightning, for its synthetic
+set), e.g. with a scratch venv that has it::
 
-    PYTHONPATH=$(ls -d packages/*/src | paste -sd:) /tmp/ulvenv/bin/python \\
+    PEER=/tmp/ulvenv/lib/python3.11/site-packages
+    PYTHONPATH=$(ls -d packages/*/src | paste -sd:):tools:$PEER .venv/bin/python \\
         tools/make_ultralytics_fixture.py
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import tempfile
 from pathlib import Path
 
 import torch
@@ -58,6 +68,42 @@ def main() -> None:
         outputs = reference_outputs(load_reference(checkpoint), images.float() / 255)
         torch.save({"images": images, **outputs}, args.out / f"ultralytics-{task}.eval.pt")
         print(f"{checkpoint}: {checkpoint.stat().st_size / 1e6:.2f} MB")
+    trained = write_trained(args.out / "ultralytics-detect-trained.pt")
+    print(f"{trained}: {trained.stat().st_size / 1e6:.2f} MB")
+
+
+def write_trained(path: Path) -> Path:
+    """The fixture-scale detector after one epoch of Ultralytics' trainer, as it saved it."""
+    import yaml
+    from ultralytics import YOLO
+    from ultralytics.nn.tasks import yaml_model_load
+
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
+    with tempfile.TemporaryDirectory() as scratch:
+        data = generate_synthetic(
+            Path(scratch, "data"), task="detect", num_train=4, num_val=2, imgsz=64, seed=0
+        )
+        # The trainer builds its network from the model's YAML file, scale from the file name.
+        config = yaml_model_load("yolo26n.yaml")
+        config["scales"] = {"n": FIXTURE_SCALE}
+        model_file = Path(scratch, "yolo26n-fixture.yaml")
+        model_file.write_text(yaml.safe_dump(config))
+        YOLO(str(model_file)).train(
+            data=str(data),
+            epochs=1,
+            imgsz=64,
+            batch=2,
+            device="cpu",
+            workers=0,
+            project=scratch,
+            name="train",
+            plots=False,
+            save_period=1,
+            seed=0,
+        )
+        shutil.copyfile(Path(scratch, "train", "weights", "epoch0.pt"), path)
+    return path
 
 
 if __name__ == "__main__":

@@ -66,6 +66,17 @@ def test_read_weights_pose_ignores_the_reference_flow() -> None:
     assert all(".flow_model." in name for name in weights.dropped)
 
 
+def test_read_weights_checkpoint_the_trainer_saved_mid_run() -> None:
+    # The network only under "ema" ("model" is None), beside the optimizer state, the training
+    # arguments and the results table (tools/make_ultralytics_fixture.py, write_trained).
+    weights = read_weights(FIXTURES / "ultralytics-detect-trained.pt")
+    assert (weights.task, weights.num_classes) == ("detect", 5)
+    assert weights.class_names == ("circle", "square", "triangle", "star", "hexagon")
+    model = weights.build()
+    report = load_weights(model, weights)
+    assert (report.loaded, report.dropped) == (len(model.state_dict()), ())
+
+
 def test_read_weights_carries_class_names() -> None:
     assert read_weights(_checkpoint("detect")).class_names == ("0", "1", "2")
 
