@@ -8,6 +8,13 @@ batches it has yielded in the current epoch (Lightning fetches a sized loader wi
 so yielded = trained) and, on load, makes its :class:`EpochSampler` skip that many batches of the
 same epoch's order. Samples are seeded by ``(seed, epoch, index)``, so the remaining batches are
 bit for bit the ones the uninterrupted fit sees.
+
+With worker processes it also keeps loading across epoch ends (issue 11, epoch turnover): it
+iterates one DataLoader over :class:`~lucid_yolo.train.data.epoch_batches.EpochBatches`, which
+runs on into the next epoch, and hands Lightning each epoch's batches from that one stream. The
+workers then prepare the next epoch's first batches while this epoch's last steps and its
+validation run. An iteration that does not continue where the stream stands (a resume, an epoch
+left early, another epoch set) starts a new stream there.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
+from lucid_yolo.train.data.epoch_batches import EpochBatches
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
@@ -41,13 +49,64 @@ class ResumableLoader(DataLoader[Targets]):
             )
         self.epoch_sampler: EpochSampler = self.sampler
         self.batches_done = 0
+        self._stream: Iterator[Any] | None = None
+        self._stream_batches: EpochBatches | None = None
+        self._stream_next: tuple[int, int] | None = None
 
     @override
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        self.batches_done = self.epoch_sampler.start // int(self.batch_size or 1)
-        for batch in super().__iter__():
+        epoch = self.epoch_sampler.epoch
+        first = self.epoch_sampler.start // int(self.batch_size or 1)
+        self.batches_done = first
+        if self.num_workers == 0:
+            batches: Iterator[Any] = super().__iter__()
+        else:
+            self.epoch_sampler.start = 0  # the stream starts at `first` itself
+            batches = self._stream_at(epoch, first)
+        for index in range(first, len(self)):
+            batch = next(batches)
             self.batches_done += 1
+            self._stream_next = self._position(epoch, index + 1)
             yield batch
+
+    @property
+    def dispatched(self) -> tuple[int, int] | None:
+        """``(epoch, batch)`` of the last batch handed to the workers (``None`` without them)."""
+        return None if self._stream_batches is None else self._stream_batches.dispatched
+
+    def _position(self, epoch: int, batch: int) -> tuple[int, int]:
+        """``(epoch, batch)`` with an epoch's end written as the next epoch's start."""
+        return (epoch + 1, 0) if batch >= len(self) else (epoch, batch)
+
+    def _stream_at(self, epoch: int, first: int) -> Iterator[Any]:
+        """The cross-epoch stream at batch ``first`` of ``epoch``: the current one if it stands
+        there, else a new one (an epoch left early, a resume, another epoch set)."""
+        position = self._position(epoch, first)
+        if self._stream is None or self._stream_next != position:
+            self._stream = None  # its workers shut down before the new ones start
+            self._stream_batches = EpochBatches(
+                self.epoch_sampler,
+                int(self.batch_size or 1),
+                drop_last=self.drop_last,
+                epoch=position[0],
+                first=position[1],
+            )
+            self._stream = iter(
+                DataLoader(
+                    self.dataset,
+                    batch_sampler=self._stream_batches,
+                    num_workers=self.num_workers,
+                    collate_fn=self.collate_fn,
+                    pin_memory=self.pin_memory,
+                    timeout=self.timeout,
+                    worker_init_fn=self.worker_init_fn,
+                    multiprocessing_context=self.multiprocessing_context,
+                    generator=self.generator,
+                    prefetch_factor=self.prefetch_factor,
+                )
+            )
+            self._stream_next = position
+        return self._stream
 
     def state_dict(self) -> dict[str, int]:
         """The epoch being iterated and how many of its batches were yielded."""

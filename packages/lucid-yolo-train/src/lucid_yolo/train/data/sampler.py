@@ -110,14 +110,18 @@ class EpochSampler(DistributedSampler[tuple[int, int]]):
         return self.num_samples
 
     def __iter__(self) -> Iterator[tuple[int, int]]:
+        shard = self.shard(self.epoch)
+        start, self.start = self.start, 0
+        return ((self.epoch, i) for i in shard[start:])
+
+    def shard(self, epoch: int) -> list[int]:
+        """This rank's dataset indices of epoch ``epoch``, in order (the whole shard, no resume)."""
         if self.shuffle:
-            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
             order = torch.randperm(self.length, generator=generator).tolist()
         else:
             order = list(range(self.length))
-        shard = order[self.rank : self._shard_end() : self.num_replicas]
-        start, self.start = self.start, 0
-        return ((self.epoch, i) for i in shard[start:])
+        return order[self.rank : self._shard_end() : self.num_replicas]
 
     def _shard_end(self) -> int:
         """End of the epoch's order that the shards are cut from."""

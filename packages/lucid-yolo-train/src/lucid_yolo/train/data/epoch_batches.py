@@ -1,0 +1,74 @@
+"""The training batches of one epoch after another, as one stream the loader workers never leave.
+
+A DataLoader with persistent workers still stops at each epoch's end: its workers get the next
+epoch's first indices only when the next ``iter()`` comes, after validation, so the first step of
+every epoch waits for a whole batch to be loaded (issue 11, epoch turnover). :class:`EpochBatches`
+is a batch sampler without end. It yields epoch ``e``'s batches from a given one on, then every
+batch of ``e + 1``, and so on, each as :class:`~lucid_yolo.train.data.sampler.EpochSampler` and
+``BatchSampler`` would cut them. A DataLoader iterating it keeps ``prefetch_factor`` batches per
+worker in flight across the boundary, so the next epoch's first batches load while this one's
+last steps and its validation run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from lucid_yolo.train.data.sampler import EpochSampler
+
+
+class EpochBatches:
+    """Batches of ``(epoch, index)`` pairs: epoch ``epoch`` from batch ``first`` on, then the next.
+
+    Args:
+        sampler: gives each epoch's order (:meth:`EpochSampler.shard`).
+        batch_size: samples per batch.
+        drop_last: leave out each epoch's last batch when it is short.
+        epoch: the epoch of the first batch.
+        first: the index of the first batch within that epoch.
+
+    Raises:
+        ValueError: an epoch holds no batch (the stream would never yield), or ``first`` is
+            past the epoch's batches.
+
+    Attributes:
+        dispatched: ``(epoch, batch)`` of the last batch handed out (to the DataLoader, which
+            hands it to a worker); ``None`` before the first.
+    """
+
+    def __init__(
+        self, sampler: EpochSampler, batch_size: int, *, drop_last: bool, epoch: int, first: int
+    ) -> None:
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self.epoch = epoch
+        self.first = first
+        count = self.batches_per_epoch
+        if count == 0:
+            raise ValueError(
+                f"an epoch of {len(sampler)} samples holds no batch of {batch_size} with "
+                f"drop_last={drop_last!r}; use a smaller batch size or keep the last batch"
+            )
+        if not 0 <= first <= count:
+            raise ValueError(f"first={first!r} must be in [0, {count}] (batches per epoch)")
+        self.dispatched: tuple[int, int] | None = None
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Batches in every epoch, as ``len(DataLoader)`` counts them."""
+        full, rest = divmod(len(self.sampler), self.batch_size)
+        return full + (1 if rest and not self.drop_last else 0)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        epoch, first = self.epoch, self.first
+        while True:
+            shard = self.sampler.shard(epoch)
+            for batch in range(first, self.batches_per_epoch):
+                indices = shard[batch * self.batch_size : (batch + 1) * self.batch_size]
+                self.dispatched = (epoch, batch)
+                yield [(epoch, i) for i in indices]
+            epoch, first = epoch + 1, 0
+
+
+__all__ = ["EpochBatches"]
