@@ -4,7 +4,7 @@ Usage (from the repository root)::
 
     python tests/train/callbacks/resume_harness.py DATA ROOT OUT.json \
         [--kill-at STEP --signal TERM|KILL [--during step|validation|save]] [--every-n-steps N]
-        [--resume CKPT] [--accelerator gpu] [--replay]
+        [--resume CKPT] [--accelerator gpu] [--replay] [--precision 16-mixed]
 
 It trains ``yolo26n`` for 2 epochs of 4 steps (8 images, batch 2, 64 px) with a validation of 2
 batches each epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` and
@@ -160,6 +160,7 @@ def main() -> None:
     parser.add_argument("--resume", default=None)
     parser.add_argument("--accelerator", default="cpu")
     parser.add_argument("--replay", action="store_true")
+    parser.add_argument("--precision", default=None, help="default: 32-true on cpu, else bf16")
     args = parser.parse_args()
 
     pl.seed_everything(0, verbose=False)
@@ -172,7 +173,7 @@ def main() -> None:
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,
-        precision="32-true" if args.accelerator == "cpu" else "bf16-mixed",
+        precision=args.precision or ("32-true" if args.accelerator == "cpu" else "bf16-mixed"),
         max_epochs=EPOCHS,
         limit_val_batches=2,
         deterministic=True,

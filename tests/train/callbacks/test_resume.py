@@ -75,8 +75,9 @@ def _fit(data: Path, root: Path, *args: str) -> tuple[int, Fit | None]:
     return done.returncode, result
 
 
-def _device(replay: bool) -> tuple[str, ...]:
-    return ("--accelerator", "gpu", "--replay") if replay else ()
+NATIVE_CPU: tuple[str, ...] = ()
+REPLAYED_BF16 = ("--accelerator", "gpu", "--replay")
+REPLAYED_FP16 = (*REPLAYED_BF16, "--precision", "16-mixed")
 
 
 @pytest.fixture(scope="module")
@@ -86,26 +87,28 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(data: Path, tmp_path_factory: pytest.TempPathFactory) -> Callable[[bool], Fit]:
-    """The uninterrupted fit, native or replayed, run once per module."""
-    fits: dict[bool, Fit] = {}
+def uninterrupted(
+    data: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[tuple[str, ...]], Fit]:
+    """The uninterrupted fit on a device (harness arguments), run once per module."""
+    fits: dict[tuple[str, ...], Fit] = {}
 
-    def fit(replay: bool) -> Fit:
-        if replay not in fits:
+    def fit(device: tuple[str, ...]) -> Fit:
+        if device not in fits:
             root = tmp_path_factory.mktemp("uninterrupted") / "full"
-            code, result = _fit(data, root, *_device(replay))
+            code, result = _fit(data, root, *device)
             assert code == 0
             assert result is not None
-            fits[replay] = result
-        return fits[replay]
+            fits[device] = result
+        return fits[device]
 
     return fit
 
 
-def _interrupt(data: Path, tmp_path: Path, case: str, replay: bool) -> Path:
+def _interrupt(data: Path, tmp_path: Path, case: str, device: tuple[str, ...]) -> Path:
     """Run the fit that ``case`` stops; return its ``last.ckpt``, checked for the right step."""
     interruption = INTERRUPTIONS[case]
-    code, killed = _fit(data, tmp_path / "killed", *interruption.args, *_device(replay))
+    code, killed = _fit(data, tmp_path / "killed", *interruption.args, *device)
     assert killed is None
     assert code == (-signal.SIGKILL if "sigkill" in case else 0)
     checkpoint = tmp_path / "killed" / "checkpoints" / "last.ckpt"
@@ -114,9 +117,11 @@ def _interrupt(data: Path, tmp_path: Path, case: str, replay: bool) -> Path:
     return checkpoint
 
 
-def _check_resume(full: Fit, data: Path, tmp_path: Path, case: str, replay: bool) -> None:
-    checkpoint = _interrupt(data, tmp_path, case, replay)
-    code, resumed = _fit(data, tmp_path / "resumed", "--resume", str(checkpoint), *_device(replay))
+def _check_resume(
+    full: Fit, data: Path, tmp_path: Path, case: str, device: tuple[str, ...]
+) -> None:
+    checkpoint = _interrupt(data, tmp_path, case, device)
+    code, resumed = _fit(data, tmp_path / "resumed", "--resume", str(checkpoint), *device)
     assert code == 0
     assert resumed is not None
     after = INTERRUPTIONS[case].checkpoint_step
@@ -126,23 +131,32 @@ def _check_resume(full: Fit, data: Path, tmp_path: Path, case: str, replay: bool
 
 @pytest.mark.parametrize("case", list(INTERRUPTIONS))
 def test_resume_is_bitwise(
-    uninterrupted: Callable[[bool], Fit], data: Path, tmp_path: Path, case: str
+    uninterrupted: Callable[[tuple[str, ...]], Fit], data: Path, tmp_path: Path, case: str
 ) -> None:
-    _check_resume(uninterrupted(False), data, tmp_path, case, replay=False)
+    _check_resume(uninterrupted(NATIVE_CPU), data, tmp_path, case, NATIVE_CPU)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("case", list(INTERRUPTIONS))
 def test_resume_replayed_fit_is_bitwise(
-    uninterrupted: Callable[[bool], Fit], data: Path, tmp_path: Path, case: str
+    uninterrupted: Callable[[tuple[str, ...]], Fit], data: Path, tmp_path: Path, case: str
 ) -> None:
-    _check_resume(uninterrupted(True), data, tmp_path, case, replay=True)
+    _check_resume(uninterrupted(REPLAYED_BF16), data, tmp_path, case, REPLAYED_BF16)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["sigterm-mid-epoch", "sigkill-mid-epoch"])
+def test_resume_replayed_fp16_fit_is_bitwise(
+    uninterrupted: Callable[[tuple[str, ...]], Fit], data: Path, tmp_path: Path, case: str
+) -> None:
+    # the GradScaler's scale and growth tracker are in the final digests
+    _check_resume(uninterrupted(REPLAYED_FP16), data, tmp_path, case, REPLAYED_FP16)
 
 
 def test_sigkill_during_save_leaves_the_previous_checkpoint_whole(
     data: Path, tmp_path: Path
 ) -> None:
-    checkpoint = _interrupt(data, tmp_path, "sigkill-during-save", replay=False)
+    checkpoint = _interrupt(data, tmp_path, "sigkill-during-save", NATIVE_CPU)
     partial = list(checkpoint.parent.glob(f".last.ckpt.*{TEMP_SUFFIX}"))
     assert len(partial) == 1
     assert partial[0].stat().st_size >= 1 << 20
