@@ -3,8 +3,9 @@
 Usage (from the repository root)::
 
     python tests/train/callbacks/resume_harness.py DATA ROOT OUT.json \
-        [--kill-at STEP --signal TERM|KILL [--during step|validation|save]] [--every-n-steps N]
-        [--resume CKPT] [--accelerator gpu] [--replay] [--precision 16-mixed]
+        [--kill-at STEP --signal TERM|KILL [--during step|validation|save] [--to-group]]
+        [--every-n-steps N] [--workers N] [--resume CKPT] [--accelerator gpu] [--replay]
+        [--precision 16-mixed]
 
 It trains ``yolo26n`` for 2 epochs of 4 steps (8 images, batch 2, 64 px) with a validation of 2
 batches each epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` and
@@ -19,6 +20,9 @@ the final state (weights, EMA, optimizer, scaler, scheduler, RNG, loader positio
 - ``validation``: after the first batch of the validation that follows that step;
 - ``save``: while the next checkpoint after that step is being written, once 1 MiB of it is
   out.
+
+``--to-group`` sends it to the whole process group (loader workers included), as Slurm's
+``scancel`` or ``kill -TERM -<pgid>`` does; run the harness in its own session then.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,13 +81,28 @@ def signal_during_next_save(signum: int) -> None:
     torch.save = save_with_signal
 
 
+def send(signum: int, to_group: bool) -> None:
+    """Send ``signum`` to this process, or from another process to its whole process group.
+
+    From another process, as a scheduler sends it: torch's workers exit quietly on a SIGTERM
+    from their parent, but die of one from anyone else.
+    """
+    if not to_group:
+        os.kill(os.getpid(), signum)
+        return
+    sender = "import os, sys; os.killpg(int(sys.argv[1]), int(sys.argv[2]))"
+    command = [sys.executable, "-c", sender, str(os.getpgrp()), str(signum)]
+    subprocess.run(command, check=True, start_new_session=True)
+
+
 class StepLog(Callback):
     """Records each step's batch, loss and global draws; sends the signal where asked."""
 
-    def __init__(self, kill_at: int | None, signum: int, during: str) -> None:
+    def __init__(self, kill_at: int | None, signum: int, during: str, to_group: bool) -> None:
         self.kill_at = kill_at
         self.signum = signum
         self.during = during
+        self.to_group = to_group
         self.steps: list[dict[str, Any]] = []
         self._draws: list[str] = []
 
@@ -107,7 +128,7 @@ class StepLog(Callback):
         if trainer.global_step != self.kill_at:
             return
         if self.during == "step":
-            os.kill(os.getpid(), self.signum)
+            send(self.signum, self.to_group)
         elif self.during == "save":
             signal_during_next_save(self.signum)
 
@@ -126,7 +147,7 @@ class StepLog(Callback):
             and batch_idx == 0
             and not trainer.sanity_checking
         ):
-            os.kill(os.getpid(), self.signum)
+            send(self.signum, self.to_group)
 
 
 def final_state(trainer: pl.Trainer, module: YoloModule) -> dict[str, str]:
@@ -156,6 +177,8 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=None)
     parser.add_argument("--signal", choices=("TERM", "KILL"), default="TERM")
     parser.add_argument("--during", choices=("step", "validation", "save"), default="step")
+    parser.add_argument("--to-group", action="store_true")
+    parser.add_argument("--workers", type=int, default=0)
     parser.add_argument("--every-n-steps", type=int, default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--accelerator", default="cpu")
@@ -165,11 +188,17 @@ def main() -> None:
 
     pl.seed_everything(0, verbose=False)
     data = YoloDataModule(
-        args.data, imgsz=64, batch_size=2, val_batch_size=1, workers=0, max_instances=32, seed=0
+        args.data,
+        imgsz=64,
+        batch_size=2,
+        val_batch_size=1,
+        workers=args.workers,
+        max_instances=32,
+        seed=0,
     )
     replay = ReplayConfig(network=args.replay, update=args.replay)
     module = YoloModule("yolo26n", num_classes=data.num_classes, warmup_epochs=1.0, replay=replay)
-    log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"), args.during)
+    log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"), args.during, args.to_group)
     trainer = pl.Trainer(
         accelerator=args.accelerator,
         devices=1,

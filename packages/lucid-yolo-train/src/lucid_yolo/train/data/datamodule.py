@@ -14,6 +14,7 @@ shape would make the replayed step record again); evaluation loaders keep every 
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -386,12 +387,26 @@ class YoloDataModule(L.LightningDataModule):
             # after a checkpoint of an epoch's last batch), so draws from the global generator
             # would leave it elsewhere than without the interruption (issue 15).
             generator=torch.Generator().manual_seed(self.seed),
+            worker_init_fn=_ignore_sigterm,
             num_workers=self.workers,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.workers > 0,
             drop_last=train and len(dataset) >= batch_size,
         )
+
+
+def _ignore_sigterm(worker_id: int) -> None:
+    """Leave SIGTERM to the main process: a worker keeps loading until the main process stops it.
+
+    A SIGTERM sent to the whole process group (Slurm's ``scancel``, ``kill -TERM -<pgid>``, a
+    time limit that kills the group) also reached the workers. They died, and torch's handler in
+    the main process raised ``DataLoader worker ... is killed by signal: Terminated`` in the middle
+    of a step, before Lightning could stop at the batch's end and ``SigtermCheckpoint`` could
+    save (seen on the GPU machine, issue 15). Workers still end with the main process: torch
+    shuts them down, and each one exits when it finds its parent gone.
+    """
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 __all__ = ["YoloDataModule"]
