@@ -14,7 +14,9 @@ shape would make the replayed step record again); evaluation loaders keep every 
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -387,7 +389,7 @@ class YoloDataModule(L.LightningDataModule):
             # after a checkpoint of an epoch's last batch), so draws from the global generator
             # would leave it elsewhere than without the interruption (issue 15).
             generator=torch.Generator().manual_seed(self.seed),
-            worker_init_fn=_ignore_sigterm,
+            worker_init_fn=_ignore_foreign_sigterm,
             num_workers=self.workers,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
@@ -396,17 +398,30 @@ class YoloDataModule(L.LightningDataModule):
         )
 
 
-def _ignore_sigterm(worker_id: int) -> None:
-    """Leave SIGTERM to the main process: a worker keeps loading until the main process stops it.
+def _ignore_foreign_sigterm(worker_id: int) -> None:
+    """Leave a SIGTERM from anyone but the main process to the main process.
 
-    A SIGTERM sent to the whole process group (Slurm's ``scancel``, ``kill -TERM -<pgid>``, a
-    time limit that kills the group) also reached the workers. They died, and torch's handler in
-    the main process raised ``DataLoader worker ... is killed by signal: Terminated`` in the middle
-    of a step, before Lightning could stop at the batch's end and ``SigtermCheckpoint`` could
-    save (seen on the GPU machine, issue 15). Workers still end with the main process: torch
-    shuts them down, and each one exits when it finds its parent gone.
+    A SIGTERM sent to the whole process group (a time limit, ``kill -TERM -<pgid>``; Slurm's
+    ``scancel`` signals every process of the job) also reached the workers. torch's handler
+    lets a worker die of a SIGTERM that does not come from its parent. The SIGCHLD handler in
+    the main process then raised ``DataLoader worker ... is killed by signal: Terminated`` in
+    the middle of a step or of the SIGTERM save, so no checkpoint was written (seen on the GPU
+    machine, issue 15). Here the signal is blocked and a thread takes it: from the parent (how
+    torch and ``multiprocessing`` stop a worker) the worker exits at once, as torch's handler
+    does; from anyone else it is dropped, and the main process stops the fit at the batch's end.
+    A worker whose parent is gone still exits (torch's watchdog).
     """
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    parent = os.getppid()
+    threading.Thread(
+        target=_exit_on_sigterm_from, args=(parent,), name="sigterm", daemon=True
+    ).start()
+
+
+def _exit_on_sigterm_from(parent: int) -> None:
+    while True:
+        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
+            os._exit(0)
 
 
 __all__ = ["YoloDataModule"]
