@@ -36,6 +36,15 @@ def test_atomic_save_failure_keeps_previous_checkpoint(tmp_path: Path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
 
 
+def test_atomic_save_removes_what_a_killed_save_left(tmp_path: Path) -> None:
+    left = tmp_path / ".last.ckpt.0123abcd.tmp"
+    left.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".best.ckpt.0123abcd.tmp"
+    other.write_bytes(b"another file's")
+    atomic_save({"step": 2}, tmp_path / "last.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".best.ckpt.0123abcd.tmp", "last.ckpt"]
+
+
 def test_checkpoint_io_round_trip(tmp_path: Path) -> None:
     io = AtomicCheckpointIO()
     io.save_checkpoint({"state_dict": {"w": torch.arange(3)}, "epoch": 2}, tmp_path / "a.ckpt")

@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import glob
 import os
 import uuid
 from collections.abc import Callable
@@ -42,6 +43,9 @@ def atomic_save(obj: object, path: str | Path) -> None:
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    # what a save killed mid-write left of this checkpoint (one writer per file: rank 0)
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"):
+        stale.unlink(missing_ok=True)
     temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
     try:
         # O_EXCL: never write through a file or link that is already there; 0o666 & umask: the
