@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import importlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from lucid_yolo.models.geometry import normalize_xywhr
 from lucid_yolo.models.weights import CLASS_DEPENDENT_PREFIXES
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
+TOOLS = Path(__file__).resolve().parents[3] / "tools"
 FIXTURE_THREADS = 1
 """Intra-op threads the fixture outputs were computed with (tools/make_ultralytics_fixture.py):
 CPU kernels split reductions by thread count, so bits match only at the same count."""
@@ -75,6 +78,25 @@ def test_read_weights_checkpoint_the_trainer_saved_mid_run() -> None:
     model = weights.build()
     report = load_weights(model, weights)
     assert (report.loaded, report.dropped) == (len(model.state_dict()), ())
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+@pytest.mark.usefixtures("deterministic")
+@pytest.mark.parametrize("scale", ["l", "x"])
+def test_imported_large_pose_bitwise_equal_reference_on_cuda(
+    scale: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Pose l and x: their head became two output convs after their last comparison on CUDA.
+    # The 20-variant tool's own check, at its GPU input size; Ultralytics is the peer carried
+    # on the GPU machine, never a dependency.
+    pytest.importorskip("ultralytics")
+    monkeypatch.syspath_prepend(str(TOOLS))
+    check = importlib.import_module("check_ultralytics_import")
+    args = argparse.Namespace(device="cuda", imgsz=640, batch=2)
+    row = check.check_variant("pose", scale, args, tmp_path)
+    assert row["bitwise"], row["detail"]
+    assert row["decoded_bitwise"]
 
 
 def test_read_weights_carries_class_names() -> None:
