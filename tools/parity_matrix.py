@@ -6,8 +6,8 @@ a validation between steps), one native and one with every region that applies r
 (network, segment heads, loss, update). It compares digests of the weights and buffers, the
 optimizer, the GradScaler, the LR schedule, the EMA, every per-step loss and the validation
 metrics, and checks each region's replay count against the count the schedule implies (a region
-that silently never replays fails). Loss replay is refused for segment, pose and OBB today; those
-cases run the other regions and record ``loss: "not taken"``.
+that silently never replays fails). Loss replay is refused for segment and pose today; those
+cases run the other regions and record ``loss: "not taken"`` (``--replay-loss-for`` lifts it).
 
 Writes one JSON file with a row per case (rewritten after every case, so a cut run keeps what it
 finished) and prints a line per case. Exit status 1 if any case differs.

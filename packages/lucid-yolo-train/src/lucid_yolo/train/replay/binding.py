@@ -50,8 +50,8 @@ class NetworkReplay:
         if config.loss and task not in LOSS_REPLAY_TASKS:
             raise TrainConfigError(
                 f"replay.loss=True is verified bitwise for {LOSS_REPLAY_TASKS!r} only, not "
-                f"{task!r} (a segment fit with the loss replayed differed from native on an "
-                "H200; pose and OBB are not yet compared): leave it off for this task"
+                f"{task!r} (segment and pose are bitwise in the parity-matrix cases run so far "
+                "on an H200, not yet in all 18): leave it off for this task"
             )
         if config.segment_heads and net.protos is None:
             raise TrainConfigError(

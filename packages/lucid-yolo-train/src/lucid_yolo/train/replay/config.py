@@ -23,7 +23,7 @@ class ReplayConfig:
         segment_heads: segment only: replay the prototype/semantic heads as a region of their
             own, chained after the network.
         loss: replay the loss (assignment and every term, forward and backward), chained after
-            the network; detect models only for now
+            the network; detect and OBB models for now
             (:data:`lucid_yolo.train.replay.LOSS_REPLAY_TASKS`).
         update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.replay.update_step`).

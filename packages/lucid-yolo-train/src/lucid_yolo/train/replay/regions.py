@@ -101,7 +101,7 @@ class SegmentHeadRegion:
         return {"protos": [keys.PROTOS], "semantic": [keys.SEMANTIC]}
 
 
-LOSS_REPLAY_TASKS = ("detect",)
+LOSS_REPLAY_TASKS = ("detect", "obb")
 """Tasks whose loss region has been compared bitwise with native training on a GPU."""
 
 TOTAL = "total"
