@@ -88,9 +88,11 @@ def digested_fit(
     )
     suffix = TASK_SUFFIXES[task]
     clip = {} if grad_clip_norm is None else {"grad_clip_norm": grad_clip_norm}
+    shape = data.spec.kpt_shape
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=data.num_classes,
+        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
         warmup_epochs=0.0,
         weights=weights,
         replay=replay,
