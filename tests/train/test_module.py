@@ -76,7 +76,8 @@ def test_module_fit_reduces_loss(tiny_dataset: Callable[[str], Path], tmp_path: 
     )
     trainer.fit(module, data)
     assert len(log.losses) == 40
-    assert sum(log.losses[-4:]) < 0.8 * sum(log.losses[:4]), log.losses
+    # the default gradient clip (norm 10) slows these first steps
+    assert sum(log.losses[-4:]) < 0.9 * sum(log.losses[:4]), log.losses
 
 
 def test_module_ema_updates_once_per_optimizer_step(
