@@ -54,13 +54,12 @@ from typing import Any
 
 TOOLS_DIR = Path(__file__).resolve().parent
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
-REPLAY_FLAGS = {
-    "detect": ["--model.replay.network", "true", "--model.replay.loss", "true"],
-    "segment": ["--model.replay.network", "true", "--model.replay.segment_heads", "true"],
-    "pose": ["--model.replay.network", "true"],
-    "obb": ["--model.replay.network", "true"],
-}
-UPDATE_FLAGS = ["--model.replay.update", "true"]
+REPLAY_FLAGS = [
+    *("--model.replay.network", "true", "--model.replay.loss", "true"),
+    *("--model.replay.update", "true"),
+]
+"""Replay every region of every task (segment adds its heads)."""
+SEGMENT_HEADS_FLAGS = ["--model.replay.segment_heads", "true"]
 PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
 """The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""
 ULTRALYTICS_KINDS = {
@@ -172,7 +171,7 @@ def _lucid_command(
         "--trainer.callbacks+=epoch_metrics_probe.EpochMetrics",
     ]  # fmt: skip
     if tool == "replay":
-        command += REPLAY_FLAGS[task] + UPDATE_FLAGS
+        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if task == "segment" else [])
     if args.device == "cpu":
         command += ["--trainer.accelerator", "cpu"]
     if args.workers is not None:

@@ -55,7 +55,6 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     import lightning.pytorch as pl
 
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
-    from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
     from parity_matrix import Record, fit_state_digests
 
     pl.seed_everything(0)
@@ -65,7 +64,7 @@ def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, rep
     options = ReplayConfig(
         network=replay and "network" in regions,
         segment_heads=replay and "segment_heads" in regions and task == "segment",
-        loss=replay and "loss" in regions and task in LOSS_REPLAY_TASKS,
+        loss=replay and "loss" in regions,
         update=replay and "update" in regions,
     )
     shape = data.spec.kpt_shape

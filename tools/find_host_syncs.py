@@ -28,7 +28,6 @@ import torch
 
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
 
 Site = tuple[str, ...]
 
@@ -88,7 +87,7 @@ def main() -> None:
         replay=ReplayConfig(
             network=True,
             segment_heads=args.task == "segment",
-            loss=args.task in LOSS_REPLAY_TASKS,
+            loss=True,
             update=True,
         ),
     )

@@ -6,8 +6,7 @@ a validation between steps), one native and one with every region that applies r
 (network, segment heads, loss, update). It compares digests of the weights and buffers, the
 optimizer, the GradScaler, the LR schedule, the EMA, every per-step loss and the validation
 metrics, and checks each region's replay count against the count the schedule implies (a region
-that silently never replays fails). Loss replay is refused for segment and pose today; those
-cases run the other regions and record ``loss: "not taken"`` (``--replay-loss-for`` lifts it).
+that silently never replays fails).
 
 Writes one JSON file with a row per case (rewritten after every case, so a cut run keeps what it
 finished) and prints a line per case. Exit status 1 if any case differs.
@@ -42,7 +41,6 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from lucid_yolo.train.replay import LOSS_REPLAY_TASKS, binding
 from parity_extras import EXTRAS
 
 TASKS = ("detect", "segment", "pose", "obb")
@@ -63,7 +61,6 @@ class Case:
     precision: str
     accumulation: int
     layout: str
-    loss_replayed: bool = False
     segment_heads: bool = True
     extra: str = ""
     """An extra case's name (:data:`parity_extras.EXTRAS`), empty for a matrix case."""
@@ -78,7 +75,7 @@ class Case:
         return ReplayConfig(
             network=True,
             segment_heads=self.task == "segment" and self.segment_heads,
-            loss=self.loss_replayed,
+            loss=True,
             update=True,
         )
 
@@ -95,7 +92,6 @@ class Row:
     replays: dict[str, int]
     expected_replays: dict[str, int]
     retirements: int
-    loss: str
     seconds: float
     error: str | None = None
     first_loss_difference: int | None = None
@@ -263,8 +259,7 @@ def _expected(fit: _Fit, case: Case) -> dict[str, int]:
     expected = {"network": calls}
     if case.task == "segment" and case.segment_heads:
         expected["segment-heads"] = calls
-    if case.loss_replayed:
-        expected["loss"] = calls
+    expected["loss"] = calls
     # GradScaler skips the update on a step with inf gradients: count applied updates.
     expected["optimizer MuSGD"] = max(fit.updates - REGION_WARMUP, 0)
     return expected
@@ -273,12 +268,11 @@ def _expected(fit: _Fit, case: Case) -> dict[str, int]:
 def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
     """Both fits of one case, compared."""
     begin = time.perf_counter()
-    loss = "replayed" if case.loss_replayed else "not taken"
     try:
         native = _fit(yaml, case, args, replay=False)
         replayed = _fit(yaml, case, args, replay=True)
     except Exception as error:  # a failing case is a row, not the end of the matrix
-        return Row(case.name, False, None, False, False, {}, {}, 0, loss, 0.0, repr(error))
+        return Row(case.name, False, None, False, False, {}, {}, 0, 0.0, repr(error))
     return Row(
         case=case.name,
         bitwise=first_difference(native.digests, replayed.digests) is None,
@@ -288,7 +282,6 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
         replays=replayed.replays,
         expected_replays=_expected(replayed, case),
         retirements=replayed.retirements,
-        loss=loss,
         seconds=round(time.perf_counter() - begin, 1),
         first_loss_difference=_first_loss_difference(native.losses, replayed.losses),
         retired=replayed.retired,
@@ -299,7 +292,6 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
 
 def _cases(args: argparse.Namespace) -> list[Case]:
     """The matrix's cases, or with ``--extra`` each extra at accumulation 1, contiguous."""
-    loss_tasks = {*LOSS_REPLAY_TASKS, *args.replay_loss_for}
     grid = itertools.product(args.tasks, args.precisions, ACCUMULATIONS, LAYOUTS, [""])
     if args.extra:
         grid = itertools.product(args.tasks, args.precisions, [1], ["contiguous"], args.extra)
@@ -309,7 +301,6 @@ def _cases(args: argparse.Namespace) -> list[Case]:
             precision,
             accumulation,
             layout,
-            loss_replayed=task in loss_tasks,
             segment_heads=args.segment_heads,
             extra=extra,
         )
@@ -338,23 +329,12 @@ def main() -> int:
     parser.add_argument("--shard", default="1/1", help="i/n: run every n-th case from the i-th")
     parser.add_argument("--limit", type=int, default=0, help="run at most this many cases")
     parser.add_argument(
-        "--replay-loss-for",
-        nargs="+",
-        default=[],
-        choices=TASKS,
-        help="an experiment: also replay the loss of these tasks, which the trainer refuses "
-        "until they are proven bitwise (lucid_yolo.train.replay.LOSS_REPLAY_TASKS)",
-    )
-    parser.add_argument(
         "--segment-heads",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="segment: the prototype heads as a region of their own (else inside the network's)",
     )
     args = parser.parse_args()
-    if args.replay_loss_for:
-        # the binding's own gate, lifted for this process only
-        binding.LOSS_REPLAY_TASKS = (*LOSS_REPLAY_TASKS, *args.replay_loss_for)  # type: ignore[attr-defined]
     if args.accelerator == "gpu":
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)

@@ -63,7 +63,7 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.losses import build_loss
 from lucid_yolo.train.losses.loss_base import BranchContext
 from lucid_yolo.train.losses.segment_loss import SegmentationLoss, instance_mask_loss
-from lucid_yolo.train.replay import NetworkReplay, binding
+from lucid_yolo.train.replay import NetworkReplay
 from lucid_yolo.train.replay.regions import LossRegion
 
 IMGSZ = 64
@@ -324,9 +324,7 @@ def chain_experiment(
 
 def matrix_experiment(yaml: Path, segment_heads: bool) -> dict[str, Any]:
     """The parity matrix's first bf16 segment case with the loss replayed."""
-    case = parity_matrix.Case(
-        "segment", "bf16-mixed", 1, "contiguous", loss_replayed=True, segment_heads=segment_heads
-    )
+    case = parity_matrix.Case("segment", "bf16-mixed", 1, "contiguous", segment_heads=segment_heads)
     args = argparse.Namespace(accelerator="gpu", imgsz=IMGSZ)
     row = parity_matrix.run_case(yaml, case, args)
     return dataclasses.asdict(row)
@@ -356,7 +354,6 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     _deterministic()
-    binding.LOSS_REPLAY_TASKS = ("detect", "segment")  # type: ignore[attr-defined]  # probe only
     report: dict[str, Any] = {"device": str(device), "torch": torch.__version__}
     with tempfile.TemporaryDirectory() as tmp:
         batches = _batches(Path(tmp) / "loader", device, args.calls)

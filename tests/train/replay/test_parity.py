@@ -16,7 +16,6 @@ import pytest
 
 from lucid_yolo.replay import first_difference
 from lucid_yolo.train import ReplayConfig
-from lucid_yolo.train.replay import binding
 
 pytestmark = [
     pytest.mark.gpu,
@@ -165,18 +164,14 @@ def test_replayed_fit_with_verifier_finds_no_difference(
     ("task", "accumulate", "channels_last"),
     [("segment", 2, True), ("pose", 3, True)],
 )
-def test_replayed_fit_with_loss_not_yet_enabled_is_bitwise_native(
+def test_replayed_fit_with_loss_is_bitwise_native_under_bf16_accumulation(
     task: str,
     accumulate: int,
     channels_last: bool,
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Loss replay for tasks still refused by the trainer, lifted for this test: segment under
-    # bf16 (the mask product's backward ran under autocast before the fix) and pose in a case
-    # the parity matrix has not run yet.
-    monkeypatch.setattr(binding, "LOSS_REPLAY_TASKS", (*binding.LOSS_REPLAY_TASKS, task))
+    # Segment under bf16 is the case whose mask product's backward once ran under autocast.
     yaml = tiny_dataset(task)
     replay = ReplayConfig(network=True, segment_heads=task == "segment", loss=True, update=True)
     options = {"max_steps": 3, "channels_last": channels_last}

@@ -10,7 +10,6 @@ from lucid_yolo.train.replay.binding import NetworkReplay
 from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
-    LOSS_REPLAY_TASKS,
     TOTAL,
     LossRegion,
     NetworkRegion,
@@ -25,7 +24,6 @@ __all__ = [
     "ReplayConfig",
     # regions of the step
     "FEATURE_KEYS",
-    "LOSS_REPLAY_TASKS",
     "TOTAL",
     "LossRegion",
     "NetworkRegion",

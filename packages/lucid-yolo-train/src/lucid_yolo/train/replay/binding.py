@@ -20,7 +20,6 @@ from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
-    LOSS_REPLAY_TASKS,
     TOTAL,
     LossRegion,
     NetworkRegion,
@@ -39,7 +38,7 @@ class NetworkReplay:
 
     Raises:
         TrainConfigError: ``config.segment_heads`` on a network without segment heads;
-            ``config.loss`` without a criterion or for a task not in :data:`LOSS_REPLAY_TASKS`.
+            ``config.loss`` without a criterion.
     """
 
     def __init__(
@@ -47,12 +46,6 @@ class NetworkReplay:
     ) -> None:
         if config.loss and criterion is None:
             raise TrainConfigError("replay.loss=True needs the criterion to record")
-        if config.loss and task not in LOSS_REPLAY_TASKS:
-            raise TrainConfigError(
-                f"replay.loss=True is verified bitwise for {LOSS_REPLAY_TASKS!r} only, not "
-                f"{task!r} (segment and pose are bitwise in the parity-matrix cases run so far "
-                "on an H200, not yet in all 18): leave it off for this task"
-            )
         if config.segment_heads and net.protos is None:
             raise TrainConfigError(
                 f"replay.segment_heads=True needs a segment model, got task {task!r}: "

@@ -23,8 +23,7 @@ class ReplayConfig:
         segment_heads: segment only: replay the prototype/semantic heads as a region of their
             own, chained after the network.
         loss: replay the loss (assignment and every term, forward and backward), chained after
-            the network; detect and OBB models for now
-            (:data:`lucid_yolo.train.replay.LOSS_REPLAY_TASKS`).
+            the network (every task; bitwise in all 72 parity-matrix cases on an H200).
         update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.replay.update_step`).
         max_signatures: distinct input signatures recorded per region before further ones run

@@ -101,9 +101,6 @@ class SegmentHeadRegion:
         return {"protos": [keys.PROTOS], "semantic": [keys.SEMANTIC]}
 
 
-LOSS_REPLAY_TASKS = ("detect", "obb")
-"""Tasks whose loss region has been compared bitwise with native training on a GPU."""
-
 TOTAL = "total"
 """Output key of the loss region's differentiable total; the terms follow as ``term.<name>``."""
 
@@ -140,7 +137,6 @@ class LossRegion:
 
 __all__ = [
     "FEATURE_KEYS",
-    "LOSS_REPLAY_TASKS",
     "TOTAL",
     "LossRegion",
     "NetworkRegion",
