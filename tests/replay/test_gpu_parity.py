@@ -398,3 +398,27 @@ def test_gpu_float32_product_under_autocast_matches_native(precision: str) -> No
         return state_digest(grads)
 
     assert first_difference(run(False), run(True)) is None
+
+
+def test_gpu_recording_leaves_no_free_segment_on_the_side_stream() -> None:
+    """The warm-up's blocks, cached on the side stream, no default-stream step could reuse."""
+    torch.manual_seed(0)
+    net = SmallNet(channels=32).cuda()
+    pool = ReplayPool("cuda")
+    recorder = RegionRecorder(ModuleRegion(net), pool=pool)
+    x = torch.randn(8, 3, 128, 128, device="cuda")
+    target = torch.randn(8, 4, 128, 128, device="cuda")
+    for _ in range(3):  # native warm-up, record, replay
+        loss_of(recorder(x), target).backward()
+    torch.cuda.synchronize()
+    assert recorder.telemetry.recordings == 1
+    assert recorder.telemetry.replays == 2
+    side = pool.stream.cuda_stream
+    free_side_segments = [
+        s
+        for s in torch.cuda.memory_snapshot()
+        if s["stream"] == side
+        and tuple(s["segment_pool_id"]) == (0, 0)
+        and s["allocated_size"] == 0
+    ]
+    assert free_side_segments == []

@@ -645,3 +645,22 @@ def test_recorder_reset_records_again() -> None:
     assert recorder.recordings == 0
     recorder(torch.randn(2, 3, 8, 8))["a.box"].sum().backward()
     assert recorder.telemetry.recordings == 2
+
+
+def test_recorder_releases_cached_blocks_before_warm_up_and_before_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(ReplayPool, "release_cached_blocks", lambda self: events.append("release"))
+    original_forward = SmallNet.forward
+
+    def forward(self: SmallNet, x: Tensor) -> dict[str, Tensor]:
+        events.append("forward")
+        return original_forward(self, x)
+
+    monkeypatch.setattr(SmallNet, "forward", forward)
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0, capture_warmup=1)
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    # release, warm-up forward (side stream), release, captured forward, replayed forward
+    assert events[:4] == ["release", "forward", "release", "forward"]
+    assert events.count("release") == 2

@@ -97,6 +97,19 @@ class ReplayPool:
             yield
         current.wait_stream(self.stream)
 
+    def release_cached_blocks(self) -> None:
+        """Hand the allocator's unused cached blocks back to the device (no-op without CUDA).
+
+        The caching allocator reuses a freed block only on the stream that allocated it. What a
+        warm-up frees on the side stream is therefore never reused by the default stream, nor by
+        the graph pool, and what the native steps before a recording left cached on the default
+        stream is never reused by the warm-up: without a release, a recording reserves the step's
+        activations up to three times (default stream, side stream, pool) for the rest of the run.
+        Blocks in use and the graph pools' blocks are untouched.
+        """
+        if self.uses_cuda:
+            torch.cuda.empty_cache()
+
     def pool_bytes(self) -> int:
         """Bytes of the CUDA segments that belong to this pool (0 for the CPU stand-in).
 

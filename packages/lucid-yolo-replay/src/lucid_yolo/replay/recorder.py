@@ -296,6 +296,10 @@ class RegionRecorder:
         with the current inputs so warm-up sees real values. Static gradient outputs take the
         strides of the gradients the native warm-up calls received (:mod:`._grad_layout`).
         """
+        # Memory order: release what native steps left cached on the default stream before the
+        # static buffers and the side-stream warm-up take theirs, and release the warm-up's own
+        # blocks before the capture fills the pool (ReplayPool.release_cached_blocks).
+        self.pool.release_cached_blocks()
         live_inputs = [a for a in args if isinstance(a, Tensor)]
         with torch.no_grad():
             static_inputs = tuple(
@@ -364,6 +368,7 @@ class RegionRecorder:
 
             return backward
 
+        self.pool.release_cached_blocks()
         graphs = RegionGraphs(self.pool)
         graphs.capture(forward, {p: backward_of(ix) for p, ix in patterns.items()})
         return _Recording(

@@ -1,0 +1,75 @@
+"""The replay memory benchmark runs each fit in its own process and attributes memory to owners."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(
+        "bench_replay_memory", TOOLS / "bench_replay_memory.py"
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_replay_memory", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_segments_by_owner_splits_graph_pools_from_streams(bench: ModuleType) -> None:
+    segments = [
+        {"total_size": 100, "allocated_size": 60, "stream": 0, "segment_pool_id": (0, 0)},
+        {"total_size": 50, "allocated_size": 0, "stream": 7, "segment_pool_id": (0, 0)},
+        {"total_size": 30, "allocated_size": 30, "stream": 7, "segment_pool_id": (1, 2)},
+        {"total_size": 20, "allocated_size": 10, "stream": 7, "segment_pool_id": (1, 2)},
+    ]
+    owners = bench.segments_by_owner(segments)
+    assert owners == {
+        "stream 0": {"reserved": 100, "allocated": 60, "segments": 1},
+        "stream 7": {"reserved": 50, "allocated": 0, "segments": 1},
+        "pool (1, 2)": {"reserved": 50, "allocated": 40, "segments": 2},
+    }
+
+
+def test_ratios_are_replay_over_native_and_none_without_cuda_numbers(bench: ModuleType) -> None:
+    native = {"peak_reserved": 1000, "peak_allocated": 800}
+    replay = {"peak_reserved": 1500, "peak_allocated": 1000}
+    assert bench.ratios(native, replay) == {"peak_reserved": 1.5, "peak_allocated": 1.25}
+    cpu = {"peak_reserved": None, "peak_allocated": None}
+    assert bench.ratios(cpu, cpu) == {"peak_reserved": None, "peak_allocated": None}
+
+
+@pytest.mark.slow
+def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: Path) -> None:
+    bench.main(
+        [
+            "--device", "cpu",
+            "--cases", "detect:1",
+            "--imgsz", "64",
+            "--steps", "3",
+            "--images", "4",
+            "--workers", "0",
+            "--root", str(tmp_path / "data"),
+            "--out", str(tmp_path / "out"),
+        ]
+    )  # fmt: skip
+    report = json.loads((tmp_path / "out" / "replay_memory.json").read_text())
+    (case,) = report["cases"]
+    assert "error" not in case["native"], case["native"]
+    assert "error" not in case["replay"], case["replay"]
+    assert case["native"]["telemetry"]["replays"] == 0
+    # step 1 warms up, step 2 records, step 3 replays network, loss and update
+    assert case["replay"]["telemetry"]["recordings"] == 3
+    assert case["replay"]["telemetry"]["replays"] > 0
+    assert case["replay"]["peak_reserved"] is None
+    assert "| detect b1 |" in (tmp_path / "out" / "replay_memory.md").read_text()

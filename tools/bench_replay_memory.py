@@ -1,0 +1,290 @@
+"""Peak CUDA memory of a replayed fit against a native one, each fit in a fresh process.
+
+Issue 11 asks for the peak reserved memory of a replayed fit within 1.10× of native. The caching
+allocator keeps what one fit reserved for the next fit of the same process, and graph pools live
+as long as their graphs, so every run here is its own process (``--child``): the parent only
+generates the data, starts the runs in alternating order and gathers their JSON.
+
+A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off), natively
+or with every region replay offers for the task (network, segment heads for segment, the loss
+where :data:`~lucid_yolo.train.replay.LOSS_REPLAY_TASKS` allows it, the update and EMA blend).
+It records:
+
+- peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
+  ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;
+- per step, the reserved and allocated bytes and the running peak, so the step that set the peak
+  (the recording step, or the steady state) can be read off;
+- at the end, the allocator's segments grouped by owner: each graph private pool, and outside the
+  pools each stream (a warm-up on a side stream leaves blocks there that the default stream can
+  never reuse), with reserved and allocated bytes each;
+- the replay telemetry (recordings, replays, ``pool_bytes``).
+
+``--device cpu`` is the smoke mode the CPU suite runs: the same processes and JSON with the
+replay library's CPU stand-in, and ``null`` for every CUDA number.
+
+Example (GPU machine, from the repository root; about a minute per case)::
+
+    export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
+    python3 tools/bench_replay_memory.py --cases detect:16 detect:4 segment:4 --steps 30 \\
+        --out $OUT/replay_memory
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+MODES = ("native", "replay")
+MODELS = {
+    "detect": "yolo26n",
+    "segment": "yolo26n-seg",
+    "pose": "yolo26n-pose",
+    "obb": "yolo26n-obb",
+}
+STATS = (
+    "reserved_bytes.all.peak",
+    "allocated_bytes.all.peak",
+    "active_bytes.all.peak",
+    "requested_bytes.all.peak",
+    "inactive_split_bytes.all.peak",
+    "segment.all.peak",
+    "num_alloc_retries",
+    "num_device_alloc",
+    "num_device_free",
+)
+"""``torch.cuda.memory_stats`` keys kept in the JSON."""
+GIB = 2**30
+
+
+# ---------------------------------------------------------------------------- one fit (child)
+
+
+def segments_by_owner(segments: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Reserved and allocated bytes of allocator segments, per graph pool or per stream.
+
+    Args:
+        segments: ``torch.cuda.memory_snapshot()`` entries (``total_size``, ``allocated_size``,
+            ``stream``, ``segment_pool_id``).
+
+    Returns:
+        ``{"pool (a, b)": {...}, "stream <id>": {...}}``, each with ``reserved``, ``allocated``
+        and ``segments``: a segment with a pool id other than ``(0, 0)`` belongs to a graph
+        private pool, any other one to the stream it was cut for.
+    """
+    owners: dict[str, dict[str, int]] = defaultdict(
+        lambda: {"reserved": 0, "allocated": 0, "segments": 0}
+    )
+    for segment in segments:
+        pool = tuple(segment.get("segment_pool_id", (0, 0)))
+        owner = f"pool {pool}" if pool != (0, 0) else f"stream {segment.get('stream', 0)}"
+        owners[owner]["reserved"] += int(segment["total_size"])
+        owners[owner]["allocated"] += int(segment["allocated_size"])
+        owners[owner]["segments"] += 1
+    return dict(owners)
+
+
+def _fit(args: argparse.Namespace) -> dict[str, Any]:
+    """Fit ``args.steps`` steps in this process and return what it measured."""
+    import lightning.pytorch as pl
+    import torch
+
+    from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+    from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
+
+    cuda = args.device == "cuda"
+
+    class MemoryProbe(pl.Callback):
+        def __init__(self) -> None:
+            self.steps: list[dict[str, int]] = []
+
+        def on_train_batch_end(self, *_: Any) -> None:
+            if cuda:
+                self.steps.append(
+                    {
+                        "reserved": torch.cuda.memory_reserved(),
+                        "allocated": torch.cuda.memory_allocated(),
+                        "peak_reserved": torch.cuda.max_memory_reserved(),
+                    }
+                )
+
+    pl.seed_everything(0)
+    replay = args.mode == "replay"
+    data = YoloDataModule(
+        args.data, task=args.task, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
+    )
+    config = ReplayConfig(
+        network=replay,
+        segment_heads=replay and args.task == "segment",
+        loss=replay and args.task in LOSS_REPLAY_TASKS,
+        update=replay,
+    )
+    options: dict[str, Any] = {}
+    if args.task == "pose":
+        options["kpt_shape"] = tuple(data.spec.kpt_shape)
+    module = YoloModule(MODELS[args.task], num_classes=data.num_classes, replay=config, **options)
+    probe = MemoryProbe()
+    trainer = pl.Trainer(
+        accelerator="gpu" if cuda else "cpu",
+        devices=1,
+        precision="bf16-mixed" if cuda else "32-true",
+        max_steps=args.steps,
+        limit_val_batches=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[probe],
+    )
+    trainer.fit(module, data)
+    result: dict[str, Any] = {
+        "task": args.task,
+        "batch": args.batch,
+        "imgsz": args.imgsz,
+        "mode": args.mode,
+        "steps": args.steps,
+        "regions": {k: v for k, v in vars(config).items() if isinstance(v, bool)},
+        "telemetry": module.replay_telemetry.as_dict(),
+        "peak_reserved": None,
+        "peak_allocated": None,
+        "stats": None,
+        "per_step": probe.steps,
+        "owners_at_end": None,
+    }
+    if cuda:
+        torch.cuda.synchronize()
+        stats = torch.cuda.memory_stats()
+        result["peak_reserved"] = torch.cuda.max_memory_reserved()
+        result["peak_allocated"] = torch.cuda.max_memory_allocated()
+        result["stats"] = {k: stats.get(k) for k in STATS}
+        result["owners_at_end"] = segments_by_owner(torch.cuda.memory_snapshot())
+    return result
+
+
+# ---------------------------------------------------------------------------- runs (parent)
+
+
+def ratios(native: dict[str, Any], replay: dict[str, Any]) -> dict[str, float | None]:
+    """Replay / native of the peak reserved and the peak allocated bytes (``None`` on CPU)."""
+    out: dict[str, float | None] = {}
+    for key in ("peak_reserved", "peak_allocated"):
+        a, b = native.get(key), replay.get(key)
+        out[key] = round(b / a, 3) if a and b is not None else None
+    return out
+
+
+def _run(args: argparse.Namespace, data: Path, task: str, batch: int, mode: str) -> dict[str, Any]:
+    """One fit in a fresh process; its JSON, or the error and the tail of its output."""
+    out = args.out / f"{task}_b{batch}_{mode}.json"
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        "--task", task,
+        "--batch", str(batch),
+        "--mode", mode,
+        "--data", str(data),
+        "--imgsz", str(args.imgsz),
+        "--steps", str(args.steps),
+        "--workers", str(args.workers),
+        "--device", args.device,
+        "--out", str(out),
+    ]  # fmt: skip
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=args.timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"task": task, "batch": batch, "mode": mode, "error": f"timeout {args.timeout} s"}
+    if done.returncode != 0 or not out.exists():
+        tail = (done.stdout + done.stderr)[-2000:]
+        return {"task": task, "batch": batch, "mode": mode, "error": tail}
+    result: dict[str, Any] = json.loads(out.read_text())
+    result["wall_s"] = round(time.perf_counter() - start, 2)
+    return result
+
+
+def _gib(value: int | None) -> str:
+    return "—" if value is None else f"{value / GIB:.3f}"
+
+
+def table(cases: list[dict[str, Any]]) -> str:
+    """Markdown: per case, native and replayed peaks and their ratios."""
+    lines = [
+        "| case | native reserved GiB | replay reserved GiB | ratio | native allocated GiB "
+        "| replay allocated GiB | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for case in cases:
+        native, replay, ratio = case["native"], case["replay"], case["ratio"]
+        lines.append(
+            f"| {case['task']} b{case['batch']} | {_gib(native.get('peak_reserved'))} "
+            f"| {_gib(replay.get('peak_reserved'))} | {ratio['peak_reserved']} "
+            f"| {_gib(native.get('peak_allocated'))} | {_gib(replay.get('peak_allocated'))} "
+            f"| {ratio['peak_allocated']} |"
+        )
+    return "\n".join(lines)
+
+
+def _parent(args: argparse.Namespace) -> dict[str, Any]:
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    parsed = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases]
+    datasets = {
+        task: generate_synthetic(
+            args.root / task, task=task, num_train=args.images, num_val=2, imgsz=args.imgsz
+        )
+        for task in dict.fromkeys(task for task, _ in parsed)
+    }
+    cases = []
+    for index, (task, batch) in enumerate(parsed):
+        order = MODES if index % 2 == 0 else MODES[::-1]
+        runs = {mode: _run(args, datasets[task], task, batch, mode) for mode in order}
+        print(json.dumps({"case": f"{task}:{batch}", **runs}), flush=True)
+        cases.append(
+            {
+                "task": task,
+                "batch": batch,
+                **runs,
+                "ratio": ratios(runs["native"], runs["replay"]),
+            }
+        )
+    report = {"imgsz": args.imgsz, "steps": args.steps, "device": args.device, "cases": cases}
+    (args.out / "replay_memory.json").write_text(json.dumps(report, indent=1))
+    (args.out / "replay_memory.md").write_text(table(cases) + "\n")
+    print(table(cases), flush=True)
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", nargs="+", default=["detect:16", "detect:4", "segment:4"])
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--images", type=int, default=128)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per fit")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-replay-memory"))
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--mode", choices=MODES, help=argparse.SUPPRESS)
+    parser.add_argument("--data", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        args.out.write_text(json.dumps(_fit(args)))
+        return
+    _parent(args)
+
+
+if __name__ == "__main__":
+    main()
