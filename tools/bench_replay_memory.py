@@ -6,9 +6,8 @@ as long as their graphs, so every run here is its own process (``--child``): the
 generates the data, starts the runs in alternating order and gathers their JSON.
 
 A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off), natively
-or with every region replay offers for the task (network, segment heads for segment, the loss
-where :data:`~lucid_yolo.train.replay.LOSS_REPLAY_TASKS` allows it, the update and EMA blend).
-It records:
+or with every region replay offers for the task (network, segment heads for segment, loss,
+update and EMA blend). It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
   ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;
@@ -95,7 +94,6 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
-    from lucid_yolo.train.replay import LOSS_REPLAY_TASKS
 
     cuda = args.device == "cuda"
 
@@ -121,7 +119,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     config = ReplayConfig(
         network=replay,
         segment_heads=replay and args.task == "segment",
-        loss=replay and args.task in LOSS_REPLAY_TASKS,
+        loss=replay,
         update=replay,
     )
     options: dict[str, Any] = {}
