@@ -53,7 +53,7 @@ def _batch(batch: int, imgsz: int, height: int, width: int, instances: int) -> B
         orig_sizes=torch.tensor([[height, width]] * batch),
         scale_pad=torch.tensor([[scale, pad_x, pad_y]] * batch, dtype=torch.float32),
         ignore=torch.zeros(batch, instances, dtype=torch.bool),
-        source_polygons=polygons,
+        source_shapes=polygons,
     )
 
 

@@ -15,7 +15,7 @@ import torch
 
 from lucid_yolo.cli.main import main
 from lucid_yolo.train import YoloModule
-from lucid_yolo.train.data.formats import rle_decode
+from lucid_yolo.train.geometry import rle_decode
 
 if TYPE_CHECKING:
     from conftest import CliRunner, Trained

@@ -24,9 +24,10 @@ from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.data.dataset import YoloDataset
-from lucid_yolo.train.data.formats import read_coco, read_dota, rle_encode, write_coco
+from lucid_yolo.train.data.formats import read_coco, read_dota, write_coco
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.geometry import rle_encode
 from lucid_yolo.train.metrics import MetricsInputError
 
 
@@ -130,11 +131,11 @@ def test_evaluator_segment_targets_score_coco_crowds_by_prediction_area(tmp_path
     assert targets.difficult is None
 
 
-def test_evaluator_segment_targets_need_source_polygons(tmp_path: Path) -> None:
+def test_evaluator_segment_targets_need_source_shapes(tmp_path: Path) -> None:
     batch = _segment_batch(_segment_labels(tmp_path, crowd=False))
-    del batch["source_polygons"]
+    del batch["source_shapes"]
     evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=10)
-    with pytest.raises(MetricsInputError, match=r"batch\['source_polygons'\]"):
+    with pytest.raises(MetricsInputError, match=r"batch\['source_shapes'\]"):
         evaluator.targets(batch, 0)
 
 

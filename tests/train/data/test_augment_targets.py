@@ -8,7 +8,7 @@ import numpy as np
 from rbox_corners import corner_array
 
 from lucid_yolo.train.data.augment import Sample, largest_first, to_targets
-from lucid_yolo.train.data.augment.targets import source_polygons
+from lucid_yolo.train.data.augment.targets import source_shapes
 from lucid_yolo.train.data.labels import ImageLabels
 
 
@@ -94,13 +94,13 @@ def test_to_targets_pose_without_instances_uses_num_keypoints() -> None:
     assert targets.keypoints.shape == (2, 17, 3)
 
 
-def test_source_polygons_stand_in_with_the_box_without_polygons() -> None:
+def test_source_shapes_stand_in_with_the_box_without_polygons() -> None:
     labels = ImageLabels(
         image_path=Path("a.png"),
         classes=np.zeros(1, dtype=np.int64),
         boxes=np.array([[0.25, 0.5, 0.75, 1.0]], dtype=np.float32),
     )
-    (polygon,) = source_polygons(labels, (40, 80))
+    (polygon,) = source_shapes(labels, (40, 80))
     assert polygon.tolist() == [[20.0, 20.0], [60.0, 20.0], [60.0, 40.0], [20.0, 40.0]]
 
 

@@ -63,10 +63,10 @@ def test_collate_rejects_empty_batch() -> None:
         collate([])
 
 
-def test_collate_keeps_source_polygons_per_image() -> None:
+def test_collate_keeps_source_shapes_per_image() -> None:
     items = [to_targets(_sample(n), "segment", N, K) for n in (1, 2)]
     for item in items:
-        item.source_polygons = [np.zeros((3, 2))] * int(item.valid.sum())
+        item.source_shapes = [np.zeros((3, 2))] * int(item.valid.sum())
     batch = collate(items)
-    assert [len(polygons) for polygons in batch["source_polygons"]] == [1, 2]
-    assert "source_polygons" not in collate([to_targets(_sample(1), "segment", N, K)])
+    assert [len(polygons) for polygons in batch["source_shapes"]] == [1, 2]
+    assert "source_shapes" not in collate([to_targets(_sample(1), "segment", N, K)])

@@ -131,18 +131,18 @@ def test_dataset_heavy_augmentation_keeps_targets_valid(tmp_path: Path, task: Ta
                 assert ((xy >= 0) & (xy <= IMGSZ)).all(axis=-1)[seen].all()
 
 
-def test_dataset_validation_segment_carries_source_polygons(tmp_path: Path) -> None:
+def test_dataset_validation_segment_carries_source_shapes(tmp_path: Path) -> None:
     labels, _ = _labels(tmp_path, "segment")
     targets = _dataset(labels, "segment")[0]
     assert labels[0].polygons is not None
-    assert targets.source_polygons is not None
-    assert len(targets.source_polygons) == int(targets.valid.sum())
+    assert targets.source_shapes is not None
+    assert len(targets.source_shapes) == int(targets.valid.sum())
     height, width = targets.orig_size
-    for polygon, label in zip(targets.source_polygons, labels[0].polygons, strict=True):
+    for polygon, label in zip(targets.source_shapes, labels[0].polygons, strict=True):
         assert polygon.dtype == np.float64
         np.testing.assert_allclose(polygon, label * [width, height])
 
 
-def test_dataset_training_segment_has_no_source_polygons(tmp_path: Path) -> None:
+def test_dataset_training_segment_has_no_source_shapes(tmp_path: Path) -> None:
     labels, _ = _labels(tmp_path, "segment")
-    assert _dataset(labels, "segment", augment=AugmentConfig())[0].source_polygons is None
+    assert _dataset(labels, "segment", augment=AugmentConfig())[0].source_shapes is None

@@ -16,7 +16,8 @@ from lucid_yolo.train.data.errors import (
     ImageReadError,
     LabelFormatError,
 )
-from lucid_yolo.train.data.formats import flip_idx_from_names, read_coco, rle_encode
+from lucid_yolo.train.data.formats import flip_idx_from_names, read_coco
+from lucid_yolo.train.geometry import rle_encode
 
 WIDTH, HEIGHT = 40, 20
 

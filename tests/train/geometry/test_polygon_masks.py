@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import numpy as np
-import torch
 from faster_coco_eval.core import mask as coco_mask
 
-from lucid_yolo.train.geometry import polygon_mask, polygon_masks
+from lucid_yolo.train.geometry import polygon_mask
 
 
 def _coco(polygon: np.ndarray, height: int, width: int) -> np.ndarray:
@@ -61,12 +60,3 @@ def test_polygon_mask_clips_to_the_image() -> None:
 def test_polygon_mask_of_a_degenerate_polygon_is_empty() -> None:
     assert not polygon_mask([[1.0, 1.0], [4.0, 1.0]], 5, 5).any()
     assert not polygon_mask([[1.0, 1.0], [4.0, 1.0], [2.0, 1.0]], 5, 5).any()
-
-
-def test_polygon_masks_stacks_one_mask_per_polygon() -> None:
-    square = np.array([[0.0, 0.0], [2.0, 0.0], [2.0, 2.0], [0.0, 2.0]])
-    masks = polygon_masks([square, square + 2.0], 4, 4)
-    assert masks.dtype == torch.bool
-    assert masks.shape == (2, 4, 4)
-    assert masks.sum(dim=(1, 2)).tolist() == [4, 4]
-    assert polygon_masks([], 4, 4).shape == (0, 4, 4)

@@ -26,7 +26,7 @@ import numpy as np
 import numpy.typing as npt
 from torch import Tensor
 
-from lucid_yolo.train.data.formats import rle_encode
+from lucid_yolo.train.geometry import rle_encode
 
 Detection = dict[str, Any]
 

@@ -8,9 +8,10 @@ obb for obb.
 
 Masks are scored as COCO scores them (issue 13):
 
-* ground truth: the dataset's polygons in source pixels (``Batch["source_polygons"]``),
-  rasterised at the source image's size (:mod:`~lucid_yolo.train.geometry.polygon_masks`), not
-  the quarter-resolution training targets;
+* ground truth: each instance's annotation in source pixels (``Batch["source_shapes"]``) made a
+  mask at the source image's size, not the quarter-resolution training targets: a COCO RLE
+  decoded as given (holes kept), a polygon rasterised
+  (:func:`~lucid_yolo.train.geometry.source_masks`);
 * predictions: each instance's prototype logits are sampled straight at the source pixels'
   centres (the letterbox padding cropped and the image resized in one bilinear step), then
   thresholded at probability 0.5, then cropped to the box in source pixels
@@ -34,7 +35,7 @@ from lucid_yolo.models.decode import Detections, decode_end2end, resample_masks
 from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterbox_points
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
-from lucid_yolo.train.geometry import polygon_masks
+from lucid_yolo.train.geometry import source_masks
 from lucid_yolo.train.metrics import (
     ImagePredictions,
     ImageTargets,
@@ -180,8 +181,9 @@ class Evaluator:
         crowds (``iscrowd``: intersection over the prediction's area).
 
         Raises:
-            MetricsInputError: a segment batch without ``source_polygons``, or with another
-                number of polygons than valid instances.
+            MetricsInputError: a segment batch without ``source_shapes``, or with another
+                number of shapes than valid instances.
+            RleError: an RLE of another size than its image.
         """
         valid = batch["valid"][i]
         scale_pad = batch["scale_pad"][i].to(batch["boxes"])
@@ -228,19 +230,20 @@ def _source_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
 
 
 def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: int) -> Tensor:
-    """(count, height, width) bool: image ``i``'s polygons rasterised at the source size."""
-    if "source_polygons" not in batch:
+    """(count, height, width) bool: image ``i``'s ground truth as masks at the source size."""
+    if "source_shapes" not in batch:
         raise MetricsInputError(
-            "mask metrics read batch['source_polygons'] (each valid instance's polygon in source "
-            "pixels), which this batch lacks: build it with YoloDataset(augment=None) and collate"
+            "mask metrics read batch['source_shapes'] (each valid instance's polygon or RLE in "
+            "source pixels), which this batch lacks: build it with YoloDataset(augment=None) and "
+            "collate"
         )
-    polygons = batch["source_polygons"][i]
-    if len(polygons) != count:
+    shapes = batch["source_shapes"][i]
+    if len(shapes) != count:
         raise MetricsInputError(
-            f"image {i} of the batch has {len(polygons)!r} source polygons but {count!r} valid "
+            f"image {i} of the batch has {len(shapes)!r} source shapes but {count!r} valid "
             "instances: the evaluation dataset must keep every instance (no max_instances cut)"
         )
-    return polygon_masks(polygons, height, width, device=batch["boxes"].device)
+    return source_masks(shapes, height, width, device=batch["boxes"].device)
 
 
 __all__ = ["FITNESS_KIND", "TASK_KINDS", "Evaluator"]

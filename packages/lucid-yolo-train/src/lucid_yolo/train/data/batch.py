@@ -13,7 +13,9 @@ key                shape              dtype             meaning
 ``valid``          (B, N)             bool              real instance mask
 ``ignore``         (B, N)             bool              real instances that metrics ignore (DOTA
                                                         difficult, COCO crowds kept as "ignore");
-                                                        the loss trains on them as on any other
+                                                        the loss trains on DOTA difficult ones as
+                                                        on any other; COCO crowds are only in
+                                                        evaluation batches
 ``boxes``          (B, N, 4)          float32           ``xyxy`` pixels (for OBB: the rotated box's
                                                         axis-aligned hull)
 ``masks``          (B, N, H/4, W/4)   uint8             segment only: instance masks at prototype
@@ -27,18 +29,20 @@ key                shape              dtype             meaning
                                                         source px * scale + pad
 =================  =================  ================  ==========================================
 
-Segment batches built for evaluation (no augmentation) also carry ``source_polygons``: per image,
-a list with one (p, 2) float64 numpy polygon in *source* pixels per valid instance, in row order,
-which the mask metric rasterises at the source size. It is the one field that is not a tensor.
+Segment batches built for evaluation (no augmentation) also carry ``source_shapes``: per image,
+one ground truth in *source* pixels per valid instance, in row order, which the mask metric turns
+into a mask at the source size: the annotation's RLE where it was given as one
+(:class:`~lucid_yolo.train.geometry.RunLengthMask`), else its (p, 2) float64 numpy polygon. It is
+the one field that is not a tensor.
 """
 
 from __future__ import annotations
 
 from typing import NotRequired, TypedDict
 
-import numpy as np
-import numpy.typing as npt
 from torch import Tensor
+
+from lucid_yolo.train.geometry import SourceShape
 
 
 class Batch(TypedDict):
@@ -55,7 +59,7 @@ class Batch(TypedDict):
     masks: NotRequired[Tensor]
     keypoints: NotRequired[Tensor]
     rboxes: NotRequired[Tensor]
-    source_polygons: NotRequired[list[list[npt.NDArray[np.float64]]]]
+    source_shapes: NotRequired[list[list[SourceShape]]]
 
 
 __all__ = ["Batch"]

@@ -50,8 +50,8 @@ def collate(items: Sequence[Targets]) -> Batch:
         batch["keypoints"] = torch.from_numpy(np.stack([_field(t.keypoints) for t in items]))
     if first.rboxes is not None:
         batch["rboxes"] = torch.from_numpy(np.stack([_field(t.rboxes) for t in items]))
-    if first.source_polygons is not None:
-        batch["source_polygons"] = [list(_field(t.source_polygons)) for t in items]
+    if first.source_shapes is not None:
+        batch["source_shapes"] = [list(_field(t.source_shapes)) for t in items]
     return batch
 
 

@@ -9,6 +9,12 @@ the worker count, worker assignment or prefetch order. The epoch arrives with th
 Nothing is lost silently: instances removed by augmentation and instances beyond
 ``max_instances`` are counted in :class:`~lucid_yolo.train.data.counters.DataCounters`, and the
 first overflow in each process raises one :class:`InstanceOverflowWarning`.
+
+COCO crowds (instances flagged ``ignore`` in a task other than OBB, i.e. ``iscrowd`` regions read
+with ``crowd="ignore"``) are left out of *training* samples, as COCO's own training practice
+does: a crowd region is a group of objects with one outline, not an instance the network should
+learn to predict. Evaluation samples keep them, for the metric to ignore by COCO's crowd rule.
+DOTA's difficult instances (OBB) are real objects and are trained on.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.geometry import box_corners
 from lucid_yolo.train.data.augment.pipeline import train_sample, val_sample
 from lucid_yolo.train.data.augment.sample import Sample, sample_from_labels
-from lucid_yolo.train.data.augment.targets import Targets, source_polygons, to_targets
+from lucid_yolo.train.data.augment.targets import Targets, source_shapes, to_targets
 from lucid_yolo.train.data.cache import ImageCache, load_image
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset_yaml import TASKS, Task
@@ -114,7 +120,10 @@ class YoloDataset(Dataset[Targets]):
         return self.close_mosaic_epoch is None or epoch < self.close_mosaic_epoch
 
     def load(self, index: int) -> Sample:
-        """Image ``index`` resized to ``imgsz`` on its long side, labels in its pixels."""
+        """Image ``index`` resized to ``imgsz`` on its long side, labels in its pixels.
+
+        Training samples (``augment`` set) leave COCO crowds out (module docstring).
+        """
         cached = None if self.cache is None else self.cache.get(index)
         if cached is None:
             image, orig_size = load_image(self.labels[index].image_path, self.imgsz)
@@ -123,6 +132,8 @@ class YoloDataset(Dataset[Targets]):
         else:
             image, orig_size = cached
         sample = sample_from_labels(image, self.labels[index], index, orig_size)
+        if self.augment is not None and self.task != "obb" and sample.ignore is not None:
+            sample = sample.select(~sample.ignore)  # COCO crowds are not training targets
         return self._with_task_fields(sample)
 
     def __getitem__(self, item: int | tuple[int, int]) -> Targets:
@@ -141,7 +152,7 @@ class YoloDataset(Dataset[Targets]):
             )
         targets = to_targets(sample, self.task, self.max_instances, self.num_keypoints)
         if self.augment is None and self.task == "segment":
-            targets.source_polygons = source_polygons(self.labels[index], targets.orig_size)
+            targets.source_shapes = source_shapes(self.labels[index], targets.orig_size)
         if targets.overflow and not self._warned_overflow:
             self._warned_overflow = True
             warnings.warn(

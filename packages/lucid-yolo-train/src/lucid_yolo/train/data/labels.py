@@ -14,6 +14,8 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from lucid_yolo.train.geometry.run_length import RunLengthMask
+
 FloatArray = npt.NDArray[np.float32]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -27,7 +29,11 @@ class ImageLabels:
         image_path: the image file.
         classes: (n,) int64 class ids in ``[0, num_classes)``.
         boxes: (n, 4) float32 ``xyxy`` normalised to the image; for OBB the hull of the corners.
-        polygons: segment only: n polygons, each (p_i, 2) float32 normalised ``xy``, p_i >= 3.
+        polygons: segment only: n polygons, each (p_i, 2) float32 normalised ``xy``, p_i >= 3;
+            what training rasterises.
+        rle_masks: segment only, ``None`` unless an instance was annotated as a COCO RLE: per
+            instance its RLE in source pixels (holes kept), ``None`` for a polygon instance. The
+            mask metric scores against the RLE; training uses the polygon (its outer contours).
         keypoints: pose only: (n, K, 3) float32, normalised ``xy`` and visibility 0/1/2
             (0 = not labelled, then ``xy`` is 0).
         corners: obb only: (n, 4, 2) float32 normalised corner points in label order.
@@ -41,6 +47,7 @@ class ImageLabels:
     classes: IntArray
     boxes: FloatArray
     polygons: list[FloatArray] | None = None
+    rle_masks: list[RunLengthMask | None] | None = None
     keypoints: FloatArray | None = None
     corners: FloatArray | None = None
     difficult: BoolArray | None = None

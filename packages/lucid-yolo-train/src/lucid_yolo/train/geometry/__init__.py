@@ -1,4 +1,4 @@
-"""Keypoint geometry (COCO OKS) and polygon masks shared by the losses and the metrics.
+"""Keypoint geometry (COCO OKS), polygon and run-length masks shared by data, losses and metrics.
 
 Box geometry (``xyxy`` and ``xywhr``) lives in :mod:`lucid_yolo.models.geometry`, one home for
 decoding, the assigners, the losses and the metrics.
@@ -9,7 +9,16 @@ from lucid_yolo.train.geometry.keypoint_ops import (
     keypoint_oks,
     keypoint_sigmas,
 )
-from lucid_yolo.train.geometry.polygon_masks import polygon_mask, polygon_masks
+from lucid_yolo.train.geometry.polygon_masks import polygon_mask
+from lucid_yolo.train.geometry.run_length import (
+    RleError,
+    RunLengthMask,
+    counts_from_string,
+    counts_to_string,
+    rle_decode,
+    rle_encode,
+)
+from lucid_yolo.train.geometry.source_masks import SourceShape, source_masks
 
 __all__ = [
     "COCO_KEYPOINT_SIGMAS",
@@ -17,5 +26,14 @@ __all__ = [
     "keypoint_sigmas",
     # polygons rasterised by the pixel-centre rule
     "polygon_mask",
-    "polygon_masks",
+    # COCO run-length encoded masks
+    "RleError",
+    "RunLengthMask",
+    "counts_from_string",
+    "counts_to_string",
+    "rle_decode",
+    "rle_encode",
+    # ground truth at the source size, polygon or RLE
+    "SourceShape",
+    "source_masks",
 ]

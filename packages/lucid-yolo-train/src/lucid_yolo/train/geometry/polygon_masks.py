@@ -14,12 +14,8 @@ boundary pixels per instance (measured in ``docs/engineering/mask-accuracy.md``)
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import numpy.typing as npt
-import torch
-from torch import Tensor
 
 BoolMask = npt.NDArray[np.bool_]
 
@@ -68,27 +64,4 @@ def polygon_mask(polygon: npt.ArrayLike, height: int, width: int) -> BoolMask:
     return mask
 
 
-def polygon_masks(
-    polygons: Sequence[npt.ArrayLike],
-    height: int,
-    width: int,
-    device: torch.device | str | None = None,
-) -> Tensor:
-    """One :func:`polygon_mask` per instance, stacked.
-
-    Args:
-        polygons: n polygons, each (p_i, 2) ``xy`` source pixels.
-        height: image rows.
-        width: image columns.
-        device: where the result lives.
-
-    Returns:
-        (n, height, width) bool.
-    """
-    masks = np.zeros((len(polygons), height, width), dtype=np.bool_)
-    for i, polygon in enumerate(polygons):
-        masks[i] = polygon_mask(polygon, height, width)
-    return torch.from_numpy(masks).to(device)
-
-
-__all__ = ["BoolMask", "polygon_mask", "polygon_masks"]
+__all__ = ["BoolMask", "polygon_mask"]

@@ -14,14 +14,13 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
-import numpy.typing as npt
 
 from lucid_yolo.train.data.augment.geometry import box_corners
 from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
 from lucid_yolo.train.data.augment.sample import DropCounts, Sample, UInt8Array
 from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.labels import BoolArray, FloatArray, ImageLabels, IntArray
-from lucid_yolo.train.geometry import polygon_mask
+from lucid_yolo.train.geometry import SourceShape, polygon_mask
 
 MASK_STRIDE: Final = 4
 """Instance masks are stored at ``input size / MASK_STRIDE`` (the prototype resolution)."""
@@ -47,8 +46,9 @@ class Targets:
         scale_pad: (scale, pad_x, pad_y).
         overflow: instances beyond ``max_instances`` that were left out.
         drops: instances the augmentations removed.
-        source_polygons: segment evaluation: each valid instance's polygon, (p, 2) float64
-            source pixels (set by the dataset, which holds the labels), else ``None``.
+        source_shapes: segment evaluation: each valid instance's ground truth in source pixels,
+            its RLE or its (p, 2) float64 polygon (set by the dataset, which holds the labels),
+            else ``None``.
     """
 
     image: UInt8Array
@@ -64,7 +64,7 @@ class Targets:
     scale_pad: tuple[float, float, float]
     overflow: int
     drops: DropCounts
-    source_polygons: list[npt.NDArray[np.float64]] | None = None
+    source_shapes: list[SourceShape] | None = None
 
 
 def largest_first(boxes: FloatArray, limit: int) -> IntArray:
@@ -136,28 +136,31 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
     )
 
 
-def source_polygons(
-    labels: ImageLabels, orig_size: tuple[int, int]
-) -> list[npt.NDArray[np.float64]]:
-    """Each instance's polygon in source pixels, what the mask metric scores against.
+def source_shapes(labels: ImageLabels, orig_size: tuple[int, int]) -> list[SourceShape]:
+    """Each instance's ground truth in source pixels, what the mask metric scores against.
 
     Taken from the labels rather than mapped back from the letterboxed sample, so the metric
-    rasterises the annotation itself (float64, no round trip through the resize). An instance
-    without a polygon stands in with its box, as :class:`~lucid_yolo.train.data.YoloDataset`
-    does for training.
+    scores the annotation itself: its RLE where it was given as one (holes kept), else its
+    polygon (float64, no round trip through the resize). An instance without a polygon stands in
+    with its box, as :class:`~lucid_yolo.train.data.YoloDataset` does for training.
 
     Args:
         labels: the image's normalised annotations.
         orig_size: ``(height, width)`` of the source image.
 
     Returns:
-        n polygons, (p_i, 2) float64 ``xy`` source pixels.
+        n shapes: a :class:`~lucid_yolo.train.geometry.RunLengthMask` or a (p_i, 2) float64
+        ``xy`` polygon in source pixels.
     """
     height, width = orig_size
     size = np.array([width, height], dtype=np.float64)
-    if labels.polygons is not None:
-        return [p.astype(np.float64) * size for p in labels.polygons]
-    return [c.astype(np.float64) * size for c in box_corners(labels.boxes)]
+    if labels.polygons is None:
+        return [c.astype(np.float64) * size for c in box_corners(labels.boxes)]
+    rle_masks = labels.rle_masks or [None] * len(labels.polygons)
+    return [
+        p.astype(np.float64) * size if rle is None else rle
+        for p, rle in zip(labels.polygons, rle_masks, strict=True)
+    ]
 
 
 def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
@@ -172,4 +175,4 @@ def _rasterise(sample: Sample, max_instances: int) -> UInt8Array:
     return masks
 
 
-__all__ = ["MASK_STRIDE", "Targets", "largest_first", "source_polygons", "to_targets"]
+__all__ = ["MASK_STRIDE", "Targets", "largest_first", "source_shapes", "to_targets"]

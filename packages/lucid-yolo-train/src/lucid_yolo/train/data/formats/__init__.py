@@ -14,14 +14,7 @@ from lucid_yolo.train.data.formats.convert import (
 )
 from lucid_yolo.train.data.formats.dota import DOTA_V1_NAMES, DotaDataset, read_dota
 from lucid_yolo.train.data.formats.geometry import COORD_TOLERANCE, merge_polygon_parts
-from lucid_yolo.train.data.formats.rle import (
-    RleError,
-    counts_from_string,
-    counts_to_string,
-    mask_to_polygons,
-    rle_decode,
-    rle_encode,
-)
+from lucid_yolo.train.data.formats.mask_polygons import mask_to_polygons
 from lucid_yolo.train.data.formats.ultralytics import (
     label_path_for,
     list_split_images,
@@ -50,13 +43,8 @@ __all__ = [
     "flip_idx_from_names",
     "read_coco",
     "write_coco",
-    # COCO RLE masks
-    "RleError",
-    "counts_from_string",
-    "counts_to_string",
+    # COCO RLE masks as training polygons (the codec: lucid_yolo.train.geometry)
     "mask_to_polygons",
-    "rle_decode",
-    "rle_encode",
     # DOTA
     "DOTA_V1_NAMES",
     "DotaDataset",

@@ -6,18 +6,21 @@ What is read, per annotation:
 - ``category_id`` → a contiguous class id: categories sorted by id get ``0..C-1``;
   :attr:`CocoDataset.category_ids` maps back and :attr:`CocoDataset.names` holds their names.
 - ``segmentation`` (segment task): a list of polygons ``[[x1, y1, ...], ...]`` in pixels, or an
-  RLE ``{"size": [h, w], "counts": list | str}``. :class:`ImageLabels` holds one polygon per
-  instance, so the parts of a multi-part polygon, and the outer contours of a decoded RLE mask
-  (OpenCV ``findContours``; holes are lost), are joined into one polygon by zero-width bridges
-  (:func:`~.geometry.merge_polygon_parts`). The box still comes from ``bbox``.
+  RLE ``{"size": [h, w], "counts": list | str}`` (uncompressed or compact counts). Training
+  uses one polygon per instance, so the parts of a multi-part polygon, and the outer contours of
+  a decoded RLE mask (OpenCV ``findContours``; holes are not trained), are joined into one
+  polygon by zero-width bridges (:func:`~.geometry.merge_polygon_parts`). An RLE is also kept as
+  it is (:attr:`ImageLabels.rle_masks`), and the mask metric scores against it, holes included.
+  The box still comes from ``bbox``.
 - ``keypoints`` (pose task) ``[x1, y1, v1, ...]`` pixels; ``kpt_shape`` is ``[K, 3]`` from the
   categories' ``keypoints`` names, and ``flip_idx`` pairs each ``left*`` name with its ``right*``
   twin (a name without a twin maps to itself).
 - ``iscrowd: 1``: a crowd region, not an instance. ``crowd="drop"`` (default) leaves it out and
   counts it in :attr:`CocoDataset.crowd_dropped`; ``crowd="ignore"`` keeps it with
-  ``difficult=True``, the flag metrics treat as "ignore this region" (as COCO evaluation does).
-  Crowds are never training targets in COCO's own protocol, so a consumer that trains on
-  ``difficult`` instances must filter them out.
+  ``difficult=True``, the flag metrics treat as "ignore this region" (as COCO evaluation does:
+  intersection over the prediction's area). Crowds are never training targets in COCO's own
+  protocol, and :class:`~lucid_yolo.train.data.YoloDataset` leaves them out of training
+  samples: ``ignore`` changes the metric, not what is trained.
 
 Images listed without annotations are background images. An annotation's problem is reported
 as ``file.json: annotation id N (image 'name'): what, fix`` (json has no useful line numbers).

@@ -16,8 +16,9 @@ from lucid_yolo.train.data.formats.geometry import (
     merge_polygon_parts,
     out_of_range_index,
 )
-from lucid_yolo.train.data.formats.rle import RleError, mask_to_polygons, rle_decode
+from lucid_yolo.train.data.formats.mask_polygons import mask_to_polygons
 from lucid_yolo.train.data.labels import FloatArray
+from lucid_yolo.train.geometry import RleError, RunLengthMask
 
 
 class CocoAnnotationError(ValueError):
@@ -44,7 +45,11 @@ def _normalise(points: FloatArray, width: int, height: int, what: str) -> FloatA
     return np.clip(scaled, 0.0, 1.0)
 
 
-def _polygon(segmentation: object, width: int, height: int) -> FloatArray:
+def _segmentation(
+    segmentation: object, width: int, height: int
+) -> tuple[FloatArray, RunLengthMask | None]:
+    """The instance's training polygon, and its RLE when the annotation is one (holes kept)."""
+    rle = None
     if isinstance(segmentation, dict):
         size, counts = segmentation.get("size"), segmentation.get("counts")
         if size != [height, width]:
@@ -54,10 +59,10 @@ def _polygon(segmentation: object, width: int, height: int) -> FloatArray:
         if not isinstance(counts, str | list):
             raise CocoAnnotationError(f"RLE counts must be a string or a list, got {counts!r}")
         try:
-            mask = rle_decode(counts, height, width)
+            rle = RunLengthMask.from_counts(counts, height, width)
         except RleError as error:
             raise CocoAnnotationError(f"RLE is malformed: {error}") from None
-        parts = mask_to_polygons(mask)
+        parts = mask_to_polygons(rle.decode())
         if not parts:
             raise CocoAnnotationError("RLE mask is empty; remove the annotation")
     elif isinstance(segmentation, list) and segmentation:
@@ -74,7 +79,7 @@ def _polygon(segmentation: object, width: int, height: int) -> FloatArray:
             f"segmentation {segmentation!r} is neither polygons nor an RLE; the segment task "
             "needs one per annotation"
         )
-    return _normalise(merge_polygon_parts(parts), width, height, "segmentation")
+    return _normalise(merge_polygon_parts(parts), width, height, "segmentation"), rle
 
 
 def _keypoints(raw: object, num_keypoints: int, width: int, height: int) -> FloatArray:
@@ -133,7 +138,9 @@ def parse_annotation(
     corners = np.array([bbox[:2], bbox[:2] + bbox[2:]], dtype=np.float32)
     box = _normalise(corners, width, height, "bbox").reshape(4)
     if task == "segment":
-        rows.polygons.append(_polygon(ann.get("segmentation"), width, height))
+        polygon, rle = _segmentation(ann.get("segmentation"), width, height)
+        rows.polygons.append(polygon)
+        rows.rle_masks.append(rle)
     elif task == "pose":
         rows.keypoints.append(_keypoints(ann.get("keypoints"), num_keypoints, width, height))
     rows.classes.append(contiguous[category])

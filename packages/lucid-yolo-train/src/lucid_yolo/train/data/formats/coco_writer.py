@@ -1,8 +1,10 @@
 """Write :class:`ImageLabels` as a COCO json (the inverse of :func:`~.coco.read_coco`).
 
 Image sizes come from each image's header (:func:`~lucid_yolo.train.data.image_probe.probe_image`),
-since :class:`ImageLabels` is normalised. ``area`` is the polygon's area for the segment task (as
-COCO computes it from the mask) and the box's otherwise. Every written annotation has
+since :class:`ImageLabels` is normalised. An instance read from an RLE is written as that RLE
+(compact counts, holes kept), any other segment instance as its polygon. ``area`` is the RLE's
+pixel count or the polygon's area for the segment task (as COCO computes it from the mask) and
+the box's otherwise. Every written annotation has
 ``iscrowd: 0`` except instances flagged ``difficult``, which become crowd regions with
 ``iscrowd: 1``, the reverse of ``read_coco(crowd="ignore")``.
 """
@@ -75,9 +77,14 @@ def coco_annotations(
         if task == "segment":
             if labels.polygons is None:
                 raise DatasetConfigError(f"{labels.source!r}: the segment task needs polygons")
-            polygon = labels.polygons[i] * size
-            ann["segmentation"] = [_round(polygon)]
-            ann["area"] = _polygon_area(polygon)
+            rle = None if labels.rle_masks is None else labels.rle_masks[i]
+            if rle is None:
+                polygon = labels.polygons[i] * size
+                ann["segmentation"] = [_round(polygon)]
+                ann["area"] = _polygon_area(polygon)
+            else:
+                ann["segmentation"] = rle.to_coco()
+                ann["area"] = rle.area
         elif task == "pose":
             if labels.keypoints is None:
                 raise DatasetConfigError(f"{labels.source!r}: the pose task needs keypoints")

@@ -13,6 +13,7 @@ import numpy as np
 
 from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.labels import BoolArray, FloatArray, ImageLabels, IntArray
+from lucid_yolo.train.geometry.run_length import RunLengthMask
 
 COORD_TOLERANCE = 0.01
 """How far (normalised) a coordinate may lie outside ``[0, 1]`` before it is an error.
@@ -89,6 +90,7 @@ class LabelRows:
     classes: list[int] = field(default_factory=list)
     boxes: list[FloatArray] = field(default_factory=list)
     polygons: list[FloatArray] = field(default_factory=list)
+    rle_masks: list[RunLengthMask | None] = field(default_factory=list)
     keypoints: list[FloatArray] = field(default_factory=list)
     corners: list[FloatArray] = field(default_factory=list)
     difficult: list[bool] = field(default_factory=list)
@@ -106,6 +108,10 @@ class LabelRows:
         classes: IntArray = np.asarray(self.classes, dtype=np.int64).reshape(n)
         boxes: FloatArray = np.asarray(self.boxes, dtype=np.float32).reshape(n, 4)
         polygons = list(self.polygons) if task == "segment" else None
+        rle_masks = None
+        if task == "segment" and any(m is not None for m in self.rle_masks):
+            assert len(self.rle_masks) == n, "a reader that keeps RLEs appends one per instance"
+            rle_masks = list(self.rle_masks)
         keypoints: FloatArray | None = None
         if task == "pose":
             keypoints = np.asarray(self.keypoints, dtype=np.float32).reshape(n, num_keypoints, 3)
@@ -119,6 +125,7 @@ class LabelRows:
             classes=classes,
             boxes=boxes,
             polygons=polygons,
+            rle_masks=rle_masks,
             keypoints=keypoints,
             corners=corners,
             difficult=difficult,

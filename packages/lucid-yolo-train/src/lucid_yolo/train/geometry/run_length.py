@@ -1,4 +1,4 @@
-"""COCO run-length encoded masks: decode, encode, and masks to polygons.
+"""COCO run-length encoded masks: the counts' two forms, decode, encode.
 
 A COCO RLE (``{"size": [h, w], "counts": ...}``) lists alternating run lengths of 0s and 1s, the
 first run being 0s (possibly of length 0), over the mask read in column-major order (down the
@@ -7,21 +7,73 @@ annotations) or a compact string. The string form, as the COCO API defines it, w
 as little-endian groups of 5 bits, one character per group (``48 + group``), with bit ``0x20``
 meaning "more groups follow" and bit ``0x10`` of the last group the sign; from the fourth count on,
 what is written is the difference to the count two places before (runs of the same value).
+
+:class:`RunLengthMask` is an RLE ground truth kept as the annotation gave it (holes and all), so
+that the mask metric can score against the annotation itself at the source size (issue 13).
 """
 
 from __future__ import annotations
 
-import cv2
+from dataclasses import dataclass
+
 import numpy as np
 import numpy.typing as npt
 
-from lucid_yolo.train.data.labels import FloatArray
+from lucid_yolo.train.exceptions import TrainError
 
 UInt8Mask = npt.NDArray[np.uint8]
 
 
-class RleError(ValueError):
+class RleError(TrainError, ValueError):
     """An RLE is malformed (bad characters, counts that do not fill the mask)."""
+
+
+@dataclass(frozen=True, eq=False)
+class RunLengthMask:
+    """A binary mask of a ``height × width`` image as COCO run lengths.
+
+    Built by :meth:`from_counts`, which checks the runs, so a held mask always decodes.
+
+    Attributes:
+        height: image rows (COCO's ``size[0]``).
+        width: image columns (``size[1]``).
+        runs: (r,) int64 run lengths, 0s first, column-major, summing to ``height * width``.
+    """
+
+    height: int
+    width: int
+    runs: npt.NDArray[np.int64]
+
+    @classmethod
+    def from_counts(cls, counts: list[int] | str, height: int, width: int) -> RunLengthMask:
+        """Check and hold COCO ``counts`` (a list of ints or the compact string).
+
+        Raises:
+            RleError: the counts are malformed or do not add up to ``height * width``.
+        """
+        runs = counts_from_string(counts) if isinstance(counts, str) else [int(c) for c in counts]
+        if any(r < 0 for r in runs) or sum(runs) != height * width:
+            raise RleError(
+                f"RLE runs add up to {sum(runs)!r} pixels, the size {[height, width]!r} needs "
+                f"{height * width}; the counts belong to another size"
+            )
+        return cls(height, width, np.asarray(runs, dtype=np.int64).reshape(-1))
+
+    @property
+    def area(self) -> int:
+        """Pixels set (the sum of the odd runs), as COCO's ``area`` of an RLE."""
+        return int(self.runs[1::2].sum())
+
+    def decode(self) -> UInt8Mask:
+        """(height, width) uint8 mask of 0/1."""
+        values = (np.arange(self.runs.shape[0]) % 2).astype(np.uint8)
+        flat = np.repeat(values, self.runs)
+        mask: UInt8Mask = np.ascontiguousarray(flat.reshape(self.width, self.height).T)
+        return mask
+
+    def to_coco(self) -> dict[str, object]:
+        """``{"size": [height, width], "counts": str}``, the compact form."""
+        return {"size": [self.height, self.width], "counts": counts_to_string(self.runs.tolist())}
 
 
 def counts_from_string(text: str) -> list[int]:
@@ -88,16 +140,7 @@ def rle_decode(counts: list[int] | str, height: int, width: int) -> UInt8Mask:
     Raises:
         RleError: the runs are malformed or do not add up to ``height * width``.
     """
-    runs = counts_from_string(counts) if isinstance(counts, str) else [int(c) for c in counts]
-    if any(r < 0 for r in runs) or sum(runs) != height * width:
-        raise RleError(
-            f"RLE runs add up to {sum(runs)!r} pixels, the size {[height, width]!r} needs "
-            f"{height * width}; the counts belong to another size"
-        )
-    values = (np.arange(len(runs)) % 2).astype(np.uint8)
-    flat = np.repeat(values, runs)
-    mask: UInt8Mask = np.ascontiguousarray(flat.reshape(width, height).T)
-    return mask
+    return RunLengthMask.from_counts(counts, height, width).decode()
 
 
 def rle_encode(mask: npt.NDArray[np.generic]) -> dict[str, object]:
@@ -113,43 +156,18 @@ def rle_encode(mask: npt.NDArray[np.generic]) -> dict[str, object]:
     flat = (np.asarray(mask).T.reshape(-1) != 0).astype(np.int8)
     changes = np.flatnonzero(np.diff(flat)) + 1
     edges = np.concatenate([[0], changes, [flat.size]])
-    runs = np.diff(edges).tolist()
+    runs = np.diff(edges)
     if flat.size and flat[0] == 1:
-        runs = [0, *runs]
-    return {"size": [int(height), int(width)], "counts": counts_to_string(runs)}
-
-
-def mask_to_polygons(mask: UInt8Mask, min_points: int = 3) -> list[FloatArray]:
-    """Outer contours of a mask as polygons, largest area first.
-
-    Holes are not represented: :class:`ImageLabels` has no hole geometry, so a ring-shaped mask
-    becomes its filled outer outline.
-
-    Args:
-        mask: (H, W) uint8 of 0/1.
-        min_points: contours with fewer vertices are dropped (single pixels, thin lines).
-
-    Returns:
-        Polygons, each (p, 2) float32 ``xy`` pixels through the centres of the boundary pixels
-        (pixel ``i`` spans ``[i, i + 1)``, so its centre is ``i + 0.5``).
-    """
-    contours, _ = cv2.findContours(
-        np.ascontiguousarray(mask, dtype=np.uint8), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE
-    )
-    polygons = [
-        c.reshape(-1, 2).astype(np.float32) + np.float32(0.5)
-        for c in contours
-        if len(c) >= min_points
-    ]
-    polygons.sort(key=lambda p: -abs(float(cv2.contourArea(p))))
-    return polygons
+        runs = np.concatenate([[0], runs])
+    return RunLengthMask(int(height), int(width), runs.astype(np.int64)).to_coco()
 
 
 __all__ = [
     "RleError",
+    "RunLengthMask",
+    "UInt8Mask",
     "counts_from_string",
     "counts_to_string",
-    "mask_to_polygons",
     "rle_decode",
     "rle_encode",
 ]

@@ -1,4 +1,4 @@
-"""COCO RLE: our encoder/decoder against faster-coco-eval's, and the mask → polygon step."""
+"""COCO RLE: our encoder/decoder against faster-coco-eval's; the held form of an RLE label."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes, arrays
 
-from lucid_yolo.train.data.formats import (
+from lucid_yolo.train.geometry import (
     RleError,
     counts_from_string,
     counts_to_string,
-    mask_to_polygons,
     rle_decode,
     rle_encode,
 )
@@ -68,16 +67,6 @@ def test_counts_from_string_rejects_bad_character() -> None:
 def test_counts_from_string_rejects_truncated_count() -> None:
     with pytest.raises(RleError, match=r"ends inside a count"):
         counts_from_string("P")
-
-
-def test_mask_to_polygons_largest_first_and_inside_the_parts() -> None:
-    mask = np.zeros((40, 40), np.uint8)
-    mask[2:6, 2:6] = 1
-    mask[10:30, 10:35] = 1
-    big, small = mask_to_polygons(mask)
-    np.testing.assert_array_equal(big.min(axis=0), [10.5, 10.5])
-    np.testing.assert_array_equal(big.max(axis=0), [34.5, 29.5])
-    np.testing.assert_array_equal(small.max(axis=0), [5.5, 5.5])
 
 
 @settings(max_examples=60, deadline=None)
