@@ -1,13 +1,16 @@
 """Evaluator: the ground truth it scores comes from the batch, ignore flags included.
 
-The end-to-end check runs the evaluation path (data module, letterbox, decode, source-size
+The end-to-end checks run the evaluation path (data module, letterbox, decode, source-size
 masks, metric) on raw outputs built from the targets, and compares the result with
 faster-coco-eval over the same predictions written as COCO results, against the dataset written
-as COCO json.
+as COCO json: once with polygons only, once with RLE ground truth (a ring with its hole, crowds
+as uncompressed RLEs).
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +30,7 @@ from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.formats import read_coco, read_dota, write_coco
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
-from lucid_yolo.train.geometry import rle_encode
+from lucid_yolo.train.geometry import counts_from_string, polygon_mask, rle_encode
 from lucid_yolo.train.metrics import MetricsInputError
 
 
@@ -219,19 +222,13 @@ def _reference_stats(json_path: Path, results: list[dict[str, Any]], iou_type: s
     return evaluator.stats
 
 
-def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path: Path) -> None:
-    names = ("a", "b", "c")
-    json_path = write_coco(
-        _segment_labels(tmp_path / "images", crowd=True),
-        tmp_path / "val.json",
-        names=names,
-        task="segment",
-        images_root=tmp_path / "images",
-    )
-    coco = read_coco(json_path, tmp_path / "images", task="segment", crowd="ignore")
+def _validate(
+    labels: list[ImageLabels], names: tuple[str, ...], imgsz: int
+) -> tuple[dict[str, float], list[dict[str, Tensor]]]:
+    """The evaluation path over ``labels`` on the oracle's outputs: metrics and predictions."""
     data = YoloDataModule(
-        PreparedDataset({"train": coco.labels, "val": coco.labels}, names, "segment"),
-        imgsz=64,
+        PreparedDataset({"train": labels, "val": labels}, names, "segment"),
+        imgsz=imgsz,
         batch_size=2,
         workers=0,
     )
@@ -242,7 +239,20 @@ def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path:
         outputs = _oracle_outputs(batch, len(names), seed=0)
         evaluator.update(outputs, batch)
         predictions += evaluator.predictions(outputs, batch)
-    ours = evaluator.compute()
+    return evaluator.compute(), predictions
+
+
+def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path: Path) -> None:
+    names = ("a", "b", "c")
+    json_path = write_coco(
+        _segment_labels(tmp_path / "images", crowd=True),
+        tmp_path / "val.json",
+        names=names,
+        task="segment",
+        images_root=tmp_path / "images",
+    )
+    coco = read_coco(json_path, tmp_path / "images", task="segment", crowd="ignore")
+    ours, predictions = _validate(coco.labels, names, imgsz=64)
     results = _coco_results(predictions)
     segm = _reference_stats(json_path, results, "segm")
     bbox = _reference_stats(json_path, results, "bbox")
@@ -250,3 +260,101 @@ def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path:
     assert ours["mask/mAP50-95"] == pytest.approx(segm[0], abs=1e-9)
     assert ours["mask/mAP50"] == pytest.approx(segm[1], abs=1e-9)
     assert ours["box/mAP50-95"] == pytest.approx(bbox[0], abs=1e-6)
+
+
+def _rect(height: int, width: int, y0: int, y1: int, x0: int, x1: int) -> np.ndarray:
+    mask = np.zeros((height, width), np.uint8)
+    mask[y0:y1, x0:x1] = 1
+    return mask
+
+
+def _rle_coco_json(root: Path) -> Path:
+    """Three images whose ground truth mixes polygons (vertices on pixel corners), compact RLEs
+    (one a ring: a 36 × 36 square with a 16 × 16 hole), and crowds as uncompressed RLEs, the form
+    COCO gives its crowds; one crowd's class also has an ordinary instance in the same image.
+
+    The sizes resize to 96 px with whole-pixel sides (80 × 120 → 64 × 96, 72 × 96, 64 × 64):
+    other sizes round the short side, and the target *boxes*, which travel through the letterbox
+    with one scale for both axes, then come back up to 0.5 input px off (mask targets do not:
+    they are the annotations themselves); see the mask-accuracy log."""
+    ring = _rect(80, 120, 10, 46, 50, 86) - _rect(80, 120, 20, 36, 60, 76)
+    l_shape = _rect(72, 96, 5, 55, 5, 20) + _rect(72, 96, 40, 55, 20, 45)
+    images = [
+        (
+            (80, 120),
+            [
+                (1, [[5, 5, 40, 5, 40, 30, 5, 30]], 0),
+                (2, ring, 0),
+                (3, _rect(80, 120, 50, 78, 10, 90), 1),
+            ],
+        ),
+        (
+            (72, 96),
+            [
+                (1, l_shape, 0),
+                (2, [[50, 8, 85, 8, 85, 30, 50, 30]], 0),
+                (3, _rect(72, 96, 35, 65, 55, 85), 0),
+            ],
+        ),
+        (
+            (64, 64),
+            [
+                (1, _rect(64, 64, 2, 40, 2, 40), 1),
+                (1, [[44, 40, 60, 40, 60, 60, 44, 60]], 0),
+                (2, [[4, 46, 30, 46, 30, 50, 20, 50, 20, 62, 4, 62]], 0),
+            ],
+        ),
+    ]
+    coco_images, annotations = [], []
+    for image_id, ((height, width), instances) in enumerate(images, start=1):
+        name = f"image{image_id}.png"
+        cv2.imwrite(str(root / name), np.zeros((height, width, 3), np.uint8))
+        coco_images.append({"id": image_id, "file_name": name, "height": height, "width": width})
+        for category, shape, iscrowd in instances:
+            if isinstance(shape, list):
+                xy = np.array(shape[0], dtype=np.float64).reshape(-1, 2)
+                mask = polygon_mask(xy, height, width)
+                segmentation: object = shape
+            else:
+                mask = shape.astype(bool)
+                compact = str(rle_encode(shape)["counts"])
+                counts: object = counts_from_string(compact) if iscrowd else compact
+                segmentation = {"size": [height, width], "counts": counts}
+            ys, xs = np.nonzero(mask)
+            x0, y0 = int(xs.min()), int(ys.min())
+            annotations.append(
+                {
+                    "id": len(annotations) + 1,
+                    "image_id": image_id,
+                    "category_id": category,
+                    "bbox": [x0, y0, int(xs.max()) + 1 - x0, int(ys.max()) + 1 - y0],
+                    "area": int(mask.sum()),
+                    "iscrowd": iscrowd,
+                    "segmentation": segmentation,
+                }
+            )
+    categories = [{"id": i, "name": n} for i, n in enumerate("abc", start=1)]
+    path = root / "val.json"
+    document = {"images": coco_images, "annotations": annotations, "categories": categories}
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_validation_mask_map_equals_faster_coco_eval_segm_with_rle_ground_truth(
+    tmp_path: Path,
+) -> None:
+    json_path = _rle_coco_json(tmp_path)
+    coco = read_coco(json_path, tmp_path, task="segment", crowd="ignore")
+    ours, predictions = _validate(coco.labels, coco.names, imgsz=96)
+    results = _coco_results(predictions)
+    segm = _reference_stats(json_path, results, "segm")
+    bbox = _reference_stats(json_path, results, "bbox")
+    assert 0.2 < ours["mask/mAP50-95"] < 0.9, "the predictions should be neither perfect nor lost"
+    assert ours["mask/mAP50-95"] == pytest.approx(segm[0], abs=1e-9)
+    assert ours["mask/mAP50"] == pytest.approx(segm[1], abs=1e-9)
+    assert ours["box/mAP50-95"] == pytest.approx(bbox[0], abs=1e-6)
+    outlines = [replace(x, rle_masks=None) for x in coco.labels]
+    filled, _ = _validate(outlines, coco.names, imgsz=96)
+    assert filled["mask/mAP50-95"] != pytest.approx(segm[0], abs=1e-3), (
+        "scoring the RLEs' outlines (the ring's hole filled) must differ from COCO's score"
+    )

@@ -10,6 +10,7 @@ from rbox_corners import corner_array
 from lucid_yolo.train.data.augment import Sample, largest_first, to_targets
 from lucid_yolo.train.data.augment.targets import source_shapes
 from lucid_yolo.train.data.labels import ImageLabels
+from lucid_yolo.train.geometry import RunLengthMask
 
 
 def _sample(n: int) -> Sample:
@@ -102,6 +103,22 @@ def test_source_shapes_stand_in_with_the_box_without_polygons() -> None:
     )
     (polygon,) = source_shapes(labels, (40, 80))
     assert polygon.tolist() == [[20.0, 20.0], [60.0, 20.0], [60.0, 40.0], [20.0, 40.0]]
+
+
+def test_source_shapes_are_the_rle_where_one_was_read_else_the_polygon() -> None:
+    rle = RunLengthMask.from_counts([10, 4, 26], 8, 5)
+    square = np.array([[0.1, 0.1], [0.5, 0.1], [0.5, 0.5], [0.1, 0.5]], dtype=np.float32)
+    labels = ImageLabels(
+        image_path=Path("a.png"),
+        classes=np.zeros(2, dtype=np.int64),
+        boxes=np.array([[0.1, 0.1, 0.5, 0.5], [0.4, 0.25, 0.6, 0.75]], dtype=np.float32),
+        polygons=[square, square],
+        rle_masks=[None, rle],
+    )
+    polygon, kept = source_shapes(labels, (8, 5))
+    assert kept is rle
+    assert isinstance(polygon, np.ndarray)
+    np.testing.assert_allclose(polygon, square.astype(np.float64) * [5, 8])
 
 
 def test_to_targets_segment_mask_area_equals_the_polygon_area_at_prototype_resolution() -> None:

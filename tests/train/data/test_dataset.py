@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,25 @@ def test_dataset_validation_segment_carries_source_shapes(tmp_path: Path) -> Non
 def test_dataset_training_segment_has_no_source_shapes(tmp_path: Path) -> None:
     labels, _ = _labels(tmp_path, "segment")
     assert _dataset(labels, "segment", augment=AugmentConfig())[0].source_shapes is None
+
+
+def _all_flagged(labels: list[ImageLabels]) -> list[ImageLabels]:
+    return [replace(x, difficult=np.ones(len(x), dtype=np.bool_)) for x in labels]
+
+
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_dataset_training_samples_leave_coco_crowds_out(tmp_path: Path, task: Task) -> None:
+    labels, _ = _labels(tmp_path, task)
+    crowds = _all_flagged(labels)
+    trained = _dataset(crowds, task, augment=AugmentConfig())
+    assert all(not trained[(0, i)].valid.any() for i in range(len(crowds)))
+    evaluated = _dataset(crowds, task)[0]
+    assert int(evaluated.valid.sum()) == len(crowds[0]) > 0
+    assert evaluated.ignore[evaluated.valid].all()
+
+
+def test_dataset_training_samples_keep_dota_difficult_instances(tmp_path: Path) -> None:
+    labels, _ = _labels(tmp_path, "obb")
+    targets = _dataset(_all_flagged(labels), "obb", augment=AugmentConfig())[(0, 0)]
+    assert targets.valid.any()
+    assert targets.ignore[targets.valid].all()

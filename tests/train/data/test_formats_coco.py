@@ -77,6 +77,36 @@ def test_read_coco_compressed_rle_becomes_contour_polygon(tmp_path: Path) -> Non
     np.testing.assert_allclose(polygons[0].max(axis=0), [29.5 / WIDTH, 11.5 / HEIGHT])
 
 
+def test_read_coco_rle_is_kept_with_its_hole_and_trained_as_its_outline(tmp_path: Path) -> None:
+    ring = np.zeros((HEIGHT, WIDTH), np.uint8)
+    ring[4:16, 10:30] = 1
+    ring[8:12, 15:25] = 0
+    polygon = _ann(id=12, segmentation=[[2, 2, 8, 2, 8, 8]])
+    dataset = read_coco(
+        _coco(tmp_path, [_ann(segmentation=rle_encode(ring)), polygon]),
+        tmp_path / "imgs",
+        task="segment",
+    )
+    labels = dataset.labels[0]
+    assert labels.rle_masks is not None
+    rle, none = labels.rle_masks
+    assert none is None
+    assert rle is not None
+    np.testing.assert_array_equal(rle.decode(), ring)
+    assert labels.polygons is not None
+    np.testing.assert_allclose(labels.polygons[0].min(axis=0), [10.5 / WIDTH, 4.5 / HEIGHT])
+    assert labels.polygons[0].shape == (4, 2), "the hole is not part of the training polygon"
+
+
+def test_read_coco_polygons_only_hold_no_rle(tmp_path: Path) -> None:
+    dataset = read_coco(
+        _coco(tmp_path, [_ann(segmentation=[[2, 2, 8, 2, 8, 8]])]),
+        tmp_path / "imgs",
+        task="segment",
+    )
+    assert dataset.labels[0].rle_masks is None
+
+
 def test_read_coco_crowd_dropped_and_counted(tmp_path: Path) -> None:
     crowd = _ann(id=12, iscrowd=1, segmentation={"size": [HEIGHT, WIDTH], "counts": [800]})
     dataset = read_coco(_coco(tmp_path, [_ann(), crowd]), tmp_path / "imgs")
@@ -98,6 +128,12 @@ def test_read_coco_crowd_ignore_keeps_it_difficult(tmp_path: Path) -> None:
     np.testing.assert_array_equal(labels.difficult, [False, True])
     assert labels.polygons is not None
     np.testing.assert_allclose(labels.polygons[1].min(axis=0), [10.5 / WIDTH, 0.5 / HEIGHT])
+    assert labels.rle_masks is not None
+    assert labels.rle_masks[0] is None
+    crowd_mask = labels.rle_masks[1]
+    assert crowd_mask is not None
+    assert crowd_mask.decode()[:, 10:15].all()
+    assert crowd_mask.area == HEIGHT * 5
 
 
 def test_read_coco_keypoints_and_flip_from_names(tmp_path: Path) -> None:

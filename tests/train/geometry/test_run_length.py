@@ -11,6 +11,7 @@ from hypothesis.extra.numpy import array_shapes, arrays
 
 from lucid_yolo.train.geometry import (
     RleError,
+    RunLengthMask,
     counts_from_string,
     counts_to_string,
     rle_decode,
@@ -82,3 +83,45 @@ def test_rle_encode_decode_round_trip_any_mask(mask: np.ndarray) -> None:
 @given(st.lists(st.integers(0, 2**31 - 1), max_size=12))
 def test_counts_string_round_trip_any_counts(counts: list[int]) -> None:
     assert counts_from_string(counts_to_string(counts)) == counts
+
+
+def _ring(height: int = 12, width: int = 10) -> np.ndarray:
+    mask = np.zeros((height, width), np.uint8)
+    mask[2:10, 1:9] = 1
+    mask[4:8, 3:6] = 0
+    return mask
+
+
+def test_run_length_mask_from_compressed_and_uncompressed_counts_agree() -> None:
+    mask = _ring()
+    text = coco_mask.encode(np.asfortranarray(mask))["counts"].decode()
+    compressed = RunLengthMask.from_counts(text, *mask.shape)
+    uncompressed = RunLengthMask.from_counts(counts_from_string(text), *mask.shape)
+    np.testing.assert_array_equal(compressed.runs, uncompressed.runs)
+    np.testing.assert_array_equal(compressed.decode(), mask)
+
+
+def test_run_length_mask_keeps_the_hole() -> None:
+    mask = _ring()
+    decoded = RunLengthMask.from_counts(str(rle_encode(mask)["counts"]), *mask.shape).decode()
+    assert decoded[4:8, 3:6].sum() == 0
+    assert decoded.sum() == 8 * 8 - 4 * 3
+
+
+def test_run_length_mask_area_is_coco_area() -> None:
+    mask = _ring()
+    reference = coco_mask.encode(np.asfortranarray(mask))
+    rle = RunLengthMask.from_counts(reference["counts"].decode(), *mask.shape)
+    assert rle.area == int(coco_mask.area(reference)) == 52
+
+
+def test_run_length_mask_to_coco_is_the_compact_form_coco_writes() -> None:
+    mask = _ring()
+    reference = coco_mask.encode(np.asfortranarray(mask))
+    rle = RunLengthMask.from_counts(counts_from_string(reference["counts"].decode()), 12, 10)
+    assert rle.to_coco() == {"size": [12, 10], "counts": reference["counts"].decode()}
+
+
+def test_run_length_mask_counts_of_another_size_are_refused() -> None:
+    with pytest.raises(RleError, match=r"add up to 6 pixels, the size \[3, 3\] needs 9"):
+        RunLengthMask.from_counts([2, 4], 3, 3)
