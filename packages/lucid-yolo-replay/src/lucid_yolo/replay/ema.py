@@ -32,6 +32,7 @@ from typing import Any, Literal
 import torch
 from torch import Tensor, nn
 
+from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay.exceptions import ReplayConfigError
 from lucid_yolo.replay.pool import ReplayPool
 from lucid_yolo.replay.telemetry import Telemetry
@@ -195,8 +196,7 @@ class ModelEMA:
             torch._foreach_add_(
                 self._ema_averaged, list(torch._foreach_mul(self._live_averaged, take))
             )
-        for ema, live in zip(self._ema_copied, self._live_copied, strict=True):
-            ema.copy_(live)
+        copy_grouped(self._ema_copied, self._live_copied)
 
 
 def _state_tensors(model: nn.Module) -> dict[str, Tensor]:

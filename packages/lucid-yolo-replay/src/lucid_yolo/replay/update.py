@@ -17,6 +17,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay._graphs import UpdateGraph
 from lucid_yolo.replay._state import StateSnapshot
 from lucid_yolo.replay.exceptions import ReplayConfigError
@@ -333,9 +334,9 @@ class GraphedOptimizer:
         return step_on_static_grads
 
     def _copy_in(self, key: Hashable) -> None:
+        live = [g for _, g in self._with_grads()]
         with torch.no_grad():
-            for (_, live), buffer in zip(self._with_grads(), self._static_grads[key], strict=True):
-                buffer.copy_(live)
+            copy_grouped(self._static_grads[key], live)
 
 
 __all__ = ["GraphedOptimizer", "UpdateKey", "UpdateRecorder", "hyperparameter_key"]

@@ -1,0 +1,56 @@
+"""Grouped copies: the same bits as one ``copy_`` per tensor, one foreach call per dtype."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lucid_yolo.replay._copies import copy_grouped
+
+
+class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _mixed() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    sources = [
+        torch.randn(5),
+        torch.tensor(7, dtype=torch.int64),
+        torch.randn(3, 2).to(torch.bfloat16),
+        torch.tensor([-0.0, float("nan"), float("inf")]),
+        torch.tensor(9, dtype=torch.int64),
+    ]
+    return [torch.empty_like(s) for s in sources], sources
+
+
+def test_copy_grouped_writes_every_source_bitwise() -> None:
+    destinations, sources = _mixed()
+    copy_grouped(destinations, sources)
+    for destination, source in zip(destinations, sources, strict=True):
+        assert destination.dtype == source.dtype
+        assert torch.equal(
+            destination.view(-1).view(torch.uint8), source.view(-1).view(torch.uint8)
+        )
+
+
+def test_copy_grouped_dispatches_one_foreach_copy_per_dtype() -> None:
+    destinations, sources = _mixed()
+    with _Ops() as seen:
+        copy_grouped(destinations, sources)
+    assert seen.ops == Counter({"_foreach_copy_": 3})
+
+
+def test_copy_grouped_rejects_sequences_of_different_lengths() -> None:
+    destinations, sources = _mixed()
+    with pytest.raises(ValueError, match="shorter|longer"):
+        copy_grouped(destinations[:-1], sources)

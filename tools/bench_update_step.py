@@ -1,0 +1,135 @@
+"""Time the MuSGD + EMA update step alone, natively and replayed, per model: why segment costs more.
+
+Issue 11 measured the replayed update at 13 ms per step for segment at batch 4 against 6.6 ms for
+detect (the trainer's ``update`` phase, CUDA events from the end of the backward to the end of
+the batch). This tool takes the update out of the fit: a fresh model, MuSGD over its parameter
+groups and the trainer's EMA, random gradients, and the trainer's
+:class:`~lucid_yolo.train.replay.UpdateStep`. It reports, per model and mode, device milliseconds
+per step between CUDA events (synchronised at both ends of the window) and host milliseconds to
+issue one step (no synchronisation), plus the model's parameter tensors, matrices and
+Newton–Schulz shape buckets, and the kernels one native update dispatches (counted on the CPU).
+Rounds alternate the models. Times are only clean on a GPU the run has to itself.
+
+Example (GPU machine, from the repository root)::
+
+    export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
+    python3 tools/bench_update_step.py --models yolo26n yolo26n-seg --out $OUT/update_step.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lucid_yolo.models import create_model
+from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
+from lucid_yolo.train.optim.musgd import _matrix_key
+from lucid_yolo.train.replay import UpdateStep
+
+_VIEW_OPS = frozenset({"view", "_unsafe_view", "expand", "transpose", "unbind", "t", "reshape"})
+"""Dispatched ops that launch no kernel."""
+
+
+class _KernelCount(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
+    """Counts dispatched ops that launch work (views excluded), by name."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        name = str(func.overloadpacket.__name__)
+        if name not in _VIEW_OPS:
+            self.ops[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _build(name: str, device: str, replay: bool) -> tuple[MuSGD, UpdateStep]:
+    torch.manual_seed(0)
+    net = create_model(name, num_classes=80).to(device)
+    ema = trainer_ema(net)
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
+    step = UpdateStep(optimizer, ema, replay=replay)
+    for p in net.parameters():
+        p.grad = torch.randn_like(p) * 1e-3
+    return optimizer, step
+
+
+def describe(name: str) -> dict[str, Any]:
+    """Parameter tensors, matrices, shape buckets and kernels of one native update (CPU)."""
+    optimizer, _ = _build(name, "cpu", replay=False)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    matrices = [p for p in params if p.ndim >= 2]
+    buckets = Counter(_matrix_key(p)[:2] for p in matrices)
+    with _KernelCount() as count:
+        optimizer.step()
+    return {
+        "parameters": sum(p.numel() for p in params),
+        "tensors": len(params),
+        "matrices": len(matrices),
+        "buckets": len(buckets),
+        "single_matrix_buckets": sum(1 for n in buckets.values() if n == 1),
+        "kernels": sum(count.ops.values()),
+        "kernels_by_op": dict(count.ops.most_common(10)),
+    }
+
+
+def _time(optimizer: MuSGD, steps: int) -> tuple[float, float]:
+    """Device ms per step (events) and host ms to issue one step."""
+    start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+    torch.cuda.synchronize()
+    start.record()  # type: ignore[no-untyped-call]
+    host = time.perf_counter()
+    for _ in range(steps):
+        optimizer.step()
+    host_ms = (time.perf_counter() - host) * 1000.0 / steps
+    end.record()  # type: ignore[no-untyped-call]
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / steps, host_ms  # type: ignore[no-untyped-call]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
+    parser.add_argument("--steps", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    report: dict[str, Any] = {name: {"model": describe(name)} for name in args.models}
+    runs = {
+        (name, mode): _build(name, "cuda", replay=mode == "replay")[0]
+        for name in args.models
+        for mode in ("native", "replay")
+    }
+    for optimizer in runs.values():
+        _time(optimizer, 3)  # native warm-up step, then the recording
+    samples: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in runs}
+    for round_index in range(args.rounds):
+        keys = list(runs) if round_index % 2 == 0 else list(runs)[::-1]
+        for key in keys:
+            samples[key].append(_time(runs[key], args.steps))
+    for (name, mode), rows in samples.items():
+        report[name][mode] = {
+            "device_ms": round(statistics.median(r[0] for r in rows), 3),
+            "device_ms_range": [
+                round(min(r[0] for r in rows), 3),
+                round(max(r[0] for r in rows), 3),
+            ],
+            "host_ms": round(statistics.median(r[1] for r in rows), 3),
+        }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
