@@ -52,5 +52,5 @@ def test_copy_grouped_dispatches_one_foreach_copy_per_dtype() -> None:
 
 def test_copy_grouped_rejects_sequences_of_different_lengths() -> None:
     destinations, sources = _mixed()
-    with pytest.raises(ValueError, match="shorter|longer"):
+    with pytest.raises(ValueError, match=r"shorter|longer"):
         copy_grouped(destinations[:-1], sources)
