@@ -17,7 +17,7 @@ from lucid_yolo.train.data.errors import (
     LabelFormatError,
 )
 from lucid_yolo.train.data.formats import flip_idx_from_names, read_coco
-from lucid_yolo.train.geometry import rle_encode
+from lucid_yolo.train.geometry import polygon_mask, rle_encode
 
 WIDTH, HEIGHT = 40, 20
 
@@ -77,7 +77,7 @@ def test_read_coco_compressed_rle_becomes_contour_polygon(tmp_path: Path) -> Non
     np.testing.assert_allclose(polygons[0].max(axis=0), [29.5 / WIDTH, 11.5 / HEIGHT])
 
 
-def test_read_coco_rle_is_kept_with_its_hole_and_trained_as_its_outline(tmp_path: Path) -> None:
+def test_read_coco_rle_is_kept_and_trained_with_its_hole(tmp_path: Path) -> None:
     ring = np.zeros((HEIGHT, WIDTH), np.uint8)
     ring[4:16, 10:30] = 1
     ring[8:12, 15:25] = 0
@@ -95,7 +95,9 @@ def test_read_coco_rle_is_kept_with_its_hole_and_trained_as_its_outline(tmp_path
     np.testing.assert_array_equal(rle.decode(), ring)
     assert labels.polygons is not None
     np.testing.assert_allclose(labels.polygons[0].min(axis=0), [10.5 / WIDTH, 4.5 / HEIGHT])
-    assert labels.polygons[0].shape == (4, 2), "the hole is not part of the training polygon"
+    trained = polygon_mask(labels.polygons[0] * [WIDTH, HEIGHT], HEIGHT, WIDTH)
+    assert not trained[8:12, 15:25].any(), "the training polygon carves the hole out"
+    assert trained[4:7, 10:29].all()
 
 
 def test_read_coco_polygons_only_hold_no_rle(tmp_path: Path) -> None:

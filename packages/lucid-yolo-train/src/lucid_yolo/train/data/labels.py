@@ -33,7 +33,8 @@ class ImageLabels:
             what training rasterises.
         rle_masks: segment only, ``None`` unless an instance was annotated as a COCO RLE: per
             instance its RLE in source pixels (holes kept), ``None`` for a polygon instance. The
-            mask metric scores against the RLE; training uses the polygon (its outer contours).
+            mask metric scores against the RLE; training uses the polygon (its contours, holes
+            included, joined into one polygon that fills even-odd).
         keypoints: pose only: (n, K, 3) float32, normalised ``xy`` and visibility 0/1/2
             (0 = not labelled, then ``xy`` is 0).
         corners: obb only: (n, 4, 2) float32 normalised corner points in label order.

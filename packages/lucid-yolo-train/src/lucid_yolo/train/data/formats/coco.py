@@ -7,10 +7,11 @@ What is read, per annotation:
   :attr:`CocoDataset.category_ids` maps back and :attr:`CocoDataset.names` holds their names.
 - ``segmentation`` (segment task): a list of polygons ``[[x1, y1, ...], ...]`` in pixels, or an
   RLE ``{"size": [h, w], "counts": list | str}`` (uncompressed or compact counts). Training
-  uses one polygon per instance, so the parts of a multi-part polygon, and the outer contours of
-  a decoded RLE mask (OpenCV ``findContours``; holes are not trained), are joined into one
-  polygon by zero-width bridges (:func:`~.geometry.merge_polygon_parts`). An RLE is also kept as
-  it is (:attr:`ImageLabels.rle_masks`), and the mask metric scores against it, holes included.
+  uses one polygon per instance, so the parts of a multi-part polygon, and every contour of a
+  decoded RLE mask, holes' included (:func:`~.mask_polygons.mask_to_polygons`), are joined into
+  one polygon by zero-width bridges (:func:`~.geometry.merge_polygon_parts`), which the even-odd
+  fill of the training targets turns back into the mask with its holes. An RLE is also kept as it
+  is (:attr:`ImageLabels.rle_masks`), and the mask metric scores against it exactly.
   The box still comes from ``bbox``.
 - ``keypoints`` (pose task) ``[x1, y1, v1, ...]`` pixels; ``kpt_shape`` is ``[K, 3]`` from the
   categories' ``keypoints`` names, and ``flip_idx`` pairs each ``left*`` name with its ``right*``
