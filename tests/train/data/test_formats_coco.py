@@ -187,6 +187,12 @@ def test_read_coco_bad_rle_size(tmp_path: Path) -> None:
         read_coco(_coco(tmp_path, [ann]), tmp_path / "imgs", task="segment")
 
 
+def test_read_coco_rle_counts_not_whole_numbers(tmp_path: Path) -> None:
+    ann = _ann(segmentation={"size": [HEIGHT, WIDTH], "counts": [100, "x", 600]})
+    with pytest.raises(LabelFormatError, match=r"annotation id 11 .*RLE counts hold 'x'"):
+        read_coco(_coco(tmp_path, [ann]), tmp_path / "imgs", task="segment")
+
+
 def test_read_coco_segment_needs_segmentation(tmp_path: Path) -> None:
     with pytest.raises(LabelFormatError, match=r"segmentation None is neither polygons nor"):
         read_coco(_coco(tmp_path, [_ann()]), tmp_path / "imgs", task="segment")

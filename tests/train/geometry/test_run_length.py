@@ -125,3 +125,8 @@ def test_run_length_mask_to_coco_is_the_compact_form_coco_writes() -> None:
 def test_run_length_mask_counts_of_another_size_are_refused() -> None:
     with pytest.raises(RleError, match=r"add up to 6 pixels, the size \[3, 3\] needs 9"):
         RunLengthMask.from_counts([2, 4], 3, 3)
+
+
+def test_run_length_mask_refuses_counts_that_are_not_whole_numbers() -> None:
+    with pytest.raises(RleError, match=r"RLE counts hold '4'; uncompressed counts are whole"):
+        RunLengthMask.from_counts([2, "4", 3], 3, 3)  # type: ignore[list-item]

@@ -49,9 +49,16 @@ class RunLengthMask:
         """Check and hold COCO ``counts`` (a list of ints or the compact string).
 
         Raises:
-            RleError: the counts are malformed or do not add up to ``height * width``.
+            RleError: the counts are malformed (a bad character, a value that is not a whole
+                number, a negative run) or do not add up to ``height * width``.
         """
-        runs = counts_from_string(counts) if isinstance(counts, str) else [int(c) for c in counts]
+        if isinstance(counts, str):
+            runs = counts_from_string(counts)
+        elif all(isinstance(c, int) and not isinstance(c, bool) for c in counts):
+            runs = list(counts)
+        else:
+            bad = next(c for c in counts if not isinstance(c, int) or isinstance(c, bool))
+            raise RleError(f"RLE counts hold {bad!r}; uncompressed counts are whole numbers")
         if any(r < 0 for r in runs) or sum(runs) != height * width:
             raise RleError(
                 f"RLE runs add up to {sum(runs)!r} pixels, the size {[height, width]!r} needs "
