@@ -458,6 +458,34 @@ def svg(rows: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
+SAME_SETTINGS = ("batch", "epochs", "imgsz", "images", "val_images", "device", "workers")
+SAME_SETTINGS += ("ultralytics_cache", "lucid_args")
+"""Settings that must match for runs of two calls to share one report (``--merge``)."""
+
+
+def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The runs of earlier calls' ``side_by_side.json`` files, refused if a setting differs.
+
+    One device call holds only a few 30-epoch fits, so the alternating rounds of one benchmark
+    may come from several calls; their runs join into one set of medians and ranges.
+    """
+    runs: list[dict[str, Any]] = []
+    for path in paths:
+        try:
+            earlier = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as error:
+            raise SystemExit(f"--merge {path}: not a side_by_side.json ({error})") from error
+        for key in SAME_SETTINGS:
+            mine, theirs = str(getattr(args, key)), earlier["args"].get(key)
+            if theirs != mine:
+                raise SystemExit(
+                    f"--merge {path}: {key} was {theirs!r} there and is {mine!r} here; "
+                    "merge only runs of the same settings"
+                )
+        runs.extend(earlier["runs"])
+    return runs
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--ultralytics-worker":
         ultralytics_worker(json.loads(sys.argv[2]))
@@ -478,6 +506,20 @@ def main() -> None:
     parser.add_argument("--val-images", type=int, default=128)
     parser.add_argument(
         "--repeats", type=int, default=1, help="alternating rounds; the order rotates"
+    )
+    parser.add_argument(
+        "--first-round",
+        type=int,
+        default=0,
+        help="this call's first round (earlier calls ran the rounds before; the order rotates on)",
+    )
+    parser.add_argument(
+        "--merge",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="side_by_side.json files of earlier calls with the same settings: their runs join "
+        "this report's medians and ranges",
     )
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument(
@@ -534,11 +576,11 @@ def main() -> None:
     }
     plan = [
         (task, tools[(i + r) % len(tools)], r)
-        for r in range(args.repeats)
+        for r in range(args.first_round, args.first_round + args.repeats)
         for task in tasks
         for i in range(len(tools))
     ]
-    records: list[dict[str, Any]] = []
+    records = merged_runs(args.merge, args)
     result = args.out / "side_by_side.json"
 
     def save() -> None:

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from types import ModuleType
 
+import pytest
+
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "bench_side_by_side.py"
 
 
@@ -81,3 +83,42 @@ def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
     assert "| segment | box | 0.100 | 0.400 | 1 (9 s) / 2 (10 s) |" in table
     assert "| segment | mask | 0.050 | 0.300 | 1 (9 s) / 2 (10 s) |" in table
     assert "| 1 | — | 0.300 |" in table
+
+
+def _settings(**changes: object) -> argparse.Namespace:
+    settings: dict[str, object] = {
+        "batch": 16, "epochs": 30, "imgsz": 640, "images": 512, "val_images": 128,
+        "device": "cuda", "workers": None, "ultralytics_cache": False, "lucid_args": "",
+    }  # fmt: skip
+    settings.update(changes)
+    return argparse.Namespace(**settings)
+
+
+def _earlier_call(path: Path, args: argparse.Namespace, runs: list[dict[str, object]]) -> Path:
+    saved = {k: str(v) for k, v in vars(args).items()}
+    path.write_text(json.dumps({"args": saved, "runs": runs, "rows": []}))
+    return path
+
+
+def test_merge_joins_the_runs_of_an_earlier_call_with_the_same_settings(tmp_path: Path) -> None:
+    tool = _tool()
+    first = [{"task": "detect", "tool": "replay", "whole_s": 100.0}]
+    second = [{"task": "detect", "tool": "native", "whole_s": 140.0}]
+    paths = [
+        _earlier_call(tmp_path / "a.json", _settings(), first),
+        _earlier_call(tmp_path / "b.json", _settings(), second),
+    ]
+    assert tool.merged_runs(paths, _settings()) == first + second
+
+
+def test_merge_refuses_an_earlier_call_with_another_batch(tmp_path: Path) -> None:
+    path = _earlier_call(tmp_path / "a.json", _settings(batch=4), [])
+    with pytest.raises(SystemExit, match="batch was '4' there and is '16' here"):
+        _tool().merged_runs([path], _settings())
+
+
+def test_merge_refuses_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text("{not json")
+    with pytest.raises(SystemExit, match=r"broken\.json: not a side_by_side\.json"):
+        _tool().merged_runs([path], _settings())

@@ -278,27 +278,25 @@ def _rle_coco_json(root: Path) -> Path:
     (one a ring: a 36 × 36 square with a 16 × 16 hole), and crowds as uncompressed RLEs, the form
     COCO gives its crowds; one crowd's class also has an ordinary instance in the same image.
 
-    The sizes resize to 96 px with whole-pixel sides (80 × 120 → 64 × 96, 72 × 96, 64 × 64):
-    other sizes round the short side, and the target *boxes*, which travel through the letterbox
-    with one scale for both axes, then come back up to 0.5 input px off (mask targets do not:
-    they are the annotations themselves); see the mask-accuracy log."""
-    ring = _rect(80, 120, 10, 46, 50, 86) - _rect(80, 120, 20, 36, 60, 76)
-    l_shape = _rect(72, 96, 5, 55, 5, 20) + _rect(72, 96, 40, 55, 20, 45)
+    Two sizes round their short side at 96 px (80 × 100 → 76.8 rows of content, 70 × 90 → 74.67):
+    the letterbox maps every box back with exactly the scale that brought it in."""
+    ring = _rect(80, 100, 10, 46, 50, 86) - _rect(80, 100, 20, 36, 60, 76)
+    l_shape = _rect(70, 90, 5, 55, 5, 20) + _rect(70, 90, 40, 55, 20, 45)
     images = [
         (
-            (80, 120),
+            (80, 100),
             [
                 (1, [[5, 5, 40, 5, 40, 30, 5, 30]], 0),
                 (2, ring, 0),
-                (3, _rect(80, 120, 50, 78, 10, 90), 1),
+                (3, _rect(80, 100, 50, 78, 10, 90), 1),
             ],
         ),
         (
-            (72, 96),
+            (70, 90),
             [
                 (1, l_shape, 0),
                 (2, [[50, 8, 85, 8, 85, 30, 50, 30]], 0),
-                (3, _rect(72, 96, 35, 65, 55, 85), 0),
+                (3, _rect(70, 90, 35, 65, 55, 85), 0),
             ],
         ),
         (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import torch
 
@@ -9,10 +11,13 @@ from lucid_yolo.train.data.augment import (
     PAD_VALUE,
     Sample,
     letterbox,
+    resize_long_side,
     unletterbox_boxes,
     unletterbox_points,
     unletterbox_rboxes,
 )
+from lucid_yolo.train.data.augment.sample import sample_from_labels
+from lucid_yolo.train.data.labels import ImageLabels
 
 
 def _sample(h: int, w: int, boxes: list[list[float]]) -> Sample:
@@ -60,3 +65,33 @@ def test_unletterbox_rboxes_keeps_angle() -> None:
     rboxes = torch.tensor([[[20.0, 30.0, 10.0, 4.0, 0.7]]])
     back = unletterbox_rboxes(rboxes, torch.tensor([[2.0, 4.0, 6.0]]))
     torch.testing.assert_close(back, torch.tensor([[[8.0, 12.0, 5.0, 2.0, 0.7]]]))
+
+
+def test_resize_long_side_scales_both_axes_by_the_long_side_ratio() -> None:
+    # 80 x 100 at 96 px: 96 / 100 = 0.96 on both axes; the short side holds 76.8 pixels of
+    # content in 77 rows. A white block on source rows 50-70 and columns 10-30 must have its
+    # centroid at 0.96 x (60, 20) = (57.6, 19.2), not stretched to 77 / 80 on the short axis
+    # (57.75) as a resize to the rounded size would.
+    image = np.zeros((80, 100, 3), np.uint8)
+    image[50:70, 10:30] = 255
+    resized = resize_long_side(image, 96)
+    assert resized.shape == (77, 96, 3)
+    weight = resized[..., 0].astype(np.float64)
+    rows, cols = np.indices(weight.shape) + 0.5
+    centroid = ((rows * weight).sum() / weight.sum(), (cols * weight).sum() / weight.sum())
+    assert abs(centroid[0] - 57.6) < 0.02
+    assert abs(centroid[1] - 19.2) < 0.02
+
+
+def test_boxes_of_an_image_whose_short_side_rounds_map_back_exactly() -> None:
+    labels = ImageLabels(
+        image_path=Path("a.png"),
+        classes=np.zeros(1, dtype=np.int64),
+        boxes=np.array([[0.1, 0.25, 0.9, 0.975]], dtype=np.float32),  # 10, 20, 90, 78 source px
+    )
+    resized = resize_long_side(np.zeros((80, 100, 3), np.uint8), 96)
+    sample = letterbox(sample_from_labels(resized, labels, 0, (80, 100)), 96)
+    source = unletterbox_boxes(
+        torch.from_numpy(sample.boxes)[None], torch.tensor([sample.scale_pad])
+    )[0]
+    torch.testing.assert_close(source, torch.tensor([[10.0, 20.0, 90.0, 78.0]]))

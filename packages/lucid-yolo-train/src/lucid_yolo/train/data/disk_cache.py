@@ -30,7 +30,7 @@ from lucid_yolo.train.data.cache import load_image
 from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.progress import Progress
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 """Bumped whenever the decoded pixels or the file layout change, so old folders are not reused."""
 
 PIXELS = "pixels.u8"

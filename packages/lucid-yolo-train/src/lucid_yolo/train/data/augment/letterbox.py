@@ -30,13 +30,23 @@ def fit_size(height: int, width: int, imgsz: int) -> tuple[float, int, int]:
 
 
 def resize_long_side(image: UInt8Array, imgsz: int) -> UInt8Array:
-    """Resize (H, W, 3) uint8 so its long side is ``imgsz``; area filter when shrinking."""
+    """Resize (H, W, 3) uint8 so its long side is ``imgsz``; area filter when shrinking.
+
+    Both axes scale by exactly ``imgsz / long side``, the one ratio ``scale_pad`` carries: the
+    short side's pixel count is rounded, its content is not stretched to fill it. (Resizing to
+    the rounded size stretched the short axis by up to half a pixel, which put boxes mapped back
+    to the source off by up to 1.85 source pixels at its far end, issue 13.) OpenCV keeps the
+    given factors only when it picks the size itself, which it rounds as :func:`fit_size` does.
+    """
     h, w = image.shape[:2]
-    _, new_h, new_w = fit_size(h, w, imgsz)
+    scale, new_h, new_w = fit_size(h, w, imgsz)
     if (new_h, new_w) == (h, w):
         return image
     interp = cv2.INTER_AREA if new_h < h else cv2.INTER_LINEAR
-    return np.asarray(cv2.resize(image, (new_w, new_h), interpolation=interp), dtype=np.uint8)
+    if round(h * scale) < 1 or round(w * scale) < 1:  # a sliver: no whole pixel at this scale
+        return np.asarray(cv2.resize(image, (new_w, new_h), interpolation=interp), np.uint8)
+    resized = cv2.resize(image, (0, 0), fx=scale, fy=scale, interpolation=interp)
+    return np.asarray(resized, dtype=np.uint8)
 
 
 def letterbox(sample: Sample, imgsz: int) -> Sample:

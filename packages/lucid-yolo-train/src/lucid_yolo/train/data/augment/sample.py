@@ -139,13 +139,14 @@ def sample_from_labels(
         orig_size: (height, width) of the source image before any resize.
 
     Returns:
-        The sample, ``scale_pad`` = (long side / source long side, 0, 0). A resize that keeps
-        the aspect rounds the short side to whole pixels, so the two axes' ratios differ
-        slightly; the long side's is the exact one (the short side's misplaced the far end of
-        the long side by 1.85 source pixels for a 120 × 48 image at 64 px, issue 13).
+        The sample, ``scale_pad`` = (long side / source long side, 0, 0). The labels scale by
+        that one ratio on both axes, as the pixels do
+        (:func:`~lucid_yolo.train.data.augment.letterbox.resize_long_side`), not by the resized
+        image's own width and height: the short side's pixel count is rounded, its scale is not.
     """
     h, w = image.shape[:2]
-    wh = np.array([w, h], dtype=np.float32)
+    scale = max(h, w) / max(orig_size)
+    wh = np.array([orig_size[1] * scale, orig_size[0] * scale], dtype=np.float32)
     boxes = (labels.boxes.reshape(-1, 2, 2) * wh).reshape(-1, 4).astype(np.float32)
     keypoints = None
     if labels.keypoints is not None:
@@ -163,7 +164,7 @@ def sample_from_labels(
         ignore=None if labels.difficult is None else labels.difficult.astype(np.bool_, copy=True),
         image_id=image_id,
         orig_size=orig_size,
-        scale_pad=(max(h, w) / max(orig_size), 0.0, 0.0),
+        scale_pad=(scale, 0.0, 0.0),
     )
 
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Issue 11's whole-fit table, one round of one row per device call (a call holds at most 600 s):
+# each row's fits alternate between Ultralytics and lucid-yolo (replayed, native), each a fresh
+# process, 640 px, bf16, 512/128 synthetic images. Rounds of later calls join earlier ones
+# through MERGE, so medians and ranges build up across calls.
+#   ROW=detect-b16   detect, batch 16, 30 epochs (about 400 s a round on one H200)
+#   ROW=detect-b4    detect, batch 4, 6 epochs (about 250 s)
+#   ROW=segment-b4   segment, batch 4, 6 epochs (about 330 s)
+#   ROUND=<n>        this call's round (rotates the order; default 0)
+#   TOOLS=...        default ultralytics,replay,native
+#   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
+# Usage (repository root, Ultralytics wheels on PYTHONPATH, the machine to itself):
+#   ROW=detect-b16 ROUND=1 MERGE=prev/side_by_side.json OUT=... bash tools/gpu_speed.sh
+set -u
+export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):$PWD/tools:${PYTHONPATH:-}
+export YOLO_OFFLINE=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/out}
+case "${ROW:?set ROW to detect-b16, detect-b4 or segment-b4}" in
+    detect-b16) row=(--tasks detect --batch 16 --epochs 30) ;;
+    detect-b4) row=(--tasks detect --batch 4 --epochs 6) ;;
+    segment-b4) row=(--tasks segment --batch 4 --epochs 6) ;;
+    *) echo "ROW=$ROW: not a row; use detect-b16, detect-b4 or segment-b4" >&2; exit 2 ;;
+esac
+merge=()
+[ -n "${MERGE:-}" ] && read -r -a merge <<< "--merge $MERGE"
+python3 tools/bench_side_by_side.py "${row[@]}" --imgsz 640 --images 512 --val-images 128 \
+    --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" \
+    --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"
