@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.replay._capture import capture_with_trail
+from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay.pool import ReplayPool
 
 _T = TypeVar("_T")
@@ -39,12 +40,16 @@ class RegionGraphs:
         static_outputs: flat outputs; a forward launch rewrites them in place.
         static_grads: per pattern, the gradient of every target (``None`` where that pattern
             does not reach it); a backward launch rewrites them in place.
+        parameter_grads: one gradient buffer per parameter target, shared by every pattern
+            (``static_grads[p]`` holds them in the parameters' places): one backward runs per
+            replayed forward, so a set per pattern would only hold the same bytes several times.
     """
 
     def __init__(self, pool: ReplayPool) -> None:
         self.pool = pool
         self.static_outputs: tuple[Tensor, ...] = ()
         self.static_grads: dict[Pattern, tuple[Tensor | None, ...]] = {}
+        self.parameter_grads: tuple[Tensor, ...] = ()
         self._capture_outputs: tuple[Tensor, ...] = ()
         self._live_outputs: tuple[Tensor, ...] = ()
         self._forward_body: ForwardBody | None = None
@@ -52,7 +57,12 @@ class RegionGraphs:
         self._forward_graph: torch.cuda.CUDAGraph | None = None
         self._backward_graphs: dict[Pattern, torch.cuda.CUDAGraph] = {}
 
-    def capture(self, forward: ForwardBody, backwards: dict[Pattern, BackwardBody]) -> None:
+    def capture(
+        self,
+        forward: ForwardBody,
+        backwards: dict[Pattern, BackwardBody],
+        parameters: Sequence[Tensor] = (),
+    ) -> None:
         """Record ``forward``, then each pattern's backward (on CUDA into the shared pool).
 
         The capture-time outputs stay referenced and every backward body keeps the autograd
@@ -60,27 +70,42 @@ class RegionGraphs:
         pool memory: a later capture in the same pool can never reuse it, which is what lets
         chained regions (forward 1, forward 2, backward 2, backward 1) share a pool.
 
+        Args:
+            forward: the region over its static inputs.
+            backwards: per pattern, the gradients of every target.
+            parameters: the trailing targets that are parameters. Each backward graph copies
+                their gradients into :attr:`parameter_grads` (allocated here, outside the pool),
+                so the gradients autograd returned during a capture are scratch that later
+                captures reuse, instead of one live set per pattern.
+
         Raises:
             CaptureError: naming the operator that broke the capture when it is known.
         """
+        with torch.no_grad():
+            self.parameter_grads = tuple(torch.empty_like(p) for p in parameters)
+        bodies = {p: _into(self.parameter_grads, b) for p, b in backwards.items()}
         if self.pool.uses_cuda:
             graph = torch.cuda.CUDAGraph()
             outputs = capture_with_trail(lambda: self._cuda_capture(graph, forward), False)
             self._forward_graph = graph
             self._capture_outputs = outputs
             self.static_outputs = tuple(o.detach() for o in outputs)
-            for pattern, backward in backwards.items():
+            for pattern, body in bodies.items():
                 self._backward_graphs[pattern] = torch.cuda.CUDAGraph()
                 self.static_grads[pattern] = capture_with_trail(
-                    _bind(self._cuda_capture, self._backward_graphs[pattern], backward, outputs),
+                    _bind(self._cuda_capture, self._backward_graphs[pattern], body, outputs),
                     False,
                 )
             return
         outputs = capture_with_trail(forward, True)
-        for pattern, backward in backwards.items():
-            grads = capture_with_trail(_bind(_call, None, backward, outputs), True)
-            self.static_grads[pattern] = tuple(None if g is None else g.clone() for g in grads)
-        self._forward_body, self._backward_bodies = forward, dict(backwards)
+        for pattern, body in bodies.items():
+            grads = capture_with_trail(_bind(_call, None, body, outputs), True)
+            first = len(grads) - len(parameters)
+            self.static_grads[pattern] = (
+                *(None if g is None else g.clone() for g in grads[:first]),
+                *grads[first:],
+            )
+        self._forward_body, self._backward_bodies = forward, bodies
         self.static_outputs = tuple(o.detach().clone() for o in outputs)
 
     def _cuda_capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], _T]) -> _T:
@@ -108,7 +133,7 @@ class RegionGraphs:
         self._live_outputs = ()
         with torch.no_grad():
             for static, live in zip(self.static_grads[pattern], grads, strict=True):
-                if static is not None and live is not None:
+                if static is not None and live is not None and static is not live:
                     static.copy_(live)
 
 
@@ -135,6 +160,28 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
         if collecting:
             gc.enable()
     return result
+
+
+def _into(buffers: Sequence[Tensor], backward: BackwardBody) -> BackwardBody:
+    """``backward``, handing the trailing ``len(buffers)`` targets' gradients in ``buffers``.
+
+    The copy writes autograd's bits; a target the pattern does not reach stays ``None``.
+    """
+    if not buffers:
+        return backward
+
+    def body(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
+        grads = backward(outs)
+        first = len(grads) - len(buffers)
+        reached = [(b, g) for b, g in zip(buffers, grads[first:], strict=True) if g is not None]
+        with torch.no_grad():
+            copy_grouped([b for b, _ in reached], [g for _, g in reached])
+        return (
+            *grads[:first],
+            *(None if g is None else b for b, g in zip(buffers, grads[first:], strict=True)),
+        )
+
+    return body
 
 
 def _call(graph: None, body: Callable[[], _T]) -> _T:

@@ -370,7 +370,7 @@ class RegionRecorder:
 
         self.pool.release_cached_blocks()
         graphs = RegionGraphs(self.pool)
-        graphs.capture(forward, {p: backward_of(ix) for p, ix in patterns.items()})
+        graphs.capture(forward, {p: backward_of(ix) for p, ix in patterns.items()}, params)
         return _Recording(
             index=self.pool.next_index(),
             graphs=graphs,
