@@ -13,9 +13,12 @@ depends on how many predictions overlap a target, which a fresh network's hardly
 - *compute*: :meth:`Evaluator.compute` at the epoch end (precision curves, mAP).
 
 The synchronisations make the phases add up, at the cost of the overlap an unsynchronised pass
-would have; the whole pass is also timed once without them. A cProfile of one pass lists the
-host functions that take the time. Prints a table; with ``$OUT`` set also writes
-``$OUT/profile_validation.json`` and ``$OUT/profile_validation_cprofile.txt``.
+would have; the whole pass is also timed once without them. One more pass, untimed, runs with
+torch's synchronisation debug mode on and counts every host synchronisation inside validation
+batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
+of one pass lists the host functions that take the time. Prints a table; with ``$OUT`` set also
+writes ``$OUT/profile_validation_<tasks>.json`` and ``$OUT/profile_validation_<tasks>.txt``
+(the cProfiles and the synchronisation sites), so that runs of other tasks can share ``$OUT``.
 
 Command (GPU machine, from the repository root)::
 
@@ -35,7 +38,9 @@ import json
 import os
 import pstats
 import time
-from collections import defaultdict
+import traceback
+import warnings
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -86,6 +91,58 @@ class PhaseClock(pl.Callback):
         self._batch_end = time.perf_counter()
 
 
+class SyncCounter(pl.Callback):
+    """Host synchronisations inside validation batches (torch's sync debug mode), by call site."""
+
+    def __init__(self) -> None:
+        self.sites: Counter[tuple[str, ...]] = Counter()
+        self.batches = 0
+        self._previous = warnings.showwarning
+
+    def _record(self, message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
+        if "synchroniz" not in str(message):
+            self._previous(message, category, *args, **kwargs)
+            return
+        frames = traceback.extract_stack()[:-2]
+        ours = [
+            f"{Path(f.filename).name}:{f.lineno} {f.name}"
+            for f in frames
+            if "lucid_yolo" in f.filename or "lightning" in f.filename
+        ]
+        self.sites[tuple(ours[-4:])] += 1
+
+    def on_validation_batch_start(self, *args: Any) -> None:
+        warnings.showwarning = self._record
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def on_validation_batch_end(self, *args: Any) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        warnings.showwarning = self._previous
+        self.batches += 1
+
+    def summary(self) -> dict[str, Any]:
+        total = sum(self.sites.values())
+        return {
+            "batches": self.batches,
+            "per_pass": total,
+            "per_batch": total / max(1, self.batches),
+            "sites": [[" <- ".join(reversed(site)), n] for site, n in self.sites.most_common()],
+        }
+
+
+def _count_syncs(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) -> dict[str, Any]:
+    """Synchronisations of one validation pass (CUDA only; an empty summary on the CPU)."""
+    counter = SyncCounter()
+    if not torch.cuda.is_available():
+        return counter.summary()
+    trainer.callbacks.append(counter)
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        trainer.validate(module, data, verbose=False)
+    trainer.callbacks.remove(counter)
+    return counter.summary()
+
+
 def _instrumented(module: YoloModule, clock: PhaseClock) -> None:
     module.ema_net.forward = clock.timed("network", module.ema_net.forward)  # type: ignore[method-assign]
     evaluator = module.evaluator
@@ -97,7 +154,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     data_yaml = generate_synthetic(
         root / task,
         task=task,
-        num_train=4,
+        num_train=args.train_images if args.train_epochs else 4,
         num_val=args.images,
         imgsz=args.imgsz,  # type: ignore[arg-type]
     )
@@ -130,6 +187,8 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         trainer.validate(module, data, verbose=False)
         _sync()
         plain.append(time.perf_counter() - start)
+    syncs = _count_syncs(trainer, module, data)
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     clock = PhaseClock()
     trainer.callbacks.append(clock)
     _instrumented(module, clock)
@@ -150,6 +209,8 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "train_epochs": args.train_epochs,
         "pass_seconds": sorted(plain),
         "phase_seconds": phases,
+        "host_syncs": syncs,
+        "metrics": metrics,
         "cprofile": text.getvalue(),
     }
 
@@ -173,13 +234,20 @@ def main() -> None:
         results.append(result)
         median = result["pass_seconds"][len(result["pass_seconds"]) // 2]
         phases = ", ".join(f"{k} {v:.3f} s" for k, v in result["phase_seconds"].items())
-        print(f"{task}: validation pass {median:.3f} s (median of {args.repeats}); {phases}")
+        syncs = result["host_syncs"]
+        print(
+            f"{task}: validation pass {median:.3f} s (median of {args.repeats}); {phases}; "
+            f"host syncs {syncs['per_pass']} per pass ({syncs['per_batch']:.1f} per batch)"
+        )
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
+            name = "_".join(args.tasks)
             summary = [{k: v for k, v in r.items() if k != "cprofile"} for r in results]
-            (out / "profile_validation.json").write_text(json.dumps(summary, indent=1))
-            with (out / "profile_validation_cprofile.txt").open("a") as file:
-                file.write(f"=== {task}\n{result['cprofile']}\n")
+            (out / f"profile_validation_{name}.json").write_text(json.dumps(summary, indent=1))
+            with (out / f"profile_validation_{name}.txt").open("a") as file:
+                sites = "\n".join(f"{n:6d}  {site}" for site, n in syncs["sites"])
+                file.write(f"=== {task}: host syncs\n{sites}\n")
+                file.write(f"=== {task}: cProfile\n{result['cprofile']}\n")
 
 
 if __name__ == "__main__":

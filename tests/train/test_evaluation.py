@@ -10,6 +10,7 @@ as uncompressed RLEs).
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -377,3 +378,57 @@ def test_validation_mask_map_equals_faster_coco_eval_segm_with_rle_ground_truth(
     assert filled["mask/mAP50-95"] != pytest.approx(segm[0], abs=1e-3), (
         "scoring against the ring with its hole filled must differ from COCO's score"
     )
+
+
+def _crowd_segment_data(tmp_path: Path) -> YoloDataModule:
+    names = ("a", "b", "c")
+    json_path = write_coco(
+        _segment_labels(tmp_path / "images", crowd=True),
+        tmp_path / "val.json",
+        names=names,
+        task="segment",
+        images_root=tmp_path / "images",
+    )
+    coco = read_coco(json_path, tmp_path / "images", task="segment", crowd="ignore")
+    data = YoloDataModule(
+        PreparedDataset({"train": coco.labels, "val": coco.labels}, names, "segment"),
+        imgsz=64,
+        batch_size=2,
+        workers=0,
+    )
+    data.setup("validate")
+    return data
+
+
+def _on_cuda(batch: Batch) -> Batch:
+    moved = {k: v.cuda() if isinstance(v, Tensor) else v for k, v in batch.items()}
+    return Batch(**moved)  # type: ignore[typeddict-item]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("task", "syncs_per_batch"), [("detect", 0), ("segment", 1)])
+def test_evaluator_update_on_cuda_waits_for_the_device_only_for_mask_sizes(
+    tmp_path: Path, task: str, syncs_per_batch: int
+) -> None:
+    data = _crowd_segment_data(tmp_path)
+    evaluator = Evaluator(task, strides=(8, 16, 32), conf=0.001, max_det=300)
+    reference = Evaluator(task, strides=(8, 16, 32), conf=0.001, max_det=300)
+    batches = list(data.val_dataloader())
+    outputs = [_oracle_outputs(batch, 3, seed=2) for batch in batches]
+    if task == "detect":
+        outputs = [{k: o[k] for k in ("o2o.box", "o2o.cls")} for o in outputs]
+    evaluator.update({k: v.cuda() for k, v in outputs[0].items()}, _on_cuda(batches[0]))  # warm
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("warn")
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            for batch, output in zip(batches[1:], outputs[1:], strict=True):
+                evaluator.update({k: v.cuda() for k, v in output.items()}, _on_cuda(batch))
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    assert len(syncs) == syncs_per_batch * (len(batches) - 1), syncs
+    for batch, output in zip(batches, outputs, strict=True):
+        reference.update(output, batch)
+    assert evaluator.compute() == reference.compute()

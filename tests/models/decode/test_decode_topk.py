@@ -101,3 +101,17 @@ def test_decode_dense_keeps_static_shapes() -> None:
     dense = decode_dense(raw_outputs(C=5), (64, 64), branch="o2m")
     assert dense.boxes.shape == (1, A, 4)
     assert dense.scores.shape == (1, A, 5)
+
+
+def test_decode_end2end_keep_shape_flags_the_rows_it_would_drop() -> None:
+    raw = raw_outputs()
+    raw["o2o.cls"][0] = torch.randn(3, A, generator=torch.Generator().manual_seed(2)) * 3
+    (cut,) = decode_end2end(raw, (64, 64), conf_threshold=0.995, max_det=20)
+    (kept,) = decode_end2end(raw, (64, 64), conf_threshold=0.995, max_det=20, keep_shape=True)
+    assert kept.valid is not None
+    assert cut.valid is None
+    assert kept.scores.shape == (20,)
+    assert 0 < len(cut) < 20
+    assert torch.equal(kept.scores[kept.valid], cut.scores)
+    assert torch.equal(kept.boxes[kept.valid], cut.boxes)
+    assert torch.equal(kept.classes[kept.valid], cut.classes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from host_reference import rank_by_rank
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -143,3 +144,32 @@ def test_match_images_equals_cocos_loop(images: list[ImageOverlaps]) -> None:
         matched, ignored = _matched_one_by_one(image)
         assert np.array_equal(out.matched, matched)
         assert np.array_equal(out.ignored, ignored)
+
+
+def test_match_images_rounds_equal_the_rank_by_rank_loop_on_crowded_images() -> None:
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        images = []
+        for _ in range(4):
+            d, g = int(rng.integers(0, 60)), int(rng.integers(0, 12))
+            values = rng.choice(np.array(OVERLAP_VALUES), size=(d, g))
+            images.append(ImageOverlaps(values, rng.random(g) < 0.3, rng.random(g) < 0.2))
+        for image, out in zip(images, match_images(images), strict=True):
+            matched, ignored = rank_by_rank(image)
+            assert np.array_equal(out.matched, matched)
+            assert np.array_equal(out.ignored, ignored)
+
+
+def test_match_images_a_chain_of_displaced_predictions_needs_every_round() -> None:
+    # prediction d overlaps targets d and d + 1, and prefers d + 1: each win displaces the next
+    G = 6
+    overlaps = np.full((G, G), -1.0)
+    for d in range(G):
+        overlaps[d, d] = 0.6
+        if d + 1 < G:
+            overlaps[d, d + 1] = 0.9
+    image = ImageOverlaps(overlaps[::-1].copy(), np.zeros(G, bool), np.zeros(G, bool))
+    (out,) = match_images([image])
+    matched, _ = rank_by_rank(image)
+    assert np.array_equal(out.matched, matched)
+    assert out.matched[0].all()

@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from host_reference import host_box_records, summary
 
 from lucid_yolo.train.metrics import (
     ImagePredictions,
@@ -429,3 +430,112 @@ def test_mean_average_precision_rejects_image_ids_of_another_length() -> None:
     preds, targets = _tied_images()
     with pytest.raises(MetricsInputError, match="got 2 images and 1 image ids"):
         MeanAveragePrecision().update(preds, targets, image_ids=[0])
+
+
+def _padded_scene(seed: int) -> tuple[list[ImagePredictions], list[ImageTargets], list[int]]:
+    """Static-shape records as the evaluator gives them: 24 images, 40 prediction rows each of
+    which some are padding (class -1), 10 target rows with padding and crowds; scores drawn from
+    few values so ties are common; ids shuffled with two repeats."""
+    g = torch.Generator().manual_seed(seed)
+    preds, targets = [], []
+    for _ in range(24):
+        m = int(torch.randint(0, 9, (), generator=g))
+        t_valid = torch.arange(10) < m
+        xy = torch.rand(10, 2, generator=g, dtype=torch.float64) * 80
+        t_boxes = torch.cat([xy, xy + 4 + torch.rand(10, 2, generator=g) * 30], 1)
+        t_classes = torch.where(t_valid, torch.randint(0, 4, (10,), generator=g), -1)
+        crowd = t_valid & (torch.rand(10, generator=g) < 0.15)
+        source = torch.randint(0, 10, (40,), generator=g)
+        p_boxes = t_boxes[source] + torch.randn(40, 4, generator=g, dtype=torch.float64) * 1.5
+        p_valid = torch.rand(40, generator=g) < 0.7
+        p_classes = torch.where(
+            torch.rand(40, generator=g) < 0.8,
+            t_classes[source].clamp(min=0),
+            torch.randint(0, 4, (40,), generator=g),
+        )
+        scores = torch.randint(1, 10, (40,), generator=g).to(torch.float32) / 10
+        preds.append(
+            ImagePredictions(
+                scores, torch.where(p_valid, p_classes, -1), boxes=p_boxes, valid=p_valid
+            )
+        )
+        targets.append(ImageTargets(t_classes, boxes=t_boxes, iscrowd=crowd, valid=t_valid))
+    ids = torch.randperm(24, generator=g).tolist()
+    ids[5], ids[17] = ids[3], ids[11]
+    return preds, targets, ids
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_mean_average_precision_equals_the_previous_host_path_bitwise(seed: int) -> None:
+    preds, targets, ids = _padded_scene(seed)
+    metric = MeanAveragePrecision(max_dets={"box": 6})
+    for start in range(0, 24, 5):
+        end = start + 5
+        metric.update(preds[start:end], targets[start:end], image_ids=torch.tensor(ids[start:end]))
+    expected = summary(host_box_records(preds, targets, max_dets=6, image_ids=ids))
+    assert 0.05 < expected["box/mAP50-95"] < 0.95
+    assert metric.compute() == expected
+
+
+def test_mean_average_precision_padding_rows_change_nothing() -> None:
+    preds, targets, _ = _padded_scene(3)
+    padded, cut = MeanAveragePrecision(), MeanAveragePrecision()
+    padded.update(preds, targets)
+    real_preds, real_targets = [], []
+    for p, t in zip(preds, targets, strict=True):
+        assert p.boxes is not None
+        assert t.boxes is not None
+        keep, real = p.valid_flags(), t.valid_flags()
+        real_preds.append(ImagePredictions(p.scores[keep], p.classes[keep], boxes=p.boxes[keep]))
+        real_targets.append(
+            ImageTargets(t.classes[real], boxes=t.boxes[real], iscrowd=t.crowd_flags()[real])
+        )
+    cut.update(real_preds, real_targets)
+    assert padded.compute() == cut.compute()
+
+
+@pytest.mark.gpu
+def test_mean_average_precision_cuda_records_equal_the_previous_host_path() -> None:
+    preds, targets, ids = _padded_scene(4)
+    moved = [
+        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
+        for p in preds
+    ]
+    moved_targets = [
+        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
+        for t in targets
+    ]
+    metric = MeanAveragePrecision(max_dets={"box": 6})
+    metric.update(moved, moved_targets, image_ids=torch.tensor(ids).cuda())
+    assert metric.compute() == summary(host_box_records(preds, targets, max_dets=6, image_ids=ids))
+
+
+@pytest.mark.gpu
+def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
+    preds, targets, ids = _padded_scene(5)
+    moved = [
+        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
+        for p in preds
+    ]
+    moved_targets = [
+        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
+        for t in targets
+    ]
+    metric = MeanAveragePrecision()
+    metric.update(moved[:2], moved_targets[:2], image_ids=torch.tensor(ids[:2]).cuda())  # warm
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        metric.update(moved[2:], moved_targets[2:], image_ids=torch.tensor(ids[2:]).cuda())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert metric.compute()["box/mAP50"] > 0.0
+
+
+@pytest.mark.gpu
+def test_mean_average_precision_reports_a_negative_cuda_class_id_on_compute() -> None:
+    targets = ImageTargets(torch.tensor([-1]).cuda(), boxes=torch.tensor([BOX_A]).cuda())
+    metric = MeanAveragePrecision()
+    metric.update([_preds([BOX_A], [0.9], [0])], [targets])
+    with pytest.raises(MetricsInputError, match="targets hold class id -1"):
+        metric.compute()

@@ -53,3 +53,32 @@ def test_mask_overlaps_of_rectangles_equal_box_overlaps() -> None:
     crowd = torch.tensor([False, True, False])
     expected = box_overlaps(boxes.double(), boxes.double(), crowd)
     assert torch.allclose(mask_overlaps(masks, masks, crowd), expected, atol=1e-15)
+
+
+def _large_masks() -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks of over 256 pixels, whose intersection counts bf16 cannot hold exactly."""
+    pred = torch.zeros(2, 80, 80, dtype=torch.bool)
+    target = torch.zeros(1, 80, 80, dtype=torch.bool)
+    pred[0, 3:70, 5:66] = True
+    pred[1, 10:79, 0:41] = True
+    target[0, 0:61, 1:73] = True
+    return pred, target
+
+
+def test_mask_overlaps_counts_exactly_under_a_bf16_autocast() -> None:
+    pred, target = _large_masks()
+    crowd = torch.zeros(1, dtype=torch.bool)
+    plain = mask_overlaps(pred, target, crowd)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        autocast = mask_overlaps(pred, target, crowd)
+    assert torch.equal(autocast, plain)
+    assert plain[0, 0].item() == (58 * 61) / (67 * 61 + 61 * 72 - 58 * 61)
+
+
+@pytest.mark.gpu
+def test_mask_overlaps_on_cuda_equal_the_cpu_window() -> None:
+    pred, target = _large_masks()
+    crowd = torch.tensor([True])
+    assert torch.equal(
+        mask_overlaps(pred.cuda(), target.cuda(), crowd).cpu(), mask_overlaps(pred, target, crowd)
+    )

@@ -22,11 +22,19 @@ Masks are scored as COCO scores them (issue 13):
 
 Images are evaluated one at a time, so the largest mask stack alive is one image's
 ``max_det × H × W`` bytes of predictions plus its targets.
+
+Validation at GPU speed (issue 11): ``update`` keeps every shape static (each image's ``max_det``
+top-k rows with a ``valid`` flag for the confidence cut, the batch's padded target rows with its
+``valid`` mask), so that neither it nor the metric waits for the device; the one exception is
+masks, whose source-size buffers need each image's size on the host: one read per batch. It runs
+with autocast off, so a bf16 validation step decodes and builds masks in float32 as ``predict``
+and a CPU run do (under autocast their matrix products would round to bf16).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -91,15 +99,21 @@ class Evaluator:
 
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
-        """Add one batch: raw eval-mode outputs and the batch they came from."""
-        images = self.decode(outputs, batch)
-        # generators: each image's records (dense masks at source size) are built when the
-        # metric reads them, so one image's masks are alive at a time
-        self.metric.update(
-            (self.image_predictions(d, batch, i) for i, d in enumerate(images)),
-            (self.targets(batch, i) for i in range(len(images))),
-            image_ids=batch["image_ids"].tolist(),
-        )
+        """Add one batch: raw eval-mode outputs and the batch they came from.
+
+        No host synchronisation for boxes, keypoints and rotated boxes; one per batch for masks
+        (the source sizes).
+        """
+        with torch.autocast(batch["images"].device.type, enabled=False):
+            images = self.decode(outputs, batch, keep_shape=True)
+            sizes = SourceSizes.read(batch) if "mask" in TASK_KINDS[self.task] else None
+            # generators: each image's records (dense masks at source size) are built when the
+            # metric reads them, so one image's masks are alive at a time
+            self.metric.update(
+                (self.image_predictions(d, batch, i, sizes) for i, d in enumerate(images)),
+                (self._padded_targets(batch, i, sizes) for i in range(len(images))),
+                image_ids=batch["image_ids"],
+            )
 
     def compute(self) -> dict[str, float]:
         """``{"<kind>/<stat>": value}`` plus ``"fitness"`` (the task's primary mAP50-95).
@@ -131,8 +145,14 @@ class Evaluator:
             result.append(entry)
         return result
 
-    def decode(self, outputs: dict[str, Tensor], batch: Batch) -> list[Detections]:
-        """Per image, the deployed path's detections in input pixels (masks as coefficients)."""
+    def decode(
+        self, outputs: dict[str, Tensor], batch: Batch, *, keep_shape: bool = False
+    ) -> list[Detections]:
+        """Per image, the deployed path's detections in input pixels (masks as coefficients).
+
+        ``keep_shape`` keeps all ``max_det`` rows and flags the confidence cut in
+        ``Detections.valid`` (:func:`~lucid_yolo.models.decode.decode_end2end`).
+        """
         height, width = batch["images"].shape[-2:]
         float_outputs = {k: v.float() for k, v in outputs.items()}
         return decode_end2end(
@@ -142,16 +162,23 @@ class Evaluator:
             max_det=self.max_det,
             strides=self.strides,
             assemble_masks_at_input=False,
+            keep_shape=keep_shape,
         )
 
-    def image_predictions(self, detections: Detections, batch: Batch, i: int) -> ImagePredictions:
-        """Image ``i``'s decoded detections in source pixels, as the metric scores them."""
+    def image_predictions(
+        self, detections: Detections, batch: Batch, i: int, sizes: SourceSizes | None = None
+    ) -> ImagePredictions:
+        """Image ``i``'s decoded detections in source pixels, as the metric scores them.
+
+        Masks need the source size on the host: from ``sizes`` when given, else read here.
+        """
         scale_pad = batch["scale_pad"][i].to(detections.boxes)
-        height, width = (int(v) for v in batch["orig_sizes"][i])
-        boxes = _source_boxes(detections.boxes, scale_pad, height, width)
+        boxes = _source_boxes(detections.boxes, scale_pad, batch["orig_sizes"][i])
         masks = None
         if detections.mask_coef is not None and detections.protos is not None:
-            scale, pad_x, pad_y = (float(v) for v in scale_pad)
+            sizes = SourceSizes.read(batch) if sizes is None else sizes
+            height, width = sizes.heights[i], sizes.widths[i]
+            scale, pad_x, pad_y = sizes.scale_pad[i]
             masks = resample_masks(
                 detections.mask_coef,
                 detections.protos,
@@ -171,6 +198,7 @@ class Evaluator:
             rboxes=None
             if detections.rboxes is None
             else _source_rboxes(detections.rboxes, scale_pad),
+            valid=detections.valid,
         )
 
     def targets(self, batch: Batch, i: int) -> ImageTargets:
@@ -185,32 +213,93 @@ class Evaluator:
                 number of shapes than valid instances.
             RleError: an RLE of another size than its image.
         """
+        sizes = SourceSizes.read(batch)
+        padded = self._padded_targets(batch, i, sizes)
+        count = sizes.counts[i]  # real instances come first (the batch's padding is at the end)
+        return replace(
+            padded,
+            valid=None,
+            **{
+                f.name: getattr(padded, f.name)[:count]
+                for f in fields(padded)
+                if f.name != "valid" and getattr(padded, f.name) is not None
+            },
+        )
+
+    def _padded_targets(self, batch: Batch, i: int, sizes: SourceSizes | None) -> ImageTargets:
+        """All of image ``i``'s target rows, padding flagged in ``valid`` (see :meth:`targets`).
+
+        Masks need the source size and the instance count on the host (``sizes``).
+        """
         valid = batch["valid"][i]
         scale_pad = batch["scale_pad"][i].to(batch["boxes"])
-        height, width = (int(v) for v in batch["orig_sizes"][i])
         masks = keypoints = rboxes = None
         if "mask" in TASK_KINDS[self.task]:
-            masks = _source_target_masks(batch, i, int(valid.sum()), height, width)
+            sizes = SourceSizes.read(batch) if sizes is None else sizes
+            height, width, count = sizes.heights[i], sizes.widths[i], sizes.counts[i]
+            device = batch["boxes"].device
+            host = torch.zeros(
+                (valid.shape[0], height, width), dtype=torch.bool, pin_memory=device.type == "cuda"
+            )
+            host[:count] = _source_target_masks(batch, i, count, height, width)
+            # from pinned memory the copy is queued instead of waiting for the device
+            masks = host.to(device, non_blocking=True)
         if "keypoints" in batch and self.task == "pose":
-            keypoints = _source_keypoints(batch["keypoints"][i][valid], scale_pad)
+            keypoints = _source_keypoints(batch["keypoints"][i], scale_pad)
         if "rboxes" in batch and self.task == "obb":
-            rboxes = _source_rboxes(batch["rboxes"][i][valid], scale_pad)
-        ignore = batch["ignore"][i][valid] if "ignore" in batch else None
+            rboxes = _source_rboxes(batch["rboxes"][i], scale_pad)
+        ignore = batch["ignore"][i] if "ignore" in batch else None
         return ImageTargets(
-            classes=batch["classes"][i][valid],
-            boxes=_source_boxes(batch["boxes"][i][valid], scale_pad, height, width),
+            classes=batch["classes"][i],
+            boxes=_source_boxes(batch["boxes"][i], scale_pad, batch["orig_sizes"][i]),
             masks=masks,
             keypoints=keypoints,
             rboxes=rboxes,
             iscrowd=None if self.task == "obb" else ignore,
             difficult=ignore if self.task == "obb" else None,
+            valid=valid,
         )
 
 
-def _source_boxes(boxes: Tensor, scale_pad: Tensor, height: int, width: int) -> Tensor:
-    """(N, 4) ``xyxy`` input pixels → source pixels, clipped to the source image."""
+@dataclass(frozen=True)
+class SourceSizes:
+    """A batch's source-image geometry and instance counts on the host, read in one transfer.
+
+    Attributes:
+        heights: per image, source rows.
+        widths: per image, source columns.
+        scale_pad: per image, ``(scale, pad_x, pad_y)`` of its letterbox.
+        counts: per image, real instances (the first rows of its targets).
+    """
+
+    heights: list[int]
+    widths: list[int]
+    scale_pad: list[tuple[float, float, float]]
+    counts: list[int]
+
+    @classmethod
+    def read(cls, batch: Batch) -> SourceSizes:
+        """Read the batch's sizes, letterboxes and counts (one host synchronisation)."""
+        packed = torch.cat(
+            [
+                batch["orig_sizes"].to(torch.float64),  # int64 and float32 are exact in float64
+                batch["scale_pad"].to(torch.float64),
+                batch["valid"].sum(dim=1, keepdim=True).to(torch.float64),
+            ],
+            dim=1,
+        ).tolist()
+        return cls(
+            heights=[int(row[0]) for row in packed],
+            widths=[int(row[1]) for row in packed],
+            scale_pad=[(row[2], row[3], row[4]) for row in packed],
+            counts=[int(row[5]) for row in packed],
+        )
+
+
+def _source_boxes(boxes: Tensor, scale_pad: Tensor, orig_size: Tensor) -> Tensor:
+    """(N, 4) ``xyxy`` input pixels → source pixels, clipped to ``orig_size`` (height, width)."""
     source = unletterbox_boxes(boxes[None], scale_pad[None])[0]
-    limits = torch.tensor([width, height, width, height], dtype=source.dtype, device=source.device)
+    limits = orig_size.flip(0).repeat(2).to(source)  # (width, height, width, height)
     return torch.minimum(source.clamp_min(0.0), limits)
 
 
@@ -230,7 +319,7 @@ def _source_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
 
 
 def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: int) -> Tensor:
-    """(count, height, width) bool: image ``i``'s ground truth as masks at the source size."""
+    """(count, height, width) bool on the CPU: image ``i``'s ground truth at the source size."""
     if "source_shapes" not in batch:
         raise MetricsInputError(
             "mask metrics read batch['source_shapes'] (each valid instance's polygon or RLE in "
@@ -243,7 +332,7 @@ def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: i
             f"image {i} of the batch has {len(shapes)!r} source shapes but {count!r} valid "
             "instances: the evaluation dataset must keep every instance (no max_instances cut)"
         )
-    return source_masks(shapes, height, width, device=batch["boxes"].device)
+    return source_masks(shapes, height, width)
 
 
-__all__ = ["FITNESS_KIND", "TASK_KINDS", "Evaluator"]
+__all__ = ["FITNESS_KIND", "TASK_KINDS", "Evaluator", "SourceSizes"]

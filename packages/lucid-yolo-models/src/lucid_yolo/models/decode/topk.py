@@ -81,6 +81,7 @@ def decode_end2end(
     max_det: int = MAX_DETECTIONS,
     strides: Sequence[int] = STRIDES,
     assemble_masks_at_input: bool = True,
+    keep_shape: bool = False,
 ) -> list[Detections]:
     """Detections of every image from the one-to-one branch.
 
@@ -93,6 +94,10 @@ def decode_end2end(
         assemble_masks_at_input: segment: also build ``masks`` at input resolution; ``False``
             keeps only ``mask_coef`` and ``protos`` (an evaluator that needs masks at another
             size skips N · H · W floats of work and memory per image).
+        keep_shape: keep all ``max_det`` rows of every image and flag those at or above
+            ``conf_threshold`` in ``Detections.valid``, instead of dropping the others: a
+            boolean index makes the host wait for the device once per image and field, which a
+            validation loop on the GPU should not (issue 11).
 
     Returns:
         One :class:`Detections` per image.
@@ -101,7 +106,8 @@ def decode_end2end(
     top = topk_dense(dense, max_det)
     detections = []
     for i in range(top["scores"].shape[0]):
-        keep = top["scores"][i] >= conf_threshold
+        above = top["scores"][i] >= conf_threshold
+        keep: slice | Tensor = slice(None) if keep_shape else above
         boxes = top["boxes"][i][keep]
         masks = coef = protos = None
         if dense.protos is not None:
@@ -118,6 +124,7 @@ def decode_end2end(
                 rboxes=top["rboxes"][i][keep] if "rboxes" in top else None,
                 mask_coef=coef,
                 protos=protos,
+                valid=above if keep_shape else None,
             )
         )
     return detections

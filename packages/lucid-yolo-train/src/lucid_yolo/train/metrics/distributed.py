@@ -32,7 +32,7 @@ def gather_across_ranks(metric: MeanAveragePrecision) -> MeanAveragePrecision:
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
         return metric
     parts: list[MeanAveragePrecision | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, metric)
+    dist.all_gather_object(parts, metric.cpu())  # records leave the device to be pickled
     # every entry is an unpickled copy, this rank's own included, so merging into it is safe
     merged, *others = (part for part in parts if part is not None)
     for other in others:

@@ -20,6 +20,11 @@ field             shape           dtype       meaning
 ``difficult``     (n,)            bool        targets only: DOTA/VOC difficult instance
 ``areas``         (n,)            float       targets only: the area that scales OKS (COCO's
                                               ``area`` field); default: the box area ``w * h``
+``valid``         (n,)            bool        rows that are real; default: all. Static-shape
+                                              producers keep padding instead of indexing it
+                                              away (a boolean index waits for the device):
+                                              predictions below the confidence cut, target
+                                              rows beyond an image's instances
 ================  ==============  ==========  =================================================
 """
 
@@ -47,9 +52,14 @@ class ImagePredictions:
     masks: Tensor | None = None
     keypoints: Tensor | None = None
     rboxes: Tensor | None = None
+    valid: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])
+
+    def valid_flags(self) -> Tensor:
+        """(n,) bool: rows that are predictions (all ``True`` when ``valid`` is not given)."""
+        return _flags(self.valid, len(self), self.scores.device, default=True)
 
 
 @dataclass(frozen=True)
@@ -71,9 +81,14 @@ class ImageTargets:
     iscrowd: Tensor | None = None
     difficult: Tensor | None = None
     areas: Tensor | None = None
+    valid: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.classes.shape[0])
+
+    def valid_flags(self) -> Tensor:
+        """(m,) bool: rows that are instances (all ``True`` when ``valid`` is not given)."""
+        return _flags(self.valid, len(self), self.classes.device, default=True)
 
     def crowd_flags(self) -> Tensor:
         """(m,) bool: COCO crowd regions (all ``False`` when ``iscrowd`` is not given)."""
@@ -92,6 +107,7 @@ _TRAILING_SHAPES: dict[str, tuple[int, ...]] = {
     "iscrowd": (),
     "difficult": (),
     "areas": (),
+    "valid": (),
 }
 
 
@@ -138,9 +154,9 @@ def require_fields(
     return out
 
 
-def _flags(value: Tensor | None, n: int, device: torch.device) -> Tensor:
+def _flags(value: Tensor | None, n: int, device: torch.device, default: bool = False) -> Tensor:
     if value is None:
-        return torch.zeros(n, dtype=torch.bool, device=device)
+        return torch.full((n,), default, dtype=torch.bool, device=device)
     if tuple(value.shape) != (n,):
         raise MetricsInputError(
             f"target flags have shape {tuple(value.shape)!r}, expected ({n},): one per instance"

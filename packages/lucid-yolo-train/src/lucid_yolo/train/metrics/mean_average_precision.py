@@ -8,10 +8,11 @@ Usage::
     metric.compute()  # {"box/mAP50-95": ..., "box/mAP50": ..., "box/P": ..., "box/R": ...,
                       #  "mask/mAP50-95": ..., ...}
 
-``update`` does the per-image work (sorting, the overlap matrix on the inputs' device), matches
-the batch's images together (greedy matching on the CPU) and keeps only a few numbers per
-prediction, so masks are never stored; ``compute`` runs COCO's accumulation over everything seen
-since the last ``reset``.
+``update`` does the per-image work (sorting, the overlap matrix), matches the batch's images
+together and keeps only a few numbers per prediction, all on the inputs' device and without
+waiting for it, so masks are never stored and a GPU validation loop never stalls on the metric
+(issue 11); ``compute`` reads the records to the host once and runs COCO's accumulation over
+everything seen since the last ``reset``.
 
 Definition followed (COCO evaluation, area range "all"):
 
@@ -37,16 +38,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-import numpy as np
 import torch
 from torch import Tensor
 
-from lucid_yolo.train.metrics.coco_matching import (
-    IOU_THRESHOLDS,
-    ImageMatches,
-    ImageOverlaps,
-    match_images,
-)
+from lucid_yolo.train.metrics.coco_matching import match_batch
+from lucid_yolo.train.metrics.device_constants import float64_constant
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
@@ -54,9 +50,9 @@ from lucid_yolo.train.metrics.image_instances import (
     require_fields,
 )
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
+from lucid_yolo.train.metrics.matched_records import BatchRecords, KindRecords
 from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps
 from lucid_yolo.train.metrics.precision_curves import (
-    MatchedPredictions,
     best_f1_precision_recall,
     interpolated_precision,
     summarize_precision,
@@ -67,95 +63,30 @@ KINDS: Final = ("box", "mask", "pose", "obb")
 DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 20, "obb": 100}
 
 
-class _KindRecords:
-    """What ``update`` keeps for one kind: per image, its predictions' results and target counts.
-
-    Kept per image, with the image's id when the caller gives one, so that records merged from
-    several processes can be put back in dataset order and a repeated image counted once.
-    """
-
-    def __init__(self) -> None:
-        self.scores: list[np.ndarray] = []
-        self.classes: list[np.ndarray] = []
-        self.matched: list[np.ndarray] = []
-        self.ignored: list[np.ndarray] = []
-        self.target_counts: list[np.ndarray] = []
-        self.image_ids: list[int | None] = []
-
-    def add_image(
-        self,
-        scores: np.ndarray,
-        classes: np.ndarray,
-        match: ImageMatches,
-        target_counts: np.ndarray,
-        image_id: int | None,
-    ) -> None:
-        self.scores.append(scores)
-        self.classes.append(classes)
-        self.matched.append(match.matched)
-        self.ignored.append(match.ignored)
-        self.target_counts.append(target_counts)
-        self.image_ids.append(image_id)
-
-    def extend(self, other: _KindRecords) -> None:
-        self.scores += other.scores
-        self.classes += other.classes
-        self.matched += other.matched
-        self.ignored += other.ignored
-        self.target_counts += other.target_counts
-        self.image_ids += other.image_ids
-
-    def image_order(self) -> np.ndarray:
-        """Indices of the images to score: in update order, or by id with repeats dropped.
-
-        Raises:
-            MetricsInputError: some images were given an id and others not.
-        """
-        given = [i for i in self.image_ids if i is not None]
-        if not given:
-            return np.arange(len(self.image_ids))
-        if len(given) != len(self.image_ids):
-            raise MetricsInputError(
-                f"{len(self.image_ids) - len(given)!r} of {len(self.image_ids)!r} images were "
-                "updated without an image id: pass image_ids on every update or on none"
-            )
-        _, first = np.unique(np.asarray(given, dtype=np.int64), return_index=True)
-        return first
-
-    def gather(self) -> MatchedPredictions:
-        T = IOU_THRESHOLDS.shape[0]
-        order = self.image_order()
-        scores = [np.zeros(0), *(self.scores[i] for i in order)]
-        classes = np.concatenate([np.zeros(0, dtype=np.int64), *(self.classes[i] for i in order)])
-        matched = [np.zeros((T, 0), dtype=bool), *(self.matched[i] for i in order)]
-        ignored = [np.zeros((T, 0), dtype=bool), *(self.ignored[i] for i in order)]
-        kept_counts = [self.target_counts[i] for i in order]
-        num_classes = max(
-            max((c.shape[0] for c in kept_counts), default=0), int(classes.max(initial=-1)) + 1
-        )
-        counts = np.zeros(num_classes, dtype=np.int64)
-        for image_counts in kept_counts:
-            counts[: image_counts.shape[0]] += image_counts
-        return MatchedPredictions(
-            scores=np.concatenate(scores),
-            classes=classes,
-            matched=np.concatenate(matched, axis=1),
-            ignored=np.concatenate(ignored, axis=1),
-            target_counts=counts,
-        )
-
-
 @dataclass(frozen=True)
 class _PreparedImage:
-    """One image's part of an update for one kind: what matching and the records need."""
+    """One image's part of an update for one kind, on the inputs' device, rows in matching order.
 
-    overlaps: ImageOverlaps
-    scores: np.ndarray
-    """(D,) float64 scores of the kept predictions, in matching order."""
-    classes: np.ndarray
-    """(D,) int64 classes of the kept predictions."""
-    counts: np.ndarray
-    """Counted (not ignored) targets per class id (``np.bincount``)."""
+    Attributes:
+        overlaps: (D, G) float64; -1 for pairs that never match (other class, padding, past
+            ``max_dets``).
+        ignore: (G,) bool, targets that do not count.
+        reusable: (G,) bool, targets that absorb any number of predictions.
+        scores: (D,) float64, descending.
+        classes: (D,) int64.
+        kept: (D,) bool, real predictions within the class's ``max_dets``.
+        target_classes: (G,) int64.
+        counted: (G,) bool, real targets that are not ignored.
+    """
+
+    overlaps: Tensor
+    ignore: Tensor
+    reusable: Tensor
+    scores: Tensor
+    classes: Tensor
+    kept: Tensor
+    target_classes: Tensor
+    counted: Tensor
 
 
 class MeanAveragePrecision:
@@ -200,33 +131,39 @@ class MeanAveragePrecision:
         if bad:
             raise MetricsInputError(f"max_dets must be positive, got {bad!r}")
         self.sigmas = None if sigmas is None else torch.tensor(list(sigmas), dtype=torch.float64)
-        self._records = {kind: _KindRecords() for kind in self.kinds}
+        self._records = {kind: KindRecords() for kind in self.kinds}
+        self._lowest_classes: list[Tensor] = []
 
     def reset(self) -> None:
         """Forget everything seen so far (call at the start of each validation epoch)."""
-        self._records = {kind: _KindRecords() for kind in self.kinds}
+        self._records = {kind: KindRecords() for kind in self.kinds}
+        self._lowest_classes = []
 
     @torch.no_grad()
     def update(
         self,
         predictions: Iterable[ImagePredictions],
         targets: Iterable[ImageTargets],
-        image_ids: Sequence[int] | None = None,
+        image_ids: Sequence[int] | Tensor | None = None,
     ) -> None:
-        """Match one batch of images and keep the per-prediction outcome.
+        """Match one batch of images and keep the per-prediction outcome, on the inputs' device.
 
         The images are read one pair at a time and only their overlaps are kept, so a caller
         may pass generators that build each image's records (dense masks at source size) when
-        asked: one image's masks are alive at a time. The greedy matching then runs over the
-        whole batch at once, which costs about as much as one image.
+        asked: one image's masks are alive at a time. The batch is then matched together
+        (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`) and its outcome stays on
+        the device: nothing here waits for the device unless a record's ``valid`` flags are
+        left out for OBB (rotated overlaps select their pairs on the host). Records on the
+        CPU are checked for negative class ids here; on another device, by ``compute``.
 
         Args:
             predictions: per image, decoded predictions in source-image pixels.
             targets: per image, ground truth in the same pixels; same length and order.
-            image_ids: per image, its index in the dataset. With ids, ``compute`` scores the
-                images in id order and an id seen again counts once (a distributed sampler that
-                pads its shards repeats images); without, images count in update order. Pass
-                them on every update or on none.
+            image_ids: per image, its index in the dataset (a sequence or a (B,) tensor, which
+                may stay on the device). With ids, ``compute`` scores the images in id order
+                and an id seen again counts once (a distributed sampler that pads its shards
+                repeats images); without, images count in update order. Pass them on every
+                update or on none.
 
         Raises:
             MetricsInputError: the sequences differ in length, or a record lacks a field the
@@ -253,12 +190,11 @@ class MeanAveragePrecision:
                 f"got {images!r} images and {len(image_ids)!r} image ids: pass one id per "
                 "image, in the same order"
             )
-        ids: Sequence[int | None] = [None] * images if image_ids is None else image_ids
+        if images == 0:
+            return
+        ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
         for kind, kind_images in prepared.items():
-            matches = match_images([image.overlaps for image in kind_images])
-            records = self._records[kind]
-            for image, match, image_id in zip(kind_images, matches, ids, strict=True):
-                records.add_image(image.scores, image.classes, match, image.counts, image_id)
+            self._records[kind].batches.append(_match(kind_images, ids))
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
@@ -278,7 +214,17 @@ class MeanAveragePrecision:
                 "build both with the same arguments"
             )
         for kind in self.kinds:
-            self._records[kind].extend(other._records[kind])
+            self._records[kind].batches += other._records[kind].batches
+        self._lowest_classes += other._lowest_classes
+
+    def cpu(self) -> MeanAveragePrecision:
+        """A copy whose records are on the CPU, to send to other processes (pickled)."""
+        copy = MeanAveragePrecision(self.kinds, self.max_dets)
+        copy.sigmas = self.sigmas
+        for kind in self.kinds:
+            copy._records[kind].batches = [b.cpu() for b in self._records[kind].batches]
+        copy._lowest_classes = [lowest.cpu() for lowest in self._lowest_classes]
+        return copy
 
     def compute(self) -> dict[str, float]:
         """COCO accumulation over everything seen since the last ``reset``.
@@ -287,6 +233,7 @@ class MeanAveragePrecision:
             ``{"<kind>/mAP50-95", "<kind>/mAP50", "<kind>/P", "<kind>/R"}`` for every kind; the
             mAPs are 0.0 when no target was counted.
         """
+        self._check_deferred_class_ids()
         out: dict[str, float] = {}
         for kind in self.kinds:
             data = self._records[kind].gather()
@@ -306,6 +253,7 @@ class MeanAveragePrecision:
         """
         if kind not in self.kinds:
             raise MetricsInputError(f"kind {kind!r} is not evaluated here: one of {self.kinds!r}")
+        self._check_deferred_class_ids()
         precision = interpolated_precision(self._records[kind].gather())  # (T, R, C)
         return {
             c: (float(precision[:, :, c].mean()), float(precision[0, :, c].mean()))
@@ -314,41 +262,66 @@ class MeanAveragePrecision:
         }
 
     def _prepare(self, kind: str, pred: ImagePredictions, target: ImageTargets) -> _PreparedImage:
-        """Sort and truncate one image's predictions, and build its overlap matrix for ``kind``."""
+        """Order and cut one image's predictions and build its overlaps for ``kind``, no sync."""
         scores, pred_classes = require_fields(pred, ("scores", "classes"), kind)
         (target_classes,) = require_fields(target, ("classes",), kind)
-        for name, value in (("predictions", pred_classes), ("targets", target_classes)):
-            if value.numel() and int(value.min()) < 0:
-                raise MetricsInputError(
-                    f"{name} hold class id {int(value.min())!r}: class ids must be >= 0 "
-                    "(drop padded rows before the metric)"
-                )
-        score_np = scores.detach().cpu().to(torch.float64).numpy()
-        class_np = pred_classes.detach().cpu().numpy().astype(np.int64)
-        keep = _top_per_class(score_np, class_np, self.max_dets[kind])
-        same_class = class_np[keep][:, None] == target_classes.cpu().numpy()[None, :]  # (D, G)
-        candidates = same_class.any(axis=1)  # predictions without a same-class target never match
-        index = torch.from_numpy(keep[candidates]).to(scores.device)
-        overlaps = np.full(same_class.shape, -1.0)
-        overlaps[candidates] = self._overlaps(kind, pred, target, index).cpu().numpy()
-        ignore = self._target_ignore(kind, target).cpu().numpy()
-        image = ImageOverlaps(
-            overlaps=np.where(same_class, overlaps, -1.0),
+        device = scores.device
+        pred_valid = pred.valid_flags().to(device)
+        target_valid = target.valid_flags().to(device)
+        pred_classes = pred_classes.to(device=device, dtype=torch.int64)
+        target_classes = target_classes.to(device=device, dtype=torch.int64)
+        self._check_class_ids(pred_classes, pred_valid, target_classes, target_valid)
+        score = scores.detach().to(torch.float64)
+        order, kept = _matching_order(score, pred_classes, pred_valid, self.max_dets[kind])
+        classes = pred_classes[order]
+        same_class = classes[:, None] == target_classes[None, :]  # (D, G)
+        possible = kept[:, None] & same_class & target_valid[None, :]
+        pairs = torch.empty_like(possible)
+        pairs[order] = possible  # the same pairs, in the records' row order
+        overlaps = self._overlaps(kind, pred, target, pairs)
+        overlaps = torch.where(pairs, overlaps.to(device), -1.0)[order]
+        ignore = self._target_ignore(kind, target).to(device)
+        return _PreparedImage(
+            overlaps=overlaps,
             ignore=ignore,
-            reusable=target.ignore_flags().cpu().numpy(),
+            reusable=target.ignore_flags().to(device),
+            scores=score[order],
+            classes=classes,
+            kept=kept,
+            target_classes=target_classes,
+            counted=target_valid & ~ignore,
         )
-        counted = target.classes.cpu().numpy().astype(np.int64)[~ignore]
-        return _PreparedImage(image, score_np[keep], class_np[keep], np.bincount(counted))
+
+    def _check_class_ids(
+        self, pred_classes: Tensor, pred_valid: Tensor, target_classes: Tensor, target_valid: Tensor
+    ) -> None:
+        """Negative class ids of real rows: raised now on the CPU, by ``compute`` elsewhere."""
+        lowest = torch.stack(
+            [_lowest(pred_classes, pred_valid), _lowest(target_classes, target_valid)]
+        )
+        if lowest.device.type == "cpu":
+            _raise_negative_class(lowest)
+        else:
+            self._lowest_classes.append(lowest)
+
+    def _check_deferred_class_ids(self) -> None:
+        if self._lowest_classes:
+            lowest = torch.stack([v.cpu() for v in self._lowest_classes]).amin(dim=0)
+            _raise_negative_class(lowest)
 
     def _overlaps(
-        self, kind: str, pred: ImagePredictions, target: ImageTargets, index: Tensor
+        self, kind: str, pred: ImagePredictions, target: ImageTargets, pairs: Tensor
     ) -> Tensor:
-        """(D, G) float64 overlap of the kept predictions (``index``) with every target."""
+        """(n, m) float64 overlap of every prediction with every target, at least at ``pairs``.
+
+        Only rotated boxes use ``pairs`` (n, m) bool, to clip only the polygons that can match;
+        other kinds compute every pair, which costs less than selecting them.
+        """
         crowd = target.crowd_flags()
         if kind == "box":
             (p_boxes,) = require_fields(pred, ("boxes",), kind)
             (t_boxes,) = require_fields(target, ("boxes",), kind)
-            return box_overlaps(p_boxes[index], t_boxes.to(p_boxes.device), crowd)
+            return box_overlaps(p_boxes, t_boxes.to(p_boxes.device), crowd)
         if kind == "mask":
             (p_masks,) = require_fields(pred, ("masks",), kind)
             (t_masks,) = require_fields(target, ("masks",), kind)
@@ -357,7 +330,7 @@ class MeanAveragePrecision:
                     f"prediction masks are {tuple(p_masks.shape[1:])!r} but target masks are "
                     f"{tuple(t_masks.shape[1:])!r}: resize both to the source image (H, W)"
                 )
-            return mask_overlaps(p_masks[index], t_masks, crowd)
+            return mask_overlaps(p_masks, t_masks, crowd)
         if kind == "pose":
             (p_kpts,) = require_fields(pred, ("keypoints",), kind)
             t_kpts, t_boxes = require_fields(target, ("keypoints", "boxes"), kind)
@@ -367,7 +340,7 @@ class MeanAveragePrecision:
                     f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
                 )
             return keypoint_similarity(
-                p_kpts[index],
+                p_kpts,
                 t_kpts,
                 t_boxes,
                 self._target_areas(target, t_boxes),
@@ -375,9 +348,7 @@ class MeanAveragePrecision:
             )
         (p_rboxes,) = require_fields(pred, ("rboxes",), kind)
         (t_rboxes,) = require_fields(target, ("rboxes",), kind)
-        p_classes = pred.classes.to(p_rboxes.device)[index]
-        same_class = p_classes[:, None] == target.classes.to(p_rboxes.device)[None, :]
-        return rotated_overlaps(p_rboxes[index], t_rboxes, crowd, pairs=same_class)
+        return rotated_overlaps(p_rboxes, t_rboxes, crowd, pairs=pairs.to(p_rboxes.device))
 
     def _sigmas(self, target_keypoints: Tensor) -> Tensor:
         K = target_keypoints.shape[1]
@@ -386,7 +357,7 @@ class MeanAveragePrecision:
             raise MetricsInputError(
                 f"got {sigmas.shape[0]!r} OKS sigmas for {K!r} keypoints: pass one per keypoint"
             )
-        return sigmas
+        return float64_constant(tuple(sigmas.tolist()), target_keypoints.device)
 
     @staticmethod
     def _target_areas(target: ImageTargets, boxes: Tensor) -> Tensor:
@@ -404,25 +375,75 @@ class MeanAveragePrecision:
         return ignore
 
 
-def _top_per_class(scores: np.ndarray, classes: np.ndarray, max_dets: int) -> np.ndarray:
-    """Indices of each class's ``max_dets`` best predictions, in descending score order overall.
+def _matching_order(
+    scores: Tensor, classes: Tensor, valid: Tensor, max_dets: int
+) -> tuple[Tensor, Tensor]:
+    """COCO's order of one image's predictions and which of them are scored.
 
     Args:
         scores: (n,) float64.
         classes: (n,) int64.
+        valid: (n,) bool, real predictions.
         max_dets: predictions kept per class.
 
     Returns:
-        (D,) int64 indices into the inputs; ties keep input order (stable sort), as in COCO.
+        ``order`` (n,) int64, real predictions by descending score (ties keep input order, a
+        stable sort as in COCO) then the padding; ``kept`` (n,) bool along ``order``, the real
+        predictions among their class's ``max_dets`` best.
     """
-    by_score = np.argsort(-scores, kind="stable")
-    ranked_classes = classes[by_score]
-    by_class = np.argsort(ranked_classes, kind="stable")  # groups classes, keeps score order
-    sorted_classes = ranked_classes[by_class]
-    starts = np.searchsorted(sorted_classes, sorted_classes, side="left")
-    rank = np.empty_like(by_class)
-    rank[by_class] = np.arange(by_class.shape[0]) - starts
-    return by_score[rank < max_dets].astype(np.int64)
+    order = torch.argsort(torch.where(valid, -scores, torch.inf), stable=True)
+    ranked_classes = torch.where(valid, classes, torch.iinfo(torch.int64).max)[order]
+    by_class = torch.argsort(ranked_classes, stable=True)  # groups classes, keeps score order
+    grouped = ranked_classes[by_class]
+    starts = torch.searchsorted(grouped, grouped, side="left")
+    rank = torch.empty_like(by_class)
+    rank[by_class] = torch.arange(by_class.shape[0], device=by_class.device) - starts
+    return order, valid[order] & (rank < max_dets)
+
+
+def _match(images: list[_PreparedImage], image_ids: Tensor | None) -> BatchRecords:
+    """Pad a batch's images to one size, match them together, keep what ``compute`` reads."""
+    D = max(image.scores.shape[0] for image in images)
+    G = max(image.target_classes.shape[0] for image in images)
+    overlaps = _stack([image.overlaps for image in images], (D, G), -1.0)
+    ignore = _stack([image.ignore for image in images], (G,), False)
+    reusable = _stack([image.reusable for image in images], (G,), False)
+    matched, ignored = match_batch(overlaps, ignore, reusable)
+    device = overlaps.device
+    return BatchRecords(
+        scores=_stack([image.scores for image in images], (D,), 0.0),
+        classes=_stack([image.classes for image in images], (D,), 0),
+        kept=_stack([image.kept for image in images], (D,), False),
+        matched=matched,
+        ignored=ignored,
+        target_classes=_stack([image.target_classes for image in images], (G,), 0),
+        counted=_stack([image.counted for image in images], (G,), False),
+        image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
+    )
+
+
+def _stack(parts: list[Tensor], size: tuple[int, ...], fill: float) -> Tensor:
+    """(len(parts), *size): each part in the leading corner, the rest ``fill`` (no host sync)."""
+    out = parts[0].new_full((len(parts), *size), fill)
+    for i, part in enumerate(parts):
+        corner: tuple[int | slice, ...] = (i, *(slice(0, s) for s in part.shape))
+        out[corner] = part.to(out.device)
+    return out
+
+
+def _lowest(classes: Tensor, valid: Tensor) -> Tensor:
+    """() int64: the lowest class id among real rows, 0 when there is none."""
+    return torch.where(valid, classes, 0).amin() if classes.numel() else classes.new_zeros(())
+
+
+def _raise_negative_class(lowest: Tensor) -> None:
+    """Raise on a negative id in (2,) [lowest prediction class, lowest target class]."""
+    for name, value in zip(("predictions", "targets"), lowest.tolist(), strict=True):
+        if value < 0:
+            raise MetricsInputError(
+                f"{name} hold class id {value!r}: class ids must be >= 0 "
+                "(drop padded rows before the metric, or flag them in valid)"
+            )
 
 
 __all__ = ["DEFAULT_MAX_DETS", "KINDS", "MeanAveragePrecision"]

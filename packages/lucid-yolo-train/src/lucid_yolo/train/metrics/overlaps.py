@@ -49,10 +49,12 @@ def box_overlaps(pred_boxes: Tensor, target_boxes: Tensor, crowd: Tensor) -> Ten
 def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Tensor:
     """IoU of every prediction mask with every target mask (crowd: intersection / pred area).
 
-    Intersections can only occur inside the bounding rectangle of all target pixels, so the
-    matrix product runs on that crop, a chunk of predictions at a time (a float copy of every
-    prediction mask would be 4 bytes per pixel and instance); the areas are counted on the full
-    masks.
+    Intersections are one matrix product of the flattened masks, a chunk of predictions at a
+    time (a float copy of every prediction mask would be 4 bytes per pixel and instance). On the
+    CPU the product runs only on the bounding rectangle of all target pixels, outside which no
+    intersection can occur; elsewhere it runs on the whole frame, because finding that rectangle
+    means reading it back to the host, which would stall a GPU validation loop for less than the
+    product costs there (issue 11). The areas are counted on the full masks.
 
     Args:
         pred_masks: (n, H, W) bool (or 0/1) masks at source-image resolution.
@@ -66,19 +68,35 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     target_masks = target_masks.to(pred_masks.device)
     area_p, area_t = _count(pred_masks), _count(target_masks)
     inter = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
-    covered = target_masks.to(torch.bool).any(dim=0)  # (H, W) any target pixel
-    rows, cols = torch.nonzero(covered.any(dim=1)), torch.nonzero(covered.any(dim=0))
-    if n and rows.numel():
-        y0, y1, x0, x1 = int(rows[0]), int(rows[-1]) + 1, int(cols[0]), int(cols[-1]) + 1
-        pixels = (y1 - y0) * (x1 - x0)
+    window = _target_window(target_masks)
+    if n and m and window is not None:
+        rows, cols = window
+        pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
         dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-        t = target_masks[:, y0:y1, x0:x1].reshape(m, pixels).to(dtype)  # (m, crop pixels)
+        t = target_masks[:, rows, cols].reshape(m, pixels).to(dtype)  # (m, window pixels)
         chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
-        for start in range(0, n, chunk):
-            p = pred_masks[start : start + chunk, y0:y1, x0:x1].reshape(-1, pixels).to(dtype)
-            inter[start : start + chunk] = (p @ t.T).to(torch.float64)
+        # an ambient autocast (a bf16 validation step) would round the counts in its matmul
+        with torch.autocast(pred_masks.device.type, enabled=False):
+            for start in range(0, n, chunk):
+                p = pred_masks[start : start + chunk, rows, cols].reshape(-1, pixels).to(dtype)
+                inter[start : start + chunk] = (p @ t.T).to(torch.float64)
     union = area_p[:, None] + area_t[None, :] - inter
     return _divide(inter, union, area_p, crowd)
+
+
+def _target_window(target_masks: Tensor) -> tuple[slice, slice] | None:
+    """(rows, cols) to multiply over: the targets' bounding rectangle on the CPU, else the frame.
+
+    ``None`` when the CPU masks hold no target pixel (every intersection is 0).
+    """
+    height, width = target_masks.shape[1:]
+    if target_masks.device.type != "cpu":
+        return (slice(0, height), slice(0, width)) if height * width else None
+    covered = target_masks.to(torch.bool).any(dim=0)  # (H, W) any target pixel
+    rows, cols = torch.nonzero(covered.any(dim=1)), torch.nonzero(covered.any(dim=0))
+    if not rows.numel():
+        return None
+    return slice(int(rows[0]), int(rows[-1]) + 1), slice(int(cols[0]), int(cols[-1]) + 1)
 
 
 def _count(masks: Tensor) -> Tensor:

@@ -1,0 +1,31 @@
+"""Constants of the metric (IoU thresholds, OKS sigmas) on the device, copied there once.
+
+Copying a host tensor to the GPU waits for the GPU's queue to drain, so a constant built on the
+host for every image or batch would stall a validation loop once per call (issue 11). Each
+distinct constant is copied once per device and reused.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import torch
+from torch import Tensor
+
+
+def float64_constant(values: tuple[float, ...], device: torch.device) -> Tensor:
+    """(len(values),) float64 ``values`` on ``device``; the same tensor on every call.
+
+    Callers must not modify it in place.
+    """
+    if device.type == "cpu":
+        return torch.tensor(values, dtype=torch.float64)
+    return _cached(values, device)
+
+
+@lru_cache(maxsize=64)
+def _cached(values: tuple[float, ...], device: torch.device) -> Tensor:
+    return torch.tensor(values, dtype=torch.float64, device=device)
+
+
+__all__ = ["float64_constant"]
