@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 from host_reference import rank_by_rank
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lucid_yolo.train.metrics import IOU_THRESHOLDS, ImageOverlaps, match_images
+from lucid_yolo.train.metrics import (
+    IOU_THRESHOLDS,
+    ImageOverlaps,
+    match_batch,
+    match_extent,
+    match_images,
+)
 
 ONE = np.array([0.5])
 
@@ -173,3 +180,23 @@ def test_match_images_a_chain_of_displaced_predictions_needs_every_round() -> No
     matched, _ = rank_by_rank(image)
     assert np.array_equal(out.matched, matched)
     assert out.matched[0].all()
+
+
+def test_match_extent_counts_the_rounds_rows_and_columns_within_reach() -> None:
+    overlaps = torch.full((2, 5, 4), -1.0, dtype=torch.float64)
+    overlaps[0, 1, 0] = overlaps[0, 1, 1] = 0.6  # two takeable targets in image 0
+    overlaps[1, 3, 2] = 0.9  # a reusable one in image 1
+    overlaps[1, 4, 3] = 0.3  # below the lowest threshold: out of reach
+    reusable = torch.tensor([[False] * 4, [False, False, True, False]])
+    assert match_extent(overlaps, reusable).tolist() == [3, 4, 3]
+
+
+def test_match_batch_beyond_the_extent_matches_nothing() -> None:
+    overlaps = torch.full((1, 6, 5), -1.0, dtype=torch.float64)
+    overlaps[0, 0, 0] = 0.8
+    ignore = torch.zeros(1, 5, dtype=torch.bool)
+    matched, ignored = match_batch(overlaps, ignore, ignore)
+    assert matched.shape == (1, 10, 6)
+    assert matched[0, :, 0].tolist() == (IOU_THRESHOLDS <= 0.8).tolist()
+    assert not matched[0, :, 1:].any()
+    assert not ignored.any()

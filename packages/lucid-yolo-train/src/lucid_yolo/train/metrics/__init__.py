@@ -4,6 +4,8 @@ from lucid_yolo.train.metrics.coco_matching import (
     IOU_THRESHOLDS,
     ImageMatches,
     ImageOverlaps,
+    match_batch,
+    match_extent,
     match_images,
 )
 from lucid_yolo.train.metrics.distributed import gather_across_ranks
@@ -59,6 +61,8 @@ __all__ = [
     "IOU_THRESHOLDS",
     "ImageOverlaps",
     "ImageMatches",
+    "match_batch",
+    "match_extent",
     "match_images",
     "RECALL_THRESHOLDS",
     "MatchedPredictions",

@@ -24,8 +24,12 @@ runs where the overlaps are (issue 11). Each round, for every unsettled predicti
    candidates can only be taken away, so the target is still its best when its turn comes.
 
 After step 1 the first-ranked unsettled prediction with a candidate always wins in step 3 and
-takes a target that is not reusable, so every round but the last takes one; ``G`` targets bound
-the rounds.
+takes a target that is not reusable, so every round but the last takes one: one more than the
+most non-reusable targets an image has within reach (some overlap at the lowest threshold)
+bounds the rounds. :func:`match_extent` computes that bound, and the last prediction row and
+target column within reach, on the device; rows and columns beyond them can never match and are
+left out. The caller reads the three numbers when it suits it (the accumulator reads them one
+batch later, when they are long ready, so the host never waits for the device's queue).
 """
 
 from __future__ import annotations
@@ -79,11 +83,39 @@ class ImageMatches:
     ignored: BoolArray
 
 
+def match_extent(
+    overlaps: Tensor, reusable: Tensor, thresholds: FloatArray = IOU_THRESHOLDS
+) -> Tensor:
+    """How much of a batch :func:`match_batch` has to visit, computed on the device.
+
+    Args:
+        overlaps: (B, D, G) float64, as for :func:`match_batch`.
+        reusable: (B, G) bool.
+        thresholds: (T,) overlap thresholds.
+
+    Returns:
+        (3,) int64: the rounds that settle every prediction, and the prediction rows and target
+        columns within reach (one past the last row or column with an overlap at or above the
+        lowest threshold).
+    """
+    B, D, G = overlaps.shape
+    if B == 0 or D == 0 or G == 0:
+        return torch.zeros(3, dtype=torch.int64, device=overlaps.device)
+    lowest = float(min(np.min(thresholds), _THRESHOLD_CAP))
+    reach = overlaps >= lowest  # (B, D, G)
+    takeable = reach.any(dim=1) & ~reusable.to(device=overlaps.device, dtype=torch.bool)
+    rounds = takeable.sum(dim=1).amax() + 1
+    rows = (reach.any(dim=2).any(dim=0) * torch.arange(1, D + 1, device=overlaps.device)).amax()
+    cols = (reach.any(dim=1).any(dim=0) * torch.arange(1, G + 1, device=overlaps.device)).amax()
+    return torch.stack([rounds, rows, cols])
+
+
 def match_batch(
     overlaps: Tensor,
     ignore: Tensor,
     reusable: Tensor,
     thresholds: FloatArray = IOU_THRESHOLDS,
+    extent: Sequence[int] | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Greedy COCO matching of a padded batch of images, on the overlaps' device.
 
@@ -93,19 +125,26 @@ def match_batch(
         ignore: (B, G) bool, targets that do not count.
         reusable: (B, G) bool, targets that can absorb several predictions.
         thresholds: (T,) overlap thresholds; each is capped at ``1 - 1e-10`` as in COCO.
+        extent: ``(rounds, rows, columns)`` from :func:`match_extent` with the same inputs,
+            already read to the host; when left out it is computed and read here, which waits
+            for the device.
 
     Returns:
         ``matched`` and ``ignored``, each (B, T, D) bool (see :class:`ImageMatches`).
     """
-    B, D, G = overlaps.shape
+    B, D, _ = overlaps.shape
     device = overlaps.device
     capped = np.minimum(np.asarray(thresholds, dtype=np.float64), _THRESHOLD_CAP)
     threshold = float64_constant(tuple(capped.tolist()), device)  # (T,)
     T = threshold.shape[0]
     matched = torch.zeros(B, T, D, dtype=torch.bool, device=device)
     ignored = torch.zeros_like(matched)
+    if extent is None:
+        extent = match_extent(overlaps, reusable, thresholds).tolist()
+    rounds, D, G = (int(v) for v in extent)
     if G == 0 or D == 0:
         return matched, ignored
+    overlaps, ignore, reusable = overlaps[:, :D, :G], ignore[:, :G], reusable[:, :G]
     value = overlaps.to(torch.float64)[:, None]  # (B, 1, D, G)
     above = value >= threshold[None, :, None, None]  # (B, T, D, G)
     counted = ~ignore.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, G)
@@ -116,23 +155,24 @@ def match_batch(
     rank = torch.arange(D, device=device)  # (D,)
     taken = torch.zeros(B, T, 1, G, dtype=torch.bool, device=device)
     unsettled = torch.ones(B, T, D, dtype=torch.bool, device=device)
-    for _ in range(G + 1):
+    reached_matched, reached_ignored = matched[..., :D], ignored[..., :D]  # views, filled below
+    for _ in range(rounds):
         candidate = above & ~taken & unsettled[..., None]  # (B, T, D, G)
         favourite, has_favourite = _favourite(value, candidate, counted, target_index)
         favourite_reusable = target_reusable.gather(2, favourite)  # (B, T, D)
         favourite_ignored = target_ignored.gather(2, favourite)
         # step 1: a reusable favourite is final
         final = has_favourite & favourite_reusable
-        matched |= final
-        ignored |= final & favourite_ignored
+        reached_matched |= final
+        reached_ignored |= final & favourite_ignored
         # step 2: settled as well, unmatched, when nothing is left to take
         unsettled &= has_favourite & ~favourite_reusable
         candidate &= unsettled[..., None]
         # step 3: the first unsettled prediction that can take a target takes it if it wants it
         first = torch.where(candidate, rank[:, None], D).amin(dim=2)  # (B, T, G)
         wins = unsettled & (first.gather(2, favourite) == rank)  # (B, T, D)
-        matched |= wins
-        ignored |= wins & favourite_ignored
+        reached_matched |= wins
+        reached_ignored |= wins & favourite_ignored
         unsettled &= ~wins
         won = (favourite[..., None] == target_index) & wins[..., None]  # (B, T, D, G)
         taken |= won.any(dim=2, keepdim=True)
@@ -199,4 +239,11 @@ def match_images(
     ]
 
 
-__all__ = ["IOU_THRESHOLDS", "ImageMatches", "ImageOverlaps", "match_batch", "match_images"]
+__all__ = [
+    "IOU_THRESHOLDS",
+    "ImageMatches",
+    "ImageOverlaps",
+    "match_batch",
+    "match_extent",
+    "match_images",
+]

@@ -8,11 +8,16 @@ sizes on the host. ``gather`` is the one host read: it pads every batch to a com
 each field to the host in one piece, puts the images in dataset order and drops the padding,
 giving the flat arrays that COCO's accumulation reads
 (:class:`~lucid_yolo.train.metrics.precision_curves.MatchedPredictions`).
+
+A batch is matched one batch late (:class:`PendingBatch`): how many rounds its matching needs
+(:func:`~lucid_yolo.train.metrics.coco_matching.match_extent`) is known only on the device, so
+it is copied to pinned host memory behind the batch's work and read at the next update, when the
+copy has long finished; the host waits for that copy alone, never for the device's queue.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -21,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS
+from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, match_extent
 from lucid_yolo.train.metrics.image_instances import MetricsInputError
 from lucid_yolo.train.metrics.precision_curves import MatchedPredictions
 
@@ -62,6 +67,81 @@ class BatchRecords:
             counted=self.counted.cpu(),
             image_ids=None if self.image_ids is None else self.image_ids.cpu(),
         )
+
+
+@dataclass(frozen=True)
+class PendingBatch:
+    """One batch of one kind, stacked and padded, waiting for its match extent on the host.
+
+    Attributes:
+        overlaps: (B, D, G) float64, -1 for pairs that never match.
+        ignore: (B, G) bool.
+        reusable: (B, G) bool.
+        records: what :class:`BatchRecords` keeps besides the matches (``matched`` and
+            ``ignored`` are empty until :meth:`finish`).
+        extent: (3,) int64 on the host, :func:`match_extent` of the batch (written by an
+            asynchronous copy until ``ready`` has passed).
+        ready: the event after that copy; ``None`` when the batch is on the CPU.
+    """
+
+    overlaps: Tensor
+    ignore: Tensor
+    reusable: Tensor
+    records: BatchRecords
+    extent: Tensor
+    ready: torch.cuda.Event | None
+
+    @classmethod
+    def stack(
+        cls,
+        *,
+        overlaps: list[Tensor],
+        ignore: list[Tensor],
+        reusable: list[Tensor],
+        scores: list[Tensor],
+        classes: list[Tensor],
+        kept: list[Tensor],
+        target_classes: list[Tensor],
+        counted: list[Tensor],
+        image_ids: Tensor | None,
+    ) -> PendingBatch:
+        """Pad a batch's images (one tensor per image in each list) and start the extent copy."""
+        D = max(t.shape[0] for t in scores)
+        G = max(t.shape[0] for t in target_classes)
+        stacked_overlaps = _stack(overlaps, (D, G), -1.0)
+        stacked_reusable = _stack(reusable, (G,), False)
+        device = stacked_overlaps.device
+        extent = match_extent(stacked_overlaps, stacked_reusable)
+        ready = None
+        if device.type == "cuda":
+            host = torch.empty(3, dtype=torch.int64, pin_memory=True)
+            host.copy_(extent, non_blocking=True)
+            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            ready.record()
+            extent = host
+        empty = torch.zeros(0, dtype=torch.bool, device=device)
+        records = BatchRecords(
+            scores=_stack(scores, (D,), 0.0),
+            classes=_stack(classes, (D,), 0),
+            kept=_stack(kept, (D,), False),
+            matched=empty,
+            ignored=empty,
+            target_classes=_stack(target_classes, (G,), 0),
+            counted=_stack(counted, (G,), False),
+            image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
+        )
+        return cls(
+            stacked_overlaps, _stack(ignore, (G,), False), stacked_reusable, records, extent, ready
+        )
+
+    def finish(self) -> BatchRecords:
+        """Match the batch (after its extent has reached the host) and return its records."""
+        if self.ready is not None:
+            self.ready.synchronize()  # the extent's copy, queued long before
+        matched, ignored = match_batch(
+            self.overlaps, self.ignore, self.reusable, extent=self.extent.tolist()
+        )
+        return replace(self.records, matched=matched, ignored=ignored)
 
 
 class KindRecords:
@@ -127,6 +207,15 @@ class KindRecords:
         return first.astype(np.int64)
 
 
+def _stack(parts: list[Tensor], size: tuple[int, ...], fill: float) -> Tensor:
+    """(len(parts), *size): each part in the leading corner, the rest ``fill`` (no host sync)."""
+    out = parts[0].new_full((len(parts), *size), fill)
+    for i, part in enumerate(parts):
+        corner: tuple[int | slice, ...] = (i, *(slice(0, s) for s in part.shape))
+        out[corner] = part.to(out.device)
+    return out
+
+
 def _host(parts: list[Tensor], size: int, fill: float) -> npt.NDArray[Any]:
     """Per-batch tensors padded to ``size`` in their last dimension, concatenated, on the host.
 
@@ -139,4 +228,4 @@ def _host(parts: list[Tensor], size: int, fill: float) -> npt.NDArray[Any]:
     return torch.cat(padded).cpu().numpy()
 
 
-__all__ = ["BatchRecords", "KindRecords"]
+__all__ = ["BatchRecords", "KindRecords", "PendingBatch"]

@@ -41,7 +41,6 @@ from typing import Final
 import torch
 from torch import Tensor
 
-from lucid_yolo.train.metrics.coco_matching import match_batch
 from lucid_yolo.train.metrics.device_constants import float64_constant
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
@@ -50,7 +49,7 @@ from lucid_yolo.train.metrics.image_instances import (
     require_fields,
 )
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
-from lucid_yolo.train.metrics.matched_records import BatchRecords, KindRecords
+from lucid_yolo.train.metrics.matched_records import KindRecords, PendingBatch
 from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps
 from lucid_yolo.train.metrics.precision_curves import (
     best_f1_precision_recall,
@@ -132,11 +131,13 @@ class MeanAveragePrecision:
             raise MetricsInputError(f"max_dets must be positive, got {bad!r}")
         self.sigmas = None if sigmas is None else torch.tensor(list(sigmas), dtype=torch.float64)
         self._records = {kind: KindRecords() for kind in self.kinds}
+        self._pending: dict[str, PendingBatch] = {}
         self._lowest_classes: list[Tensor] = []
 
     def reset(self) -> None:
         """Forget everything seen so far (call at the start of each validation epoch)."""
         self._records = {kind: KindRecords() for kind in self.kinds}
+        self._pending = {}
         self._lowest_classes = []
 
     @torch.no_grad()
@@ -193,8 +194,27 @@ class MeanAveragePrecision:
         if images == 0:
             return
         ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
-        for kind, kind_images in prepared.items():
-            self._records[kind].batches.append(_match(kind_images, ids))
+        self._settle()
+        self._pending = {
+            kind: PendingBatch.stack(
+                overlaps=[image.overlaps for image in kind_images],
+                ignore=[image.ignore for image in kind_images],
+                reusable=[image.reusable for image in kind_images],
+                scores=[image.scores for image in kind_images],
+                classes=[image.classes for image in kind_images],
+                kept=[image.kept for image in kind_images],
+                target_classes=[image.target_classes for image in kind_images],
+                counted=[image.counted for image in kind_images],
+                image_ids=ids,
+            )
+            for kind, kind_images in prepared.items()
+        }
+
+    def _settle(self) -> None:
+        """Match the batch left pending by the last ``update`` (its extent is on the host now)."""
+        for kind, pending in self._pending.items():
+            self._records[kind].batches.append(pending.finish())
+        self._pending = {}
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
@@ -213,12 +233,15 @@ class MeanAveragePrecision:
                 f"{other.max_dets!r} into one of {self.kinds!r} / {self.max_dets!r}: "
                 "build both with the same arguments"
             )
+        self._settle()
+        other._settle()
         for kind in self.kinds:
             self._records[kind].batches += other._records[kind].batches
         self._lowest_classes += other._lowest_classes
 
     def cpu(self) -> MeanAveragePrecision:
         """A copy whose records are on the CPU, to send to other processes (pickled)."""
+        self._settle()
         copy = MeanAveragePrecision(self.kinds, self.max_dets)
         copy.sigmas = self.sigmas
         for kind in self.kinds:
@@ -233,6 +256,7 @@ class MeanAveragePrecision:
             ``{"<kind>/mAP50-95", "<kind>/mAP50", "<kind>/P", "<kind>/R"}`` for every kind; the
             mAPs are 0.0 when no target was counted.
         """
+        self._settle()
         self._check_deferred_class_ids()
         out: dict[str, float] = {}
         for kind in self.kinds:
@@ -253,6 +277,7 @@ class MeanAveragePrecision:
         """
         if kind not in self.kinds:
             raise MetricsInputError(f"kind {kind!r} is not evaluated here: one of {self.kinds!r}")
+        self._settle()
         self._check_deferred_class_ids()
         precision = interpolated_precision(self._records[kind].gather())  # (T, R, C)
         return {
@@ -399,36 +424,6 @@ def _matching_order(
     rank = torch.empty_like(by_class)
     rank[by_class] = torch.arange(by_class.shape[0], device=by_class.device) - starts
     return order, valid[order] & (rank < max_dets)
-
-
-def _match(images: list[_PreparedImage], image_ids: Tensor | None) -> BatchRecords:
-    """Pad a batch's images to one size, match them together, keep what ``compute`` reads."""
-    D = max(image.scores.shape[0] for image in images)
-    G = max(image.target_classes.shape[0] for image in images)
-    overlaps = _stack([image.overlaps for image in images], (D, G), -1.0)
-    ignore = _stack([image.ignore for image in images], (G,), False)
-    reusable = _stack([image.reusable for image in images], (G,), False)
-    matched, ignored = match_batch(overlaps, ignore, reusable)
-    device = overlaps.device
-    return BatchRecords(
-        scores=_stack([image.scores for image in images], (D,), 0.0),
-        classes=_stack([image.classes for image in images], (D,), 0),
-        kept=_stack([image.kept for image in images], (D,), False),
-        matched=matched,
-        ignored=ignored,
-        target_classes=_stack([image.target_classes for image in images], (G,), 0),
-        counted=_stack([image.counted for image in images], (G,), False),
-        image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
-    )
-
-
-def _stack(parts: list[Tensor], size: tuple[int, ...], fill: float) -> Tensor:
-    """(len(parts), *size): each part in the leading corner, the rest ``fill`` (no host sync)."""
-    out = parts[0].new_full((len(parts), *size), fill)
-    for i, part in enumerate(parts):
-        corner: tuple[int | slice, ...] = (i, *(slice(0, s) for s in part.shape))
-        out[corner] = part.to(out.device)
-    return out
 
 
 def _lowest(classes: Tensor, valid: Tensor) -> Tensor:
