@@ -522,11 +522,12 @@ def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
         for t in targets
     ]
     metric = MeanAveragePrecision()
-    metric.update(moved[:2], moved_targets[:2], image_ids=torch.tensor(ids[:2]).cuda())  # warm
+    first_ids, other_ids = torch.tensor(ids[:2]).cuda(), torch.tensor(ids[2:]).cuda()
+    metric.update(moved[:2], moved_targets[:2], image_ids=first_ids)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        metric.update(moved[2:], moved_targets[2:], image_ids=torch.tensor(ids[2:]).cuda())
+        metric.update(moved[2:], moved_targets[2:], image_ids=other_ids)
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert metric.compute()["box/mAP50"] > 0.0
@@ -535,7 +536,10 @@ def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
 @pytest.mark.gpu
 def test_mean_average_precision_reports_a_negative_cuda_class_id_on_compute() -> None:
     targets = ImageTargets(torch.tensor([-1]).cuda(), boxes=torch.tensor([BOX_A]).cuda())
+    preds = ImagePredictions(
+        torch.tensor([0.9]).cuda(), torch.tensor([0]).cuda(), boxes=torch.tensor([BOX_A]).cuda()
+    )
     metric = MeanAveragePrecision()
-    metric.update([_preds([BOX_A], [0.9], [0])], [targets])
+    metric.update([preds], [targets])
     with pytest.raises(MetricsInputError, match="targets hold class id -1"):
         metric.compute()

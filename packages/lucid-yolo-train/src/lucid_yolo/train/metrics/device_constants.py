@@ -25,7 +25,9 @@ def float64_constant(values: tuple[float, ...], device: torch.device) -> Tensor:
 
 @lru_cache(maxsize=64)
 def _cached(values: tuple[float, ...], device: torch.device) -> Tensor:
-    return torch.tensor(values, dtype=torch.float64, device=device)
+    # from pinned memory the copy is queued: even the first use does not wait for the device
+    host = torch.tensor(values, dtype=torch.float64).pin_memory()
+    return host.to(device, non_blocking=True)
 
 
 __all__ = ["float64_constant"]
