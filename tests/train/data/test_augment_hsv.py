@@ -1,4 +1,4 @@
-"""HSV jitter on CPU and on the device."""
+"""HSV jitter: the gain draw, the OpenCV path and the device path that must equal it."""
 
 from __future__ import annotations
 
@@ -7,75 +7,84 @@ import numpy as np
 import pytest
 import torch
 
-from lucid_yolo.train.data.augment import hsv_cpu, hsv_on_device
+from lucid_yolo.train.data.augment import HsvTables, draw_hsv_gains, hsv_cpu, hsv_on_device
+
+YOLO_AMPLITUDES = (0.015, 0.7, 0.4)
 
 
-def _image() -> np.ndarray:
-    return np.random.default_rng(0).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+@pytest.fixture(scope="module")
+def cpu_tables() -> HsvTables:
+    return HsvTables.on(torch.device("cpu"))
 
 
-def test_hsv_cpu_zero_gains_is_identity() -> None:
-    image = _image()
-    assert hsv_cpu(image, (0, 0, 0), np.random.default_rng(0)) is image
+def _image(size: int = 64, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 256, (size, size, 3), dtype=np.uint8)
+
+
+def _channels_first(images: list[np.ndarray]) -> torch.Tensor:
+    return torch.from_numpy(np.stack(images)).permute(0, 3, 1, 2).contiguous()
+
+
+def test_draw_hsv_gains_zero_amplitudes_draw_nothing() -> None:
+    rng = np.random.default_rng(0)
+    assert draw_hsv_gains((0, 0, 0), rng) is None
+    assert rng.random() == np.random.default_rng(0).random()
+
+
+def test_draw_hsv_gains_stay_within_the_amplitudes() -> None:
+    rng = np.random.default_rng(1)
+    gains = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in range(200)])  # type: ignore[misc]
+    assert np.all(np.abs(gains - 1) <= np.asarray(YOLO_AMPLITUDES))
 
 
 def test_hsv_cpu_value_gain_changes_brightness_only() -> None:
-    image = _image()
-    out = hsv_cpu(image, (0, 0, 0.5), np.random.default_rng(1))
+    image = _image(16)
+    out = hsv_cpu(image, np.array([1.0, 1.0, 1.5]))
     hsv_in = cv2.cvtColor(image, cv2.COLOR_RGB2HSV).astype(int)
     hsv_out = cv2.cvtColor(out, cv2.COLOR_RGB2HSV).astype(int)
     assert not np.array_equal(out, image)
     assert np.abs(hsv_out[..., 0] - hsv_in[..., 0]).mean() < 8
 
 
-def test_hsv_on_device_zero_gains_is_identity() -> None:
-    images = torch.from_numpy(_image()).permute(2, 0, 1)[None]
-    assert hsv_on_device(images, (0, 0, 0)) is images
-
-
-def test_hsv_on_device_round_trip_at_unit_gain() -> None:
-    images = torch.from_numpy(_image()).permute(2, 0, 1)[None].contiguous()
-    out = hsv_on_device(images, (1e-12, 1e-12, 1e-12), torch.Generator().manual_seed(0))
-    assert out.dtype == torch.uint8
-    assert (out.int() - images.int()).abs().max() <= 1
-
-
-def test_hsv_on_device_matches_cpu_conversion_for_value_gain() -> None:
-    image = _image()
-    gen = torch.Generator().manual_seed(3)
-    out = hsv_on_device(torch.from_numpy(image).permute(2, 0, 1)[None], (0, 0, 0.4), gen)
-    gain = float(torch.rand((1, 3, 1, 1), generator=torch.Generator().manual_seed(3))[0, 2]) * 2 - 1
+def test_hsv_tables_hold_opencv_conversions(cpu_tables: HsvTables) -> None:
+    image = _image(32)
     hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV)
-    hsv[..., 2] = np.clip(hsv[..., 2].astype(np.float64) * (1 + 0.4 * gain), 0, 255).astype(
-        np.uint8
-    )
-    reference = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB).astype(int)
-    diff = np.abs(out[0].permute(1, 2, 0).numpy().astype(int) - reference)
-    assert diff.mean() < 2.0
+    rgb = image.reshape(-1, 3).astype(np.int64)
+    codes = torch.from_numpy((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2])
+    assert np.array_equal(cpu_tables.to_hsv[codes].numpy(), hsv.reshape(-1, 3))
+    back = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
+    h = hsv.reshape(-1, 3).astype(np.int64)
+    codes = torch.from_numpy((h[:, 0] << 16) | (h[:, 1] << 8) | h[:, 2])
+    assert np.array_equal(cpu_tables.to_rgb[codes].numpy(), back.reshape(-1, 3))
 
 
-def test_hsv_on_device_reproducible_with_generator() -> None:
-    images = torch.from_numpy(_image()).permute(2, 0, 1)[None].repeat(2, 1, 1, 1)
-    a = hsv_on_device(images, (0.015, 0.7, 0.4), torch.Generator().manual_seed(5))
-    b = hsv_on_device(images, (0.015, 0.7, 0.4), torch.Generator().manual_seed(5))
-    assert torch.equal(a, b)
-    assert not torch.equal(a[0], a[1])
+@pytest.mark.parametrize("size", [32, 64, 96])
+def test_hsv_on_device_equals_hsv_cpu_bitwise(cpu_tables: HsvTables, size: int) -> None:
+    rng = np.random.default_rng(size)
+    images = [_image(size, seed) for seed in range(4)]
+    gains = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in images])  # type: ignore[misc]
+    out = hsv_on_device(_channels_first(images), torch.from_numpy(gains), cpu_tables)
+    expected = _channels_first([hsv_cpu(im, g) for im, g in zip(images, gains, strict=True)])
+    assert out.dtype == torch.uint8
+    assert torch.equal(out, expected)
+
+
+def test_hsv_on_device_extreme_gains_equal_hsv_cpu(cpu_tables: HsvTables) -> None:
+    # hue wrapping past 180 and saturation/value clipped at 255 in both paths
+    image = _image(32, seed=9)
+    gains = np.array([[1.9, 2.0, 2.0], [0.1, 0.0, 0.5]])
+    out = hsv_on_device(_channels_first([image, image]), torch.from_numpy(gains), cpu_tables)
+    assert torch.equal(out, _channels_first([hsv_cpu(image, g) for g in gains]))
 
 
 @pytest.mark.gpu
-def test_hsv_on_device_replays_in_cuda_graph_like_eager() -> None:
-    images = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, device="cuda")
-    gains = (0.015, 0.7, 0.4)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        hsv_on_device(images, gains)  # warm-up on a side stream before capture
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        static_out = hsv_on_device(images, gains)
-    torch.cuda.manual_seed(7)
-    graph.replay()
-    replayed = static_out.clone()
-    torch.cuda.manual_seed(7)
-    assert torch.equal(replayed, hsv_on_device(images, gains))
+def test_hsv_on_device_on_cuda_equals_hsv_cpu_bitwise() -> None:
+    rng = np.random.default_rng(0)
+    images = [_image(640, seed) for seed in range(4)]
+    gains = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in images])  # type: ignore[misc]
+    device = torch.device("cuda")
+    out = hsv_on_device(
+        _channels_first(images).to(device), torch.from_numpy(gains).to(device), HsvTables.on(device)
+    )
+    expected = _channels_first([hsv_cpu(im, g) for im, g in zip(images, gains, strict=True)])
+    assert torch.equal(out.cpu(), expected)

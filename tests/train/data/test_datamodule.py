@@ -167,6 +167,50 @@ def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> Non
     assert dm.datasets["train"].close_mosaic_epoch == 2
 
 
+class _BatchKeeper(L.LightningModule):
+    """Keeps every training batch the step receives; learns nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.zeros(1))
+        self.batches: list[Batch] = []
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        self.batches.append(batch)
+        return self.weight.sum() * 0
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
+@pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
+def test_datamodule_pixels_on_device_reach_the_step_finished(pose_yaml: Path) -> None:
+    def fit(pixels_on_device: bool | None) -> list[Batch]:
+        dm = _module(pose_yaml, augment=AugmentConfig(pixels_on_device=pixels_on_device))
+        model = _BatchKeeper()
+        L.Trainer(
+            max_epochs=2,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        ).fit(model, datamodule=dm)
+        assert dm.datasets["train"].defer_pixels is bool(pixels_on_device)
+        return model.batches
+
+    expected = fit(False)
+    assert len(expected) == 2
+    for batch, want in zip(fit(True), expected, strict=True):
+        assert batch.keys() == want.keys()
+        assert torch.equal(batch["images"], want["images"])
+        assert torch.equal(batch["keypoints"], want["keypoints"])
+    fit(None)  # on CPU the default leaves the pixels to the workers (asserted in `fit`)
+
+
 def test_datamodule_worker_loaders_shrink_opencv_pool_before_fork(pose_yaml: Path) -> None:
     before = cv2.getNumThreads()
     try:

@@ -29,6 +29,12 @@ key                shape              dtype             meaning
                                                         source px * scale + pad
 =================  =================  ================  ==========================================
 
+Training batches whose pixel augmentations were left to the device
+(``AugmentConfig.pixels_on_device``) also carry, from the loader to the device only,
+``deferred_hsv`` (B, 3) float64 HSV gains and ``deferred_flip`` (B,) bool; the data module
+applies them to ``images`` once the batch is on the device and removes both keys
+(:mod:`~lucid_yolo.train.data.augment.device_pixels`), so a training step never sees them.
+
 Segment batches built for evaluation (no augmentation) also carry ``source_shapes``: per image,
 one ground truth in *source* pixels per valid instance, in row order, which the mask metric turns
 into a mask at the source size: the annotation's RLE where it was given as one
@@ -60,6 +66,8 @@ class Batch(TypedDict):
     keypoints: NotRequired[Tensor]
     rboxes: NotRequired[Tensor]
     source_shapes: NotRequired[list[list[SourceShape]]]
+    deferred_hsv: NotRequired[Tensor]
+    deferred_flip: NotRequired[Tensor]
 
 
 __all__ = ["Batch"]

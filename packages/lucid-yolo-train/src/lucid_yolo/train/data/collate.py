@@ -52,6 +52,10 @@ def collate(items: Sequence[Targets]) -> Batch:
         batch["rboxes"] = torch.from_numpy(np.stack([_field(t.rboxes) for t in items]))
     if first.source_shapes is not None:
         batch["source_shapes"] = [list(_field(t.source_shapes)) for t in items]
+    if first.deferred_hsv is not None:
+        batch["deferred_hsv"] = torch.from_numpy(np.stack([_field(t.deferred_hsv) for t in items]))
+    if first.deferred_flip is not None:
+        batch["deferred_flip"] = torch.tensor([_field(t.deferred_flip) for t in items])
     return batch
 
 

@@ -29,7 +29,9 @@ from typing_extensions import override
 
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
+from lucid_yolo.train.data.augment.device_pixels import DevicePixels
 from lucid_yolo.train.data.augment.targets import Targets
+from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.cache import ImageCache
 from lucid_yolo.train.data.checkpoint_spec import is_checkpoint, load_checkpoint_data
 from lucid_yolo.train.data.coco_yaml import is_coco_yaml, load_coco_yaml
@@ -173,6 +175,7 @@ class YoloDataModule(L.LightningDataModule):
         self._train_loader: ResumableLoader | None = None
         self._train_position: dict[str, int] | None = None
         self.datasets: dict[str, YoloDataset] = {}
+        self._device_pixels = DevicePixels()
 
     @property
     def task(self) -> Task:
@@ -202,6 +205,7 @@ class YoloDataModule(L.LightningDataModule):
     def train_dataloader(self) -> DataLoader[Targets]:
         dataset = self._dataset("train")
         dataset.close_mosaic_epoch = self._close_mosaic_epoch()
+        dataset.defer_pixels = self._defer_pixels()
         loader = self._loader(dataset, self.batch_size, train=True)
         if isinstance(loader, ResumableLoader):
             if self._train_position is not None:
@@ -221,6 +225,12 @@ class YoloDataModule(L.LightningDataModule):
     @override
     def predict_dataloader(self) -> DataLoader[Targets]:
         return self._loader(self._dataset(self._predict_split()), self.val_batch_size, train=False)
+
+    @override
+    def on_after_batch_transfer(self, batch: Batch, dataloader_idx: int) -> Batch:
+        """Apply the HSV jitter and flips the workers left to the device (training batches with
+        ``AugmentConfig.pixels_on_device``), before the step sees the batch."""
+        return self._device_pixels(batch)
 
     def predict_image(self, image_id: int) -> Path:
         """The file of a predicted image, by its ``Batch["image_ids"]`` entry."""
@@ -352,6 +362,13 @@ class YoloDataModule(L.LightningDataModule):
         if self._worker_line is not None:
             line, self._worker_line = f"{line}; {self._worker_line}", None
         print_line(f"data: {line}")
+
+    def _defer_pixels(self) -> bool:
+        """``AugmentConfig.pixels_on_device``, by default on when the trainer trains on CUDA."""
+        if self.augment.pixels_on_device is not None:
+            return self.augment.pixels_on_device
+        trainer = self.trainer
+        return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
     def _close_mosaic_epoch(self) -> int | None:
         trainer = self.trainer

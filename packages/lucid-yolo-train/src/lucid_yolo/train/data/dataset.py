@@ -55,6 +55,9 @@ class YoloDataset(Dataset[Targets]):
         num_keypoints: K for pose (the dataset YAML's ``kpt_shape[0]``).
         flip_idx: pose left/right permutation; required when pose flips (``augment.fliplr > 0``).
         close_mosaic_epoch: first epoch without mosaic (``None``: mosaic in every epoch).
+        defer_pixels: training samples leave HSV and the flip's pixels to the training device
+            (:mod:`~lucid_yolo.train.data.augment.device_pixels`); the data module sets it from
+            ``AugmentConfig.pixels_on_device`` and the trainer's device.
         seed: base of every per-sample random stream.
         cache: decoded-image cache to read from and fill, or ``None``.
         counters: shared counters of produced samples and lost instances, or ``None``.
@@ -75,6 +78,7 @@ class YoloDataset(Dataset[Targets]):
         num_keypoints: int = 0,
         flip_idx: Sequence[int] | None = None,
         close_mosaic_epoch: int | None = None,
+        defer_pixels: bool = False,
         seed: int = 0,
         cache: ImageCache | DiskImageCache | None = None,
         counters: DataCounters | None = None,
@@ -102,6 +106,7 @@ class YoloDataset(Dataset[Targets]):
         self.num_keypoints = num_keypoints
         self.flip_idx = None if flip_idx is None else tuple(flip_idx)
         self.close_mosaic_epoch = close_mosaic_epoch
+        self.defer_pixels = defer_pixels
         self.seed = seed
         self.cache = cache
         self.counters = counters
@@ -149,6 +154,7 @@ class YoloDataset(Dataset[Targets]):
                 use_mosaic=self.mosaic_enabled(epoch),
                 flip_idx=self.flip_idx,
                 rng=np.random.default_rng((self.seed, epoch, index)),
+                defer_pixels=self.defer_pixels,
             )
         targets = to_targets(sample, self.task, self.max_instances, self.num_keypoints)
         if self.augment is None and self.task == "segment":

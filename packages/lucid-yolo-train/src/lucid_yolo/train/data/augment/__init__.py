@@ -1,4 +1,4 @@
-"""Training augmentation on CPU (numpy/OpenCV) plus HSV on the accelerator.
+"""Training augmentation on CPU (numpy/OpenCV), its pixel passes optionally on the device.
 
 Every augmentation acts on a :class:`Sample` (image + all task geometries in pixels), so boxes,
 polygons, keypoints and rotated-box corners always move together; :func:`to_targets` turns the
@@ -7,9 +7,10 @@ result into one image's slice of the padded dense batch.
 
 from lucid_yolo.train.data.augment.affine import affine_matrix, random_affine
 from lucid_yolo.train.data.augment.config import AugmentConfig
+from lucid_yolo.train.data.augment.device_pixels import DevicePixels
 from lucid_yolo.train.data.augment.flip import flip_lr
 from lucid_yolo.train.data.augment.geometry import KeepRule, clip_polygon
-from lucid_yolo.train.data.augment.hsv import hsv_cpu, hsv_on_device
+from lucid_yolo.train.data.augment.hsv import HsvTables, draw_hsv_gains, hsv_cpu, hsv_on_device
 from lucid_yolo.train.data.augment.letterbox import (
     fit_size,
     letterbox,
@@ -22,7 +23,12 @@ from lucid_yolo.train.data.augment.mix import copy_paste, mixup
 from lucid_yolo.train.data.augment.mosaic import mosaic4
 from lucid_yolo.train.data.augment.pipeline import SampleSource, train_sample, val_sample
 from lucid_yolo.train.data.augment.rbox import canonical_xywhr, corners_to_xywhr
-from lucid_yolo.train.data.augment.sample import DropCounts, Sample, sample_from_labels
+from lucid_yolo.train.data.augment.sample import (
+    DeferredPixels,
+    DropCounts,
+    Sample,
+    sample_from_labels,
+)
 from lucid_yolo.train.data.augment.targets import (
     MASK_STRIDE,
     Targets,
@@ -36,6 +42,7 @@ __all__ = [
     "AugmentConfig",
     "KeepRule",
     # the unit every augmentation transforms
+    "DeferredPixels",
     "DropCounts",
     "Sample",
     "sample_from_labels",
@@ -63,8 +70,12 @@ __all__ = [
     "mixup",
     "mosaic4",
     # colour
+    "HsvTables",
+    "draw_hsv_gains",
     "hsv_cpu",
     "hsv_on_device",
+    # pixel passes finished on the training device
+    "DevicePixels",
     # rotated boxes
     "canonical_xywhr",
     "corners_to_xywhr",

@@ -17,13 +17,17 @@ from lucid_yolo.train.data.augment.sample import Sample
 from lucid_yolo.train.data.errors import DatasetConfigError
 
 
-def flip_lr(sample: Sample, flip_idx: Sequence[int] | None = None) -> Sample:
+def flip_lr(
+    sample: Sample, flip_idx: Sequence[int] | None = None, *, pixels: bool = True
+) -> Sample:
     """Mirror a sample left-right.
 
     Args:
         sample: the sample.
         flip_idx: keypoint permutation (length K) for pose; ``None`` keeps keypoint order (only
             valid for symmetric-free keypoint sets).
+        pixels: mirror the image too; ``False`` mirrors the labels only, for a flip whose
+            pixels the training device mirrors (:class:`.DeferredPixels`).
 
     Returns:
         The mirrored sample; unlabelled keypoints stay ``(0, 0, 0)``.
@@ -50,7 +54,7 @@ def flip_lr(sample: Sample, flip_idx: Sequence[int] | None = None) -> Sample:
             keypoints = keypoints[:, order]
     return replace(
         sample,
-        image=np.ascontiguousarray(sample.image[:, ::-1]),
+        image=np.ascontiguousarray(sample.image[:, ::-1]) if pixels else sample.image,
         boxes=boxes,
         polygons=None if sample.polygons is None else [_mirror(p, w) for p in sample.polygons],
         keypoints=keypoints,

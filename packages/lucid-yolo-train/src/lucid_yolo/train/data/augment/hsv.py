@@ -1,103 +1,132 @@
 """HSV colour jitter: random multiplicative gains on hue, saturation and value.
 
 Each image draws ``gain_c = 1 + U(-1, 1) * amplitude_c`` for c in (h, s, v) (YOLO defaults
-0.015 / 0.7 / 0.4). Hue is rotated modulo a full turn, saturation and value are clipped to range.
+0.015 / 0.7 / 0.4) from its own random stream (:func:`draw_hsv_gains`). The jitter itself is
+OpenCV's 8-bit HSV (hue in [0, 180)): convert, map each channel through a lookup table (hue
+rotated modulo a full turn, saturation and value clipped to range, values truncated as
+``astype(uint8)`` does), convert back.
 
-Two implementations:
+Two implementations of the same function:
 
-* :func:`hsv_cpu` on (H, W, 3) uint8 with OpenCV's 8-bit HSV (hue in [0, 180)) and lookup tables,
-  for the worker-side pipeline;
-* :func:`hsv_on_device` on a (B, 3, H, W) batch already on the accelerator, in float, with gains
-  drawn from a torch generator on that device, no host synchronisation and no host-built tensors
-  (so it can sit inside a CUDA graph), for the Lightning module
-  to call after transfer (``AugmentConfig.hsv_on_device``). It quantises differently from the CPU
-  path (float hue instead of 180 bins), so the two agree to a few grey levels, not bitwise.
+* :func:`hsv_cpu` on one (H, W, 3) image with OpenCV, in the loader workers;
+* :func:`hsv_on_device` on a (B, 3, H, W) batch on any torch device, one gain triple per image.
+  Both colour conversions are functions of a pixel's three bytes alone, so :class:`HsvTables`
+  evaluates OpenCV's own conversions once for every input (2^24 RGB and 180 x 256 x 256 HSV
+  triples, 83 MB) and the device looks pixels up in them; the lookup tables are computed in float64
+  as on the CPU. The result equals :func:`hsv_cpu` bit for bit wherever OpenCV converts a pixel
+  with its vector code, which covers every pixel of an image whose width is a multiple of 32 (any
+  network size; ``tests/train/data/test_augment_hsv.py``). OpenCV's scalar code for the last
+  pixels of other row widths rounds HSV to RGB differently by at most one grey level (measured
+  with OpenCV 5.0: up to 1 level on 74 % of random HSV triples), and so may the device there.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
+import numpy.typing as npt
 import torch
 from torch import Tensor
 
 from lucid_yolo.train.data.augment.sample import UInt8Array
 
+HUE_LEVELS = 180
+"""OpenCV's 8-bit hue: degrees / 2."""
 
-def hsv_cpu(
-    image: UInt8Array, gains: tuple[float, float, float], rng: np.random.Generator
-) -> UInt8Array:
-    """Jitter an RGB uint8 image in HSV space.
+
+def draw_hsv_gains(
+    amplitudes: tuple[float, float, float], rng: np.random.Generator
+) -> npt.NDArray[np.float64] | None:
+    """One image's (h, s, v) gains, or ``None`` (and no draw) when every amplitude is 0."""
+    if not any(amplitudes):
+        return None
+    gains: npt.NDArray[np.float64] = rng.uniform(-1.0, 1.0, 3) * np.asarray(amplitudes) + 1.0
+    return gains
+
+
+def hsv_cpu(image: UInt8Array, gains: npt.NDArray[np.float64]) -> UInt8Array:
+    """Jitter an RGB uint8 image in HSV space with OpenCV.
 
     Args:
         image: (H, W, 3) uint8 RGB.
-        gains: amplitudes (h, s, v); all zero returns the image unchanged.
-        rng: random source.
+        gains: (3,) float64 (h, s, v) gains from :func:`draw_hsv_gains`.
 
     Returns:
         (H, W, 3) uint8 RGB.
     """
-    if not any(gains):
-        return image
-    r = rng.uniform(-1.0, 1.0, 3) * np.asarray(gains) + 1.0
-    hue, sat, val = cv2.split(cv2.cvtColor(image, cv2.COLOR_RGB2HSV))
-    x = np.arange(256, dtype=np.float64)
-    lut_hue = np.mod(x * r[0], 180).astype(np.uint8)
-    lut_sat = np.clip(x * r[1], 0, 255).astype(np.uint8)
-    lut_val = np.clip(x * r[2], 0, 255).astype(np.uint8)
-    hsv = cv2.merge((cv2.LUT(hue, lut_hue), cv2.LUT(sat, lut_sat), cv2.LUT(val, lut_val)))
+    channels = cv2.split(cv2.cvtColor(image, cv2.COLOR_RGB2HSV))
+    scaled = np.arange(256, dtype=np.float64) * gains[:, None]  # (3, 256)
+    luts = (
+        np.mod(scaled[0], HUE_LEVELS).astype(np.uint8),
+        np.clip(scaled[1], 0, 255).astype(np.uint8),
+        np.clip(scaled[2], 0, 255).astype(np.uint8),
+    )
+    hsv = cv2.merge([cv2.LUT(channel, lut) for channel, lut in zip(channels, luts, strict=True)])
     return np.asarray(cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB), dtype=np.uint8)
 
 
-def hsv_on_device(
-    images: Tensor, gains: tuple[float, float, float], generator: torch.Generator | None = None
-) -> Tensor:
-    """Jitter a batch in HSV space on its own device, one random gain triple per image.
+@dataclass(frozen=True)
+class HsvTables:
+    """OpenCV's 8-bit RGB <-> HSV conversions as tables on one device.
+
+    Attributes:
+        to_hsv: (2^24, 3) uint8, row ``r << 16 | g << 8 | b`` = OpenCV's HSV of that RGB triple.
+        to_rgb: (180 * 2^16, 3) uint8, row ``(h << 8 | s) << 8 | v`` = OpenCV's RGB of that HSV.
+    """
+
+    to_hsv: Tensor
+    to_rgb: Tensor
+
+    @classmethod
+    def on(cls, device: torch.device) -> HsvTables:
+        """The tables on ``device`` (computed on the host once per process, ~1 s)."""
+        to_hsv, to_rgb = _opencv_tables()
+        return cls(
+            to_hsv=torch.from_numpy(to_hsv).to(device), to_rgb=torch.from_numpy(to_rgb).to(device)
+        )
+
+
+def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
+    """Jitter a batch in HSV space on its own device, :func:`hsv_cpu` per image.
+
+    No host synchronisation: every step is a gather or an elementwise op on the device.
 
     Args:
-        images: (B, 3, H, W) RGB, uint8 in [0, 255] or floating in [0, 1].
-        gains: amplitudes (h, s, v).
-        generator: torch generator on ``images.device`` (``None``: the default generator).
+        images: (B, 3, H, W) uint8 RGB.
+        gains: (B, 3) float64 (h, s, v) gains per image (:func:`draw_hsv_gains`).
+        tables: the conversions on ``images.device``.
 
     Returns:
-        (B, 3, H, W) of the input's dtype and range.
+        (B, 3, H, W) uint8 RGB.
     """
-    if not any(gains):
-        return images
-    B = images.shape[0]
-    x = images.float() / 255.0 if images.dtype == torch.uint8 else images.float()
-    u = torch.rand((B, 3, 1, 1), generator=generator, device=images.device) * 2 - 1
-    h, s, v = _rgb_to_hsv(x)
-    h = torch.remainder(h * (u[:, 0:1] * gains[0] + 1), 1.0)
-    s = (s * (u[:, 1:2] * gains[1] + 1)).clamp_(0, 1)
-    v = (v * (u[:, 2:3] * gains[2] + 1)).clamp_(0, 1)
-    out = _hsv_to_rgb(h, s, v)
-    if images.dtype == torch.uint8:
-        return (out * 255).round_().clamp_(0, 255).to(torch.uint8)
-    return out.to(images.dtype)
+    B, _, H, W = images.shape
+    levels = torch.arange(256, dtype=torch.float64, device=images.device)
+    scaled = levels * gains[:, :, None]  # (B, 3, 256), as hsv_cpu's tables
+    luts = torch.cat(
+        [torch.remainder(scaled[:, 0:1], HUE_LEVELS), scaled[:, 1:3].clamp(0, 255)], dim=1
+    ).to(torch.uint8)  # truncates, as numpy's astype
+    rgb = images.int()
+    hsv = tables.to_hsv[(rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]]  # (B, H, W, 3)
+    hsv = hsv.permute(0, 3, 1, 2).reshape(B, 3, H * W).long()
+    h, s, v = torch.gather(luts, 2, hsv).int().unbind(1)  # 3 x (B, H*W)
+    out = tables.to_rgb[(h << 16) | (s << 8) | v]  # (B, H*W, 3)
+    return out.permute(0, 2, 1).reshape(B, 3, H, W).contiguous()
 
 
-def _rgb_to_hsv(x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(B, 3, H, W) RGB in [0, 1] -> three (B, 1, H, W) h, s, v in [0, 1]."""
-    red, green, blue = x[:, 0:1], x[:, 1:2], x[:, 2:3]
-    v = x.amax(dim=1, keepdim=True)
-    c = v - x.amin(dim=1, keepdim=True)
-    s = torch.where(v > 0, c / v.clamp(min=1e-12), torch.zeros_like(v))
-    safe_c = c.clamp(min=1e-12)
-    h_r = torch.remainder((green - blue) / safe_c, 6.0)
-    h_g = (blue - red) / safe_c + 2.0
-    h_b = (red - green) / safe_c + 4.0
-    h = torch.where(v == red, h_r, torch.where(v == green, h_g, h_b))
-    h = torch.where(c > 0, h / 6.0, torch.zeros_like(h))
-    return h, s, v
+def _opencv_tables() -> tuple[UInt8Array, UInt8Array]:
+    """Every RGB triple converted to HSV and every HSV triple (h < 180) to RGB by OpenCV.
+
+    Converted as images 4,096 and 1,024 pixels wide, so OpenCV's vector code converts every
+    pixel, as it does every pixel of a network-size image.
+    """
+    # little-endian bytes of the code, reversed: (code >> 16, code >> 8 & 255, code & 255)
+    rgb = np.arange(2**24, dtype=np.uint32).view(np.uint8).reshape(-1, 4)[:, 2::-1]
+    to_hsv = cv2.cvtColor(np.ascontiguousarray(rgb).reshape(4096, 4096, 3), cv2.COLOR_RGB2HSV)
+    hsv = np.arange(HUE_LEVELS << 16, dtype=np.uint32).view(np.uint8).reshape(-1, 4)[:, 2::-1]
+    to_rgb = cv2.cvtColor(np.ascontiguousarray(hsv).reshape(-1, 1024, 3), cv2.COLOR_HSV2RGB)
+    return np.asarray(to_hsv, np.uint8).reshape(-1, 3), np.asarray(to_rgb, np.uint8).reshape(-1, 3)
 
 
-def _hsv_to_rgb(h: Tensor, s: Tensor, v: Tensor) -> Tensor:
-    """Three (B, 1, H, W) h, s, v in [0, 1] -> (B, 3, H, W) RGB in [0, 1]."""
-    h6 = h * 6.0
-    k = torch.remainder(torch.cat([h6 + 5.0, h6 + 3.0, h6 + 1.0], dim=1), 6.0)  # (B, 3, H, W)
-    ramp = torch.minimum(k, 4.0 - k).clamp(0, 1)
-    return v - v * s * ramp
-
-
-__all__ = ["hsv_cpu", "hsv_on_device"]
+__all__ = ["HUE_LEVELS", "HsvTables", "draw_hsv_gains", "hsv_cpu", "hsv_on_device"]

@@ -5,8 +5,13 @@ Training, for sample ``i`` with its own random stream:
 1. geometry: a 4-image mosaic with probability ``mosaic`` (while mosaic is on), else the letterboxed
    image; then copy-paste (segment); then the random affine to ``imgsz x imgsz``;
 2. mixup with probability ``mixup``: a second sample built by step 1 from a random index, blended;
-3. HSV jitter (skipped when ``hsv_on_device``: the module jitters the batch on the accelerator);
+3. HSV jitter;
 4. horizontal flip with probability ``fliplr`` (keypoints permuted by ``flip_idx``).
+
+With ``defer_pixels`` steps 3 and 4 draw from the stream exactly as without, and the flip moves
+the labels, but the image leaves unjittered and unflipped with a
+:class:`~lucid_yolo.train.data.augment.sample.DeferredPixels` that the training device applies
+(:mod:`.device_pixels`): the same sample, its two cheapest-to-move pixel passes on the device.
 
 Validation and prediction: letterbox only, labels untouched.
 """
@@ -21,11 +26,11 @@ import numpy as np
 from lucid_yolo.train.data.augment.affine import random_affine
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.flip import flip_lr
-from lucid_yolo.train.data.augment.hsv import hsv_cpu
+from lucid_yolo.train.data.augment.hsv import draw_hsv_gains, hsv_cpu
 from lucid_yolo.train.data.augment.letterbox import letterbox
 from lucid_yolo.train.data.augment.mix import copy_paste, mixup
 from lucid_yolo.train.data.augment.mosaic import mosaic4
-from lucid_yolo.train.data.augment.sample import Sample
+from lucid_yolo.train.data.augment.sample import DeferredPixels, Sample
 
 
 class SampleSource(Protocol):
@@ -47,6 +52,7 @@ def train_sample(
     use_mosaic: bool,
     flip_idx: Sequence[int] | None,
     rng: np.random.Generator,
+    defer_pixels: bool = False,
 ) -> Sample:
     """One augmented training sample (module docstring for the order).
 
@@ -58,6 +64,7 @@ def train_sample(
         use_mosaic: False during the close-mosaic epochs.
         flip_idx: keypoint mirror permutation (pose), else ``None``.
         rng: the sample's own random stream (seeded per epoch and index by the dataset).
+        defer_pixels: leave HSV and the flip's pixels to the training device (``deferred``).
 
     Returns:
         An ``imgsz x imgsz`` sample; instances removed on the way are in ``drops``.
@@ -66,10 +73,14 @@ def train_sample(
     if rng.random() < config.mixup:
         other = _geometric(source, int(rng.integers(len(source))), imgsz, config, use_mosaic, rng)
         sample = mixup(sample, other, rng)
-    if not config.hsv_on_device:
-        sample.image = hsv_cpu(sample.image, config.hsv_gains, rng)
-    if rng.random() < config.fliplr:
-        sample = flip_lr(sample, flip_idx)
+    gains = draw_hsv_gains(config.hsv_gains, rng)
+    flip = rng.random() < config.fliplr
+    if defer_pixels:
+        sample.deferred = DeferredPixels(hsv_gains=gains, flip=flip)
+    elif gains is not None:
+        sample.image = hsv_cpu(sample.image, gains)
+    if flip:
+        sample = flip_lr(sample, flip_idx, pixels=not defer_pixels)
     return sample
 
 

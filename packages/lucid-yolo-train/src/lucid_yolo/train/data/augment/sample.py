@@ -16,6 +16,8 @@ field           shape                meaning
 ``corners``     (n, 4, 2) float32    obb only: rotated-box corners, pixels (may reach past)
 ``ignore``      (n,) bool            instances metrics ignore (DOTA difficult, COCO crowds kept
                                      with ``crowd="ignore"``); ``None`` = none
+``deferred``    DeferredPixels       pixel work drawn for the sample but left for the training
+                                     device (``AugmentConfig.pixels_on_device``); ``None`` = none
 ==============  ===================  =========================================================
 """
 
@@ -56,6 +58,22 @@ class DropCounts:
         self.degenerate += other.degenerate
 
 
+@dataclass(frozen=True)
+class DeferredPixels:
+    """Pixel augmentations drawn in a worker and applied on the training device.
+
+    The sample's labels already show them (a deferred flip has mirrored the geometry); only the
+    pixels wait (:class:`~lucid_yolo.train.data.augment.device_pixels.DevicePixels`).
+
+    Attributes:
+        hsv_gains: (3,) float64 (h, s, v) gains, or ``None`` when HSV jitter is off.
+        flip: whether the image is still to be mirrored left-right.
+    """
+
+    hsv_gains: npt.NDArray[np.float64] | None
+    flip: bool
+
+
 @dataclass
 class Sample:
     """An image and its instances in pixel space; see the module docstring for the fields.
@@ -79,6 +97,7 @@ class Sample:
     orig_size: tuple[int, int] = (0, 0)
     scale_pad: tuple[float, float, float] = (1.0, 0.0, 0.0)
     drops: DropCounts = field(default_factory=DropCounts)
+    deferred: DeferredPixels | None = None
 
     def __len__(self) -> int:
         return int(self.classes.shape[0])
@@ -184,4 +203,4 @@ def _cat_list(a: list[FloatArray] | None, b: list[FloatArray] | None) -> list[Fl
     return [*a, *b]
 
 
-__all__ = ["DropCounts", "Sample", "UInt8Array", "sample_from_labels"]
+__all__ = ["DeferredPixels", "DropCounts", "Sample", "UInt8Array", "sample_from_labels"]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
+import numpy.typing as npt
 
 from lucid_yolo.train.data.augment.geometry import box_corners
 from lucid_yolo.train.data.augment.rbox import corners_to_xywhr
@@ -49,6 +50,9 @@ class Targets:
         source_shapes: segment evaluation: each valid instance's ground truth in source pixels,
             its RLE or its (p, 2) float64 polygon (set by the dataset, which holds the labels),
             else ``None``.
+        deferred_hsv: (3,) float64 HSV gains the device is still to apply, else ``None``.
+        deferred_flip: whether the device is still to mirror ``image``; ``None`` when the
+            sample's pixels were finished in the worker.
     """
 
     image: UInt8Array
@@ -65,6 +69,8 @@ class Targets:
     overflow: int
     drops: DropCounts
     source_shapes: list[SourceShape] | None = None
+    deferred_hsv: npt.NDArray[np.float64] | None = None
+    deferred_flip: bool | None = None
 
 
 def largest_first(boxes: FloatArray, limit: int) -> IntArray:
@@ -119,6 +125,7 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
         rboxes = np.zeros((max_instances, 5), dtype=np.float32)
         if sample.corners is not None:
             rboxes[:n] = corners_to_xywhr(sample.corners)
+    deferred = sample.deferred
     return Targets(
         image=np.ascontiguousarray(sample.image.transpose(2, 0, 1)),
         classes=classes,
@@ -133,6 +140,8 @@ def to_targets(sample: Sample, task: Task, max_instances: int, num_keypoints: in
         scale_pad=sample.scale_pad,
         overflow=overflow,
         drops=sample.drops,
+        deferred_hsv=None if deferred is None else deferred.hsv_gains,
+        deferred_flip=None if deferred is None else deferred.flip,
     )
 
 

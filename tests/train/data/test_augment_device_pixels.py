@@ -1,0 +1,88 @@
+"""DevicePixels: batches whose pixel passes were left to the device equal the CPU path's."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels
+from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.collate import collate
+from lucid_yolo.train.data.dataset import YoloDataset
+from lucid_yolo.train.data.dataset_yaml import Task, load_dataset_yaml
+from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+IMGSZ = 96
+ITEMS = [(epoch, index) for epoch in range(2) for index in range(6)]
+
+
+def _pair(root: Path, task: Task, augment: AugmentConfig) -> tuple[YoloDataset, YoloDataset]:
+    """The same training set twice: pixels finished in the worker, and left to the device."""
+    spec = load_dataset_yaml(
+        generate_synthetic(root, task=task, num_train=6, num_val=0, imgsz=IMGSZ, max_objects=4)
+    )
+    k = 0 if spec.kpt_shape is None else spec.kpt_shape[0]
+    options = {
+        "task": task,
+        "imgsz": IMGSZ,
+        "augment": augment,
+        "max_instances": 40,
+        "num_keypoints": k,
+        "flip_idx": spec.flip_idx,
+    }
+    labels = load_split(spec, "train")
+    cpu = YoloDataset(labels, **options)  # type: ignore[arg-type]
+    return cpu, YoloDataset(labels, defer_pixels=True, **options)  # type: ignore[arg-type]
+
+
+def _assert_batches_equal(actual: Batch, expected: Batch) -> None:
+    assert actual.keys() == expected.keys()
+    for key, value in expected.items():
+        assert isinstance(value, torch.Tensor), key
+        assert torch.equal(actual[key], value), key  # type: ignore[literal-required]
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_device_pixels_batch_equals_the_cpu_batch(tmp_path: Path, task: Task) -> None:
+    cpu, deferred = _pair(tmp_path, task, AugmentConfig(mixup=0.3))
+    batch = collate([deferred[item] for item in ITEMS])
+    assert batch["deferred_flip"].any() and not batch["deferred_flip"].all()
+    _assert_batches_equal(DevicePixels()(batch), collate([cpu[item] for item in ITEMS]))
+
+
+def test_device_pixels_labels_flip_in_the_worker(tmp_path: Path) -> None:
+    cpu, deferred = _pair(tmp_path, "detect", AugmentConfig())
+    flipped = [item for item in ITEMS if deferred[item].deferred_flip]
+    assert flipped
+    for item in flipped:
+        assert (deferred[item].boxes == cpu[item].boxes).all()
+        assert not (deferred[item].image == cpu[item].image).all()
+
+
+def test_device_pixels_without_hsv_flips_only(tmp_path: Path) -> None:
+    cpu, deferred = _pair(tmp_path, "detect", AugmentConfig(hsv_h=0, hsv_s=0, hsv_v=0))
+    batch = collate([deferred[item] for item in ITEMS])
+    assert "deferred_hsv" not in batch
+    _assert_batches_equal(DevicePixels()(batch), collate([cpu[item] for item in ITEMS]))
+
+
+def test_device_pixels_leave_a_finished_batch_untouched(tmp_path: Path) -> None:
+    cpu, _ = _pair(tmp_path, "detect", AugmentConfig())
+    batch = collate([cpu[item] for item in ITEMS])
+    images = batch["images"]
+    assert DevicePixels()(batch)["images"] is images
+
+
+@pytest.mark.gpu
+def test_device_pixels_on_cuda_equal_the_cpu_batch(tmp_path: Path) -> None:
+    cpu, deferred = _pair(tmp_path, "segment", AugmentConfig())
+    batch = collate([deferred[item] for item in ITEMS])
+    on_device = Batch(**{k: v.cuda() for k, v in batch.items()})  # type: ignore[typeddict-item]
+    finished = DevicePixels()(on_device)
+    _assert_batches_equal(
+        Batch(**{k: v.cpu() for k, v in finished.items()}),  # type: ignore[typeddict-item]
+        collate([cpu[item] for item in ITEMS]),
+    )
