@@ -9,7 +9,9 @@ freshly generated synthetic detection set, runs one warm-up epoch (worker start-
 then times ``--repeats`` whole training epochs (full default augmentation: mosaic, affine, HSV,
 flip; persistent workers) and reports the median and range, plus the main process's CPU time
 per image (with ``--workers 0`` that is the whole pipeline's cost, a figure that a busy machine
-does not distort the way it distorts wall-clock rates). ``--cache`` uses the RAM cache.
+does not distort the way it distorts wall-clock rates). ``--cache`` uses the RAM cache;
+``--pixels-on-device`` leaves HSV and the flip's pixels undone, as the workers of a CUDA fit do
+(:mod:`lucid_yolo.train.data.augment.device_pixels`), so the rate is what they supply there.
 """
 
 from __future__ import annotations
@@ -58,6 +60,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="epochs; the median is reported")
     parser.add_argument("--task", default="detect", choices=["detect", "segment", "pose", "obb"])
     parser.add_argument("--cache", action="store_true", help="decode once into the RAM cache")
+    parser.add_argument(
+        "--pixels-on-device", action="store_true", help="leave HSV and flip pixels undone"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -66,6 +71,7 @@ def main() -> None:
         )
         print(
             f"# {args.task}, {args.imgsz} px, batch {args.batch_size}, cache={args.cache}, "
+            f"pixels_on_device={args.pixels_on_device}, "
             f"{os.cpu_count()} CPUs, torch {torch.__version__}"
         )
         print("| workers | images/s (median) | range | main-process CPU ms/image |")
@@ -77,7 +83,7 @@ def main() -> None:
                 imgsz=args.imgsz,
                 batch_size=args.batch_size,
                 workers=workers,
-                augment=AugmentConfig(),
+                augment=AugmentConfig(pixels_on_device=args.pixels_on_device),
                 cache=args.cache,
                 max_instances=64,
             )

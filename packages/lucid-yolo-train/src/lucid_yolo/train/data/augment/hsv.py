@@ -101,7 +101,7 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     Returns:
         (B, 3, H, W) uint8 RGB.
     """
-    B, _, H, W = images.shape
+    B = images.shape[0]
     levels = torch.arange(256, dtype=torch.float64, device=images.device)
     scaled = levels * gains[:, :, None]  # (B, 3, 256), as hsv_cpu's tables
     luts = torch.cat(
@@ -109,10 +109,11 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     ).to(torch.uint8)  # truncates, as numpy's astype
     rgb = images.int()
     hsv = tables.to_hsv[(rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]]  # (B, H, W, 3)
-    hsv = hsv.permute(0, 3, 1, 2).reshape(B, 3, H * W).long()
-    h, s, v = torch.gather(luts, 2, hsv).int().unbind(1)  # 3 x (B, H*W)
-    out = tables.to_rgb[(h << 16) | (s << 8) | v]  # (B, H*W, 3)
-    return out.permute(0, 2, 1).reshape(B, 3, H, W).contiguous()
+    # row (b * 3 + c) of the flattened tables is image b's table of channel c
+    rows = torch.arange(B * 3, dtype=torch.int32, device=images.device).view(B, 1, 1, 3)
+    h, s, v = luts.view(-1)[rows * 256 + hsv].int().unbind(-1)  # 3 x (B, H, W)
+    out = tables.to_rgb[(h << 16) | (s << 8) | v]  # (B, H, W, 3)
+    return out.permute(0, 3, 1, 2).contiguous()
 
 
 def _opencv_tables() -> tuple[UInt8Array, UInt8Array]:
