@@ -18,6 +18,13 @@ def test_clip_polygon_inside_unchanged() -> None:
     np.testing.assert_array_equal(clip_polygon(square, 10, 10), square)
 
 
+def test_clip_polygon_on_the_border_unchanged() -> None:
+    square = np.array([[0, 0], [10, 0], [10, 10], [0, 10]], dtype=np.float32)
+    clipped = clip_polygon(square, 10, 10)
+    assert clipped.dtype == np.float32
+    np.testing.assert_array_equal(clipped, square)
+
+
 def test_clip_polygon_straddling_corner_keeps_visible_area() -> None:
     square = np.array([[-5, -5], [5, -5], [5, 5], [-5, 5]], dtype=np.float32)
     clipped = clip_polygon(square, 10, 10)

@@ -87,28 +87,31 @@ def clip_polygon(polygon: FloatArray, width: int, height: int) -> FloatArray:
         (q, 2) float32 vertices of the visible part; q = 0 when nothing is visible.
     """
     pts: Float64Array = polygon.astype(np.float64)
+    limits = np.array([width, height], dtype=np.float64)
+    if pts.size and (pts >= 0).all() and (pts <= limits).all():
+        # wholly inside: every half-plane would return it unchanged (most mosaic tiles' polygons)
+        return pts.astype(np.float32)
     planes = ((0, 0.0, False), (0, width, True), (1, 0.0, False), (1, height, True))
     for axis, bound, keep_below in planes:
         if pts.shape[0] == 0:
             break
         pts = _clip_half_plane(pts, axis, float(bound), keep_below)
     # intersections are exact up to rounding: pin them onto the boundary they were cut at
-    limits = np.array([width, height], dtype=np.float64)
     return np.clip(pts, 0.0, limits).astype(np.float32)
 
 
 def _clip_half_plane(pts: Float64Array, axis: int, bound: float, keep_below: bool) -> Float64Array:
     coord = pts[:, axis]
     inside = coord <= bound if keep_below else coord >= bound
-    nxt = np.roll(pts, -1, axis=0)
-    nxt_inside = np.roll(inside, -1)
+    nxt = np.concatenate((pts[1:], pts[:1]))  # each vertex's successor, cyclically
+    nxt_inside = np.concatenate((inside[1:], inside[:1]))
     crossing = inside != nxt_inside
     denom = nxt[:, axis] - coord
     t = np.divide(bound - coord, denom, out=np.zeros_like(coord), where=crossing)
     cross_pts = pts + t[:, None] * (nxt - pts)  # (p, 2) edge/boundary intersections
     # each vertex contributes itself if inside, then the crossing point of its outgoing edge
-    out = np.stack([pts, cross_pts], axis=1)  # (p, 2, 2)
-    take = np.stack([inside, crossing], axis=1)  # (p, 2)
+    out = np.concatenate((pts, cross_pts), axis=1).reshape(-1, 2, 2)  # (p, 2, 2)
+    take = np.column_stack((inside, crossing))  # (p, 2)
     result: Float64Array = out[take]
     return result
 
