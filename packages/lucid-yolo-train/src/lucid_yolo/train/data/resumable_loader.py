@@ -29,25 +29,33 @@ from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.epoch_batches import EpochBatches
 from lucid_yolo.train.data.sampler import EpochSampler
 
+_BATCHING = frozenset(
+    {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "persistent_workers"}
+)
+"""DataLoader options the cross-epoch stream replaces: its batch sampler cuts the batches, and
+its one iterator serves every epoch, so it needs no persistent workers."""
+
 
 class ResumableLoader(DataLoader[Targets]):
     """A DataLoader over an :class:`EpochSampler` whose position survives a checkpoint.
 
-    Takes the arguments of ``DataLoader``; ``sampler`` must be an :class:`EpochSampler` and
-    ``batch_size`` an int (the position is counted in whole batches).
+    Takes the arguments of ``DataLoader`` (options by keyword); ``sampler`` must be an
+    :class:`EpochSampler` and ``batch_size`` an int (the position is counted in whole batches).
+    The cross-epoch stream is a ``DataLoader`` built with the same options but the batching ones.
 
     Raises:
         TypeError: another sampler, or no fixed batch size.
     """
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, dataset: Any, **options: Any) -> None:
+        super().__init__(dataset, **options)
         if not isinstance(self.sampler, EpochSampler) or self.batch_size is None:
             raise TypeError(
                 f"ResumableLoader needs an EpochSampler and a batch size, got "
                 f"{type(self.sampler).__name__} and batch_size={self.batch_size!r}"
             )
         self.epoch_sampler: EpochSampler = self.sampler
+        self._stream_options = {k: v for k, v in options.items() if k not in _BATCHING}
         self.batches_done = 0
         self._stream: Iterator[Any] | None = None
         self._stream_batches: EpochBatches | None = None
@@ -92,18 +100,7 @@ class ResumableLoader(DataLoader[Targets]):
                 first=position[1],
             )
             self._stream = iter(
-                DataLoader(
-                    self.dataset,
-                    batch_sampler=self._stream_batches,
-                    num_workers=self.num_workers,
-                    collate_fn=self.collate_fn,
-                    pin_memory=self.pin_memory,
-                    timeout=self.timeout,
-                    worker_init_fn=self.worker_init_fn,
-                    multiprocessing_context=self.multiprocessing_context,
-                    generator=self.generator,
-                    prefetch_factor=self.prefetch_factor,
-                )
+                DataLoader(self.dataset, batch_sampler=self._stream_batches, **self._stream_options)
             )
             self._stream_next = position
         return self._stream
