@@ -15,8 +15,6 @@ shape would make the replayed step record again); evaluation loaders keep every 
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -55,6 +53,7 @@ from lucid_yolo.train.data.resources import (
 )
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.data.sampler import EpochSampler
+from lucid_yolo.train.data.worker_signals import SigtermFilter
 from lucid_yolo.train.exceptions import TrainConfigError
 
 DEFAULT_IMGSZ = 640
@@ -406,39 +405,13 @@ class YoloDataModule(L.LightningDataModule):
             # after a checkpoint of an epoch's last batch), so draws from the global generator
             # would leave it elsewhere than without the interruption (issue 15).
             generator=torch.Generator().manual_seed(self.seed),
-            worker_init_fn=_ignore_foreign_sigterm,
+            worker_init_fn=SigtermFilter(owner=os.getpid()),
             num_workers=self.workers,
             collate_fn=collate,
             pin_memory=torch.cuda.is_available(),
             persistent_workers=self.workers > 0,
             drop_last=train and len(dataset) >= batch_size,
         )
-
-
-def _ignore_foreign_sigterm(worker_id: int) -> None:
-    """Leave a SIGTERM from anyone but the main process to the main process.
-
-    A SIGTERM sent to the whole process group (a time limit, ``kill -TERM -<pgid>``; Slurm's
-    ``scancel`` signals every process of the job) also reached the workers. torch's handler
-    lets a worker die of a SIGTERM that does not come from its parent. The SIGCHLD handler in
-    the main process then raised ``DataLoader worker ... is killed by signal: Terminated`` in
-    the middle of a step or of the SIGTERM save, so no checkpoint was written (seen on the GPU
-    machine, issue 15). Here the signal is blocked and a thread takes it: from the parent (how
-    torch and ``multiprocessing`` stop a worker) the worker exits at once, as torch's handler
-    does; from anyone else it is dropped, and the main process stops the fit at the batch's end.
-    A worker whose parent is gone still exits (torch's watchdog).
-    """
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
-    parent = os.getppid()
-    threading.Thread(
-        target=_exit_on_sigterm_from, args=(parent,), name="sigterm", daemon=True
-    ).start()
-
-
-def _exit_on_sigterm_from(parent: int) -> None:
-    while True:
-        if signal.sigwaitinfo({signal.SIGTERM}).si_pid == parent:
-            os._exit(0)
 
 
 __all__ = ["YoloDataModule"]
