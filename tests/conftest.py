@@ -17,6 +17,22 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the ``slow`` tests first; skip ``gpu`` tests where there is no CUDA device."""
+    _slow_tests_first(items)
+    _skip_gpu_tests_without_cuda(items)
+
+
+def _slow_tests_first(items: list[pytest.Item]) -> None:
+    """Move the ``slow`` tests to the front, in their order; the rest keep theirs.
+
+    Under ``-n`` the workers then start with the long tests and end on short ones, which
+    ``--dist worksteal`` (pyproject) moves to an idle worker, instead of one worker running the
+    last long fit while the other has nothing left (docs/engineering/workspace-foundation.md).
+    """
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def _skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     """Skip ``gpu``-marked tests where there is no CUDA device, with the reason in the report.
 
     ``-m gpu`` on a CPU machine then reports skips rather than CUDA errors, and a test module

@@ -1,4 +1,5 @@
-"""The suite's own hooks: a ``gpu`` test skips, rather than fails, where CUDA is missing."""
+"""The suite's own hooks: a ``gpu`` test skips, rather than fails, where CUDA is missing; the
+``slow`` tests run first."""
 
 from __future__ import annotations
 
@@ -24,10 +25,35 @@ def test_unmarked():
 """Two tests that pass wherever they run: only the hook can turn one into a skip."""
 
 
-def _run_suite_hooks(pytester: pytest.Pytester, *args: str) -> pytest.RunResult:
-    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs a CUDA device\n")
+SHORT_AND_SLOW_TESTS = """
+import pytest
+
+
+def test_short_first():
+    pass
+
+
+@pytest.mark.slow
+def test_slow_first():
+    pass
+
+
+def test_short_second():
+    pass
+
+
+@pytest.mark.slow
+def test_slow_second():
+    pass
+"""
+
+
+def _run_suite_hooks(
+    pytester: pytest.Pytester, *args: str, tests: str = GPU_AND_CPU_TESTS
+) -> pytest.RunResult:
+    pytester.makeini("[pytest]\nmarkers =\n    gpu: needs a CUDA device\n    slow: long\n")
     pytester.makeconftest(SUITE_CONFTEST.read_text())
-    pytester.makepyfile(test_mixed=GPU_AND_CPU_TESTS)
+    pytester.makepyfile(test_mixed=tests)
     return pytester.runpytest_inprocess("-p", "no:randomly", "-p", "no:cacheprovider", *args)
 
 
@@ -54,3 +80,14 @@ def test_gpu_test_with_cuda_is_not_skipped(
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     result = _run_suite_hooks(pytester, "-m", "gpu")
     result.assert_outcomes(passed=1, deselected=1)
+
+
+def test_slow_tests_run_first_each_group_in_its_order(pytester: pytest.Pytester) -> None:
+    result = _run_suite_hooks(pytester, "--collect-only", "-q", tests=SHORT_AND_SLOW_TESTS)
+    collected = [line for line in result.outlines if line.startswith("test_mixed.py::")]
+    assert collected == [
+        "test_mixed.py::test_slow_first",
+        "test_mixed.py::test_slow_second",
+        "test_mixed.py::test_short_first",
+        "test_mixed.py::test_short_second",
+    ]
