@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -68,6 +69,22 @@ def test_device_pixels_without_hsv_flips_only(tmp_path: Path) -> None:
     batch = collate([deferred[item] for item in ITEMS])
     assert "deferred_hsv" not in batch
     _assert_batches_equal(DevicePixels()(batch), collate([cpu[item] for item in ITEMS]))
+
+
+def test_device_pixels_segment_masks_travel_bit_packed(tmp_path: Path) -> None:
+    _, deferred = _pair(tmp_path, "segment", AugmentConfig())
+    batch = collate([deferred[item] for item in ITEMS])
+    assert "masks" not in batch
+    assert batch["deferred_masks"].shape == (len(ITEMS), 40, IMGSZ // 4, IMGSZ // 32)
+
+
+def test_device_pixels_unpack_masks_of_any_width() -> None:
+    masks = np.random.default_rng(0).integers(0, 2, (2, 3, 13, 13), dtype=np.uint8)
+    batch = Batch(  # type: ignore[typeddict-item]
+        images=torch.zeros((2, 3, 52, 52), dtype=torch.uint8),
+        deferred_masks=torch.from_numpy(np.packbits(masks, axis=-1)),
+    )
+    assert torch.equal(DevicePixels()(batch)["masks"], torch.from_numpy(masks))
 
 
 def test_device_pixels_leave_a_finished_batch_untouched(tmp_path: Path) -> None:

@@ -31,8 +31,10 @@ key                shape              dtype             meaning
 
 Training batches whose pixel augmentations were left to the device
 (``AugmentConfig.pixels_on_device``) also carry, from the loader to the device only,
-``deferred_hsv`` (B, 3) float64 HSV gains and ``deferred_flip`` (B,) bool; the data module
-applies them to ``images`` once the batch is on the device and removes both keys
+``deferred_hsv`` (B, 3) float64 HSV gains and ``deferred_flip`` (B,) bool, and segment batches
+bring ``deferred_masks`` (B, N, H/4, W/32) uint8, the masks bit-packed along their width, in
+place of ``masks``; the data module applies the first two to ``images`` and unpacks the masks
+once the batch is on the device, and removes the three keys
 (:mod:`~lucid_yolo.train.data.augment.device_pixels`), so a training step never sees them.
 
 Segment batches built for evaluation (no augmentation) also carry ``source_shapes``: per image,
@@ -68,6 +70,7 @@ class Batch(TypedDict):
     source_shapes: NotRequired[list[list[SourceShape]]]
     deferred_hsv: NotRequired[Tensor]
     deferred_flip: NotRequired[Tensor]
+    deferred_masks: NotRequired[Tensor]
 
 
 __all__ = ["Batch"]

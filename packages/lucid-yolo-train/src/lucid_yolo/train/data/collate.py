@@ -56,6 +56,10 @@ def collate(items: Sequence[Targets]) -> Batch:
         batch["deferred_hsv"] = torch.from_numpy(np.stack([_field(t.deferred_hsv) for t in items]))
     if first.deferred_flip is not None:
         batch["deferred_flip"] = torch.tensor([_field(t.deferred_flip) for t in items])
+    if first.deferred_masks is not None:
+        batch["deferred_masks"] = torch.from_numpy(
+            np.stack([_field(t.deferred_masks) for t in items])
+        )
     return batch
 
 

@@ -18,7 +18,8 @@ class AugmentConfig:
         hsv_v: value (brightness) gain amplitude.
         pixels_on_device: the workers draw HSV gains and flips and move the labels, and the
             training device jitters and mirrors the pixels once the batch is there
-            (:mod:`~lucid_yolo.train.data.augment.device_pixels`; the same batches bit for bit).
+            (:mod:`~lucid_yolo.train.data.augment.device_pixels`; the same batches bit for bit);
+            segment masks travel bit-packed and are unpacked there.
             ``None``: on when the fit trains on CUDA, where it takes about a third of a detect
             sample's CPU time off the workers; off on CPU, where it would only move the work.
         degrees: rotation range, degrees (0: off; OBB data benefits from e.g. 180).
