@@ -114,6 +114,7 @@ def test_fit_accepts_verify_every(tiny_data: Path, capsys: pytest.CaptureFixture
     assert "verify_every: 3" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_validate_checkpoint_logs_box_map(
     cli: CliRunner, trained: Trained, tiny_fit: tuple[str, ...]
 ) -> None:
@@ -233,6 +234,7 @@ def test_resuming_a_fit_on_other_classes_is_refused(
     assert "pass the dataset it was trained on with --data.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_each_run_gets_the_next_numbered_folder(
     cli: CliRunner, trained: Trained, tmp_path: Path
 ) -> None:
@@ -273,6 +275,7 @@ def test_fit_without_arguments_trains_quickstart(cli: CliRunner, tmp_path: Path)
     ).is_file()
 
 
+@pytest.mark.slow
 def test_fit_logs_and_checkpoints_follow_default_root_dir(
     cli: CliRunner, tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path
 ) -> None:

@@ -44,6 +44,7 @@ def _run_example(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
     runpy.run_path(str(EXAMPLE), run_name="__main__")
 
 
+@pytest.mark.slow
 @pytest.mark.filterwarnings(PREDICT_WARNINGS[0])
 @pytest.mark.filterwarnings(PREDICT_WARNINGS[1])
 def test_onnx_example_matches_predict(

@@ -230,6 +230,7 @@ def test_predict_bad_conf_is_an_error(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "val_conf must be in [0, 1], got 1.5" in err
 
 
+@pytest.mark.slow
 def test_predict_draw_non_utf8_image_name(tmp_path: Path, cli: CliRunner) -> None:
     # OpenCV opening this name segfaulted the process (issue 15), hence the subprocess
     checkpoint = _fake_checkpoint(tmp_path / "m.ckpt", "yolo26n")

@@ -170,6 +170,7 @@ class _Planted:
         return (os.mkdir, (str(self.marker),))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", ["validate", "test", "predict"])
 def test_checkpoint_with_pickled_object_is_refused_unrun(
     command: str, trained: Trained, tmp_path: Path, cli: CliRunner

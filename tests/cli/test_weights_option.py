@@ -57,6 +57,7 @@ def test_predict_from_weights_needs_the_dataset_yaml(
     assert "predict with --model.weights needs --data.yaml" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_fit_from_weights_of_another_class_count_says_what_it_kept(
     tmp_path: Path, tiny_data: Path, tiny_fit: tuple[str, ...], cli: CliRunner
 ) -> None:

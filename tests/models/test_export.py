@@ -27,6 +27,7 @@ def calibrated_model(task: str, calibrate: Calibrate) -> YOLO26:
     return model
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("task", TASKS)
 def test_export_onnx_matches_torch_without_nms(
     task: str, tmp_path: Path, images: Tensor, calibrate: Calibrate

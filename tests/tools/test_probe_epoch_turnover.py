@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TOOL = Path(__file__).resolve().parents[2] / "tools" / "probe_epoch_turnover.py"
 
 
+@pytest.mark.slow
 def test_probe_epoch_turnover_writes_first_and_median_waits(tmp_path: Path) -> None:
     args = "--images 12 --imgsz 64 --batch 4 --workers 1 --epochs 2 --step-ms 0 --validation-ms 0"
     done = subprocess.run(

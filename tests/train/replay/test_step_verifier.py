@@ -24,6 +24,7 @@ CPU_FIT = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4}
 VERIFIED_NETWORK = ReplayConfig(network=True, verify_every=1)
 
 
+@pytest.mark.slow
 def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
@@ -40,6 +41,7 @@ def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
     assert native.losses == verified.losses
 
 
+@pytest.mark.slow
 def test_step_verifier_retires_on_injected_difference_and_keeps_native_result(
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
