@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from typing import Any
+
 import torch
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lucid_yolo.replay._autograd import reached_targets, route
+
+
+class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
 
 
 def test_route_first_gradient_keeps_negative_zero() -> None:
     weight = nn.Parameter(torch.ones(2, 3))
     static = torch.full((2, 3), -0.0)
-    handed = route(weight, static, private=False)
+    (handed,) = route([weight], [static], private=False)
     assert handed is not None
     assert torch.equal(handed.view(torch.int32), static.view(torch.int32))
     assert handed.data_ptr() != static.data_ptr()
@@ -19,7 +33,7 @@ def test_route_first_gradient_keeps_negative_zero() -> None:
 
 def test_route_first_gradient_has_the_parameter_strides() -> None:
     weight = nn.Parameter(torch.ones(3, 2).t())
-    handed = route(weight, torch.randn(2, 3), private=False)
+    (handed,) = route([weight], [torch.randn(2, 3)], private=False)
     assert handed is not None
     assert handed.stride() == weight.stride()
 
@@ -28,7 +42,7 @@ def test_route_later_gradient_is_the_static_buffer() -> None:
     weight = nn.Parameter(torch.ones(2, 3))
     weight.grad = torch.zeros(2, 3)
     static = torch.randn(2, 3)
-    assert route(weight, static, private=False) is static
+    assert route([weight], [static], private=False)[0] is static
 
 
 def test_route_non_leaf_gradient_keeps_the_recorded_layout() -> None:
@@ -36,11 +50,35 @@ def test_route_non_leaf_gradient_keeps_the_recorded_layout() -> None:
     # backward produced, as native autograd passes it on, not the input's own strides.
     features = torch.ones(2, 4, 3, requires_grad=True) * 1.0  # non-leaf, (12, 3, 1)
     static = torch.randn(2, 3, 4).transpose(1, 2)  # (12, 1, 4)
-    handed = route(features, static, private=False)
+    (handed,) = route([features], [static], private=False)
     assert handed is not None
     assert handed.stride() == static.stride()
     assert handed.data_ptr() != static.data_ptr()
     assert torch.equal(handed, static)
+
+
+def test_route_copies_every_private_gradient_in_one_foreach_call_per_dtype() -> None:
+    weights = [
+        nn.Parameter(torch.ones(2, 3)),
+        nn.Parameter(torch.ones(4)),
+        nn.Parameter(torch.ones(1)),
+    ]
+    weights[2].grad = torch.zeros(1)  # a later micro-batch: handed the static buffer, no copy
+    statics = [torch.randn(2, 3), torch.randn(4), torch.randn(1)]
+    with _Ops() as seen:
+        handed = route(weights, [*statics[:2], statics[2]], private=False)
+    assert seen.ops["_foreach_copy_"] == 1
+    assert seen.ops["copy_"] == 0
+    assert handed[2] is statics[2]
+    for h, s in zip(handed[:2], statics[:2], strict=True):
+        assert h is not None
+        assert h.data_ptr() != s.data_ptr()
+        assert torch.equal(h.view(torch.int32), s.view(torch.int32))
+
+
+def test_route_hands_none_where_the_backward_gave_none() -> None:
+    weight = nn.Parameter(torch.ones(2))
+    assert route([weight], [None], private=True) == (None,)
 
 
 def test_reached_targets_splits_heads_by_output() -> None:

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
+from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay._graphs import Pattern
 
 _ANCESTRY_LIMIT = 256
@@ -51,8 +52,10 @@ def gradient_patterns(
     return patterns
 
 
-def route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
-    """The gradient to hand autograd for one target, as AccumulateGrad expects it.
+def route(
+    lives: Sequence[Tensor], statics: Sequence[Tensor | None], private: bool
+) -> tuple[Tensor | None, ...]:
+    """The gradients to hand autograd for the targets, as AccumulateGrad expects them.
 
     First micro-batch (``.grad`` undefined): a private tensor with the parameter's strides,
     which AccumulateGrad adopts — never the static buffer, which the next replay overwrites
@@ -60,18 +63,36 @@ def route(live: Tensor, static: Tensor | None, private: bool) -> Tensor | None:
     the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
     Non-leaf inputs pass their gradient on to an upstream node: always a private copy, laid out
     as the recorded backward produced it, which is how native autograd hands it on (a region
-    before this one learned that layout on its warm-up, :mod:`._grad_layout`).
+    before this one learned that layout on its warm-up, :mod:`._grad_layout`). The private
+    copies of all targets are made together (:func:`~._copies.copy_grouped`): a few kernels
+    instead of one launch per parameter.
+
+    Args:
+        lives: the targets (inputs, then parameters).
+        statics: per target, the static gradient the backward graph wrote, or ``None`` for none.
+        private: hand private copies even to targets that already hold a gradient.
     """
-    if static is None:
-        return None
-    if not live.is_leaf:
-        return torch.empty_like(static).copy_(static)
-    if private or live.grad is None:
-        fresh = torch.empty_strided(
-            live.shape, live.stride(), dtype=static.dtype, device=static.device
-        )
-        return fresh.copy_(static)
-    return static
+    handed: list[Tensor | None] = []
+    fresh: list[Tensor] = []
+    sources: list[Tensor] = []
+    for live, static in zip(lives, statics, strict=True):
+        if static is None:
+            handed.append(None)
+            continue
+        if not live.is_leaf:
+            copy = torch.empty_like(static)
+        elif private or live.grad is None:
+            copy = torch.empty_strided(
+                live.shape, live.stride(), dtype=static.dtype, device=static.device
+            )
+        else:
+            handed.append(static)
+            continue
+        handed.append(copy)
+        fresh.append(copy)
+        sources.append(static)
+    copy_grouped(fresh, sources)
+    return tuple(handed)
 
 
 def reached_targets(

@@ -488,10 +488,10 @@ class RegionRecorder:
             *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
         )
         static_grads = recording.graphs.static_grads[graded]
-        routed = tuple(
-            route(t, g, private) if k in reached else None
-            for k, (t, g) in enumerate(zip(live, static_grads, strict=True))
-        )
+        with torch.no_grad():
+            routed = route(
+                live, [g if k in reached else None for k, g in enumerate(static_grads)], private
+            )
         self._sharing.arm(ctx.next_functions, routed, recording.params)
         return routed
 
