@@ -26,7 +26,8 @@ Images are evaluated one at a time, so the largest mask stack alive is one image
 Validation at GPU speed (issue 11): ``update`` keeps every shape static (each image's ``max_det``
 top-k rows with a ``valid`` flag for the confidence cut, the batch's padded target rows with its
 ``valid`` mask), so that neither it nor the metric waits for the device; the one exception is
-masks, whose source-size buffers need each image's size on the host: one read per batch. It runs
+masks, whose source-size buffers need each image's size on the host: one read per batch, which
+also gives the instance counts, so segment targets are cut to the real instances. It runs
 with autocast off, so a bf16 validation step decodes and builds masks in float32 as ``predict``
 and a CPU run do (under autocast their matrix products would round to bf16).
 """
@@ -108,10 +109,15 @@ class Evaluator:
             images = self.decode(outputs, batch, keep_shape=True)
             sizes = SourceSizes.read(batch) if "mask" in TASK_KINDS[self.task] else None
             # generators: each image's records (dense masks at source size) are built when the
-            # metric reads them, so one image's masks are alive at a time
+            # metric reads them, so one image's masks are alive at a time; with the counts on
+            # the host (masks), the targets are cut to the real instances
+            targets = (
+                self._padded_targets(batch, i) if sizes is None else self.targets(batch, i, sizes)
+                for i in range(len(images))
+            )
             self.metric.update(
                 (self.image_predictions(d, batch, i, sizes) for i, d in enumerate(images)),
-                (self._padded_targets(batch, i, sizes) for i in range(len(images))),
+                targets,
                 image_ids=batch["image_ids"],
             )
 
@@ -201,49 +207,49 @@ class Evaluator:
             valid=detections.valid,
         )
 
-    def targets(self, batch: Batch, i: int) -> ImageTargets:
+    def targets(self, batch: Batch, i: int, sizes: SourceSizes | None = None) -> ImageTargets:
         """Image ``i``'s ground truth in source pixels, as the metric scores it.
 
-        Instances the batch flags ``ignore`` are left out of recall and matched predictions count
-        neither way: for rotated boxes they are DOTA ``difficult`` (IoU), for every other task COCO
-        crowds (``iscrowd``: intersection over the prediction's area).
+        Only the image's real instances: their count comes from ``sizes`` when given, else it
+        is read here (a host synchronisation). Instances the batch flags ``ignore`` are left out
+        of recall and matched predictions count neither way: for rotated boxes they are DOTA
+        ``difficult`` (IoU), for every other task COCO crowds (``iscrowd``: intersection over
+        the prediction's area).
 
         Raises:
             MetricsInputError: a segment batch without ``source_shapes``, or with another
                 number of shapes than valid instances.
             RleError: an RLE of another size than its image.
         """
-        sizes = SourceSizes.read(batch)
-        padded = self._padded_targets(batch, i, sizes)
+        sizes = SourceSizes.read(batch) if sizes is None else sizes
+        padded = self._padded_targets(batch, i)
         count = sizes.counts[i]  # real instances come first (the batch's padding is at the end)
+        masks = None
+        if "mask" in TASK_KINDS[self.task]:
+            height, width = sizes.heights[i], sizes.widths[i]
+            masks = _source_target_masks(batch, i, count, height, width)
+            device = batch["boxes"].device
+            if device.type == "cuda":  # from pinned memory the copy is queued, not waited for
+                masks = masks.pin_memory().to(device, non_blocking=True)
         return replace(
             padded,
+            masks=masks,
             valid=None,
             **{
                 f.name: getattr(padded, f.name)[:count]
                 for f in fields(padded)
-                if f.name != "valid" and getattr(padded, f.name) is not None
+                if f.name not in ("valid", "masks") and getattr(padded, f.name) is not None
             },
         )
 
-    def _padded_targets(self, batch: Batch, i: int, sizes: SourceSizes | None) -> ImageTargets:
-        """All of image ``i``'s target rows, padding flagged in ``valid`` (see :meth:`targets`).
+    def _padded_targets(self, batch: Batch, i: int) -> ImageTargets:
+        """All of image ``i``'s target rows but masks, padding flagged in ``valid``.
 
-        Masks need the source size and the instance count on the host (``sizes``).
+        What :meth:`update` scores when no count is on the host; :meth:`targets` cuts it.
         """
         valid = batch["valid"][i]
         scale_pad = batch["scale_pad"][i].to(batch["boxes"])
-        masks = keypoints = rboxes = None
-        if "mask" in TASK_KINDS[self.task]:
-            sizes = SourceSizes.read(batch) if sizes is None else sizes
-            height, width, count = sizes.heights[i], sizes.widths[i], sizes.counts[i]
-            device = batch["boxes"].device
-            host = torch.zeros(
-                (valid.shape[0], height, width), dtype=torch.bool, pin_memory=device.type == "cuda"
-            )
-            host[:count] = _source_target_masks(batch, i, count, height, width)
-            # from pinned memory the copy is queued instead of waiting for the device
-            masks = host.to(device, non_blocking=True)
+        keypoints = rboxes = None
         if "keypoints" in batch and self.task == "pose":
             keypoints = _source_keypoints(batch["keypoints"][i], scale_pad)
         if "rboxes" in batch and self.task == "obb":
@@ -252,7 +258,6 @@ class Evaluator:
         return ImageTargets(
             classes=batch["classes"][i],
             boxes=_source_boxes(batch["boxes"][i], scale_pad, batch["orig_sizes"][i]),
-            masks=masks,
             keypoints=keypoints,
             rboxes=rboxes,
             iscrowd=None if self.task == "obb" else ignore,
