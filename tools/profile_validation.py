@@ -159,7 +159,10 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         imgsz=args.imgsz,  # type: ignore[arg-type]
     )
     data = YoloDataModule(data_yaml, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers)
-    module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes)
+    options: dict[str, Any] = {}
+    if data.spec.kpt_shape is not None:  # the synthetic pose set has its own keypoint count
+        options["kpt_shape"] = tuple(data.spec.kpt_shape)
+    module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes, **options)
     cuda = torch.cuda.is_available()
     common: dict[str, Any] = {
         "accelerator": "gpu" if cuda else "cpu",
