@@ -78,7 +78,7 @@ def describe(name: str) -> dict[str, Any]:
         "buckets": len(buckets),
         "single_matrix_buckets": sum(1 for n in buckets.values() if n == 1),
         "kernels": sum(count.ops.values()),
-        "kernels_by_op": dict(count.ops.most_common(10)),
+        "kernels_by_op": dict(count.ops.most_common()),
     }
 
 
