@@ -83,7 +83,7 @@ class RegionGraphs:
         """
         with torch.no_grad():
             self.parameter_grads = tuple(torch.empty_like(p) for p in parameters)
-        bodies = {p: _into(self.parameter_grads, b) for p, b in backwards.items()}
+        bodies = {p: _into_shared(self.parameter_grads, b) for p, b in backwards.items()}
         if self.pool.uses_cuda:
             graph = torch.cuda.CUDAGraph()
             outputs = capture_with_trail(lambda: self._cuda_capture(graph, forward), False)
@@ -162,7 +162,7 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
     return result
 
 
-def _into(buffers: Sequence[Tensor], backward: BackwardBody) -> BackwardBody:
+def _into_shared(buffers: Sequence[Tensor], backward: BackwardBody) -> BackwardBody:
     """``backward``, handing the trailing ``len(buffers)`` targets' gradients in ``buffers``.
 
     The copy writes autograd's bits; a target the pattern does not reach stays ``None``.
