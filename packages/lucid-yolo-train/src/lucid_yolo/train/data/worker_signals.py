@@ -17,6 +17,11 @@ The owner is recorded when the loader is built, not read as the worker's parent:
 ``fork`` and ``spawn`` start methods they are the same process, but under ``forkserver`` (Python
 3.14's default on Linux) the parent is the fork server, and the owner's own shutdown signal would
 be dropped.
+
+Complete under ``fork`` only: there a worker starts with one thread, so the mask covers every
+thread. A worker started by ``spawn`` already runs numpy's and OpenCV's threads (started on
+import, before ``worker_init_fn``), which do not block SIGTERM, so a foreign SIGTERM can still
+end it (docs/engineering/whole-fit-speed.md, the review of this filter).
 """
 
 from __future__ import annotations
