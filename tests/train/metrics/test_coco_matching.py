@@ -182,13 +182,14 @@ def test_match_images_a_chain_of_displaced_predictions_needs_every_round() -> No
     assert out.matched[0].all()
 
 
-def test_match_extent_counts_the_rounds_rows_and_columns_within_reach() -> None:
+def test_match_extent_counts_rounds_predictions_and_columns_within_reach() -> None:
     overlaps = torch.full((2, 5, 4), -1.0, dtype=torch.float64)
     overlaps[0, 1, 0] = overlaps[0, 1, 1] = 0.6  # two takeable targets in image 0
     overlaps[1, 3, 2] = 0.9  # a reusable one in image 1
+    overlaps[1, 0, 1] = 0.5  # image 1's second prediction within reach
     overlaps[1, 4, 3] = 0.3  # below the lowest threshold: out of reach
     reusable = torch.tensor([[False] * 4, [False, False, True, False]])
-    assert match_extent(overlaps, reusable).tolist() == [3, 4, 3]
+    assert match_extent(overlaps, reusable).tolist() == [3, 2, 3]
 
 
 def test_match_batch_beyond_the_extent_matches_nothing() -> None:

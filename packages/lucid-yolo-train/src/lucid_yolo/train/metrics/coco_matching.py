@@ -26,10 +26,13 @@ runs where the overlaps are (issue 11). Each round, for every unsettled predicti
 After step 1 the first-ranked unsettled prediction with a candidate always wins in step 3 and
 takes a target that is not reusable, so every round but the last takes one: one more than the
 most non-reusable targets an image has within reach (some overlap at the lowest threshold)
-bounds the rounds. :func:`match_extent` computes that bound, and the last prediction row and
-target column within reach, on the device; rows and columns beyond them can never match and are
-left out. The caller reads the three numbers when it suits it (the accumulator reads them one
-batch later, when they are long ready, so the host never waits for the device's queue).
+bounds the rounds. :func:`match_extent` computes that bound, the most predictions within reach
+in one image and the last target column within reach, on the device. Predictions out of reach
+can never match nor take a target from another, so each image's predictions within reach are
+moved to the front (a stable sort keeps their order) and only those rows take part; columns
+beyond the last within reach are left out. The caller reads the three numbers when it suits it
+(the accumulator reads them one batch later, when they are long ready, so the host never waits
+for the device's queue).
 """
 
 from __future__ import annotations
@@ -94,9 +97,9 @@ def match_extent(
         thresholds: (T,) overlap thresholds.
 
     Returns:
-        (3,) int64: the rounds that settle every prediction, and the prediction rows and target
-        columns within reach (one past the last row or column with an overlap at or above the
-        lowest threshold).
+        (3,) int64: the rounds that settle every prediction, the most predictions of one image
+        within reach (an overlap at or above the lowest threshold), and one past the last
+        target column within reach.
     """
     B, D, G = overlaps.shape
     if B == 0 or D == 0 or G == 0:
@@ -105,7 +108,7 @@ def match_extent(
     reach = overlaps >= lowest  # (B, D, G)
     takeable = reach.any(dim=1) & ~reusable.to(device=overlaps.device, dtype=torch.bool)
     rounds = takeable.sum(dim=1).amax() + 1
-    rows = (reach.any(dim=2).any(dim=0) * torch.arange(1, D + 1, device=overlaps.device)).amax()
+    rows = reach.any(dim=2).sum(dim=1).amax()
     cols = (reach.any(dim=1).any(dim=0) * torch.arange(1, G + 1, device=overlaps.device)).amax()
     return torch.stack([rounds, rows, cols])
 
@@ -141,25 +144,31 @@ def match_batch(
     ignored = torch.zeros_like(matched)
     if extent is None:
         extent = match_extent(overlaps, reusable, thresholds).tolist()
-    rounds, D, G = (int(v) for v in extent)
-    if G == 0 or D == 0:
+    rounds, R, G = (int(v) for v in extent)  # R: rows within reach
+    if G == 0 or R == 0:
         return matched, ignored
-    overlaps, ignore, reusable = overlaps[:, :D, :G], ignore[:, :G], reusable[:, :G]
-    value = overlaps.to(torch.float64)[:, None]  # (B, 1, D, G)
-    above = value >= threshold[None, :, None, None]  # (B, T, D, G)
+    lowest = float(min(np.min(thresholds), _THRESHOLD_CAP))
+    within_reach = (overlaps[..., :G] >= lowest).any(dim=2)  # (B, all rows)
+    # each image's rows within reach first, in their order: (B, R) indices of the original rows
+    rows = torch.argsort((~within_reach).to(torch.uint8), dim=1, stable=True)[:, :R]
+    overlaps = overlaps[..., :G].gather(1, rows[..., None].expand(B, R, G))
+    ignore, reusable = ignore[:, :G], reusable[:, :G]
+    value = overlaps.to(torch.float64)[:, None]  # (B, 1, R, G)
+    above = value >= threshold[None, :, None, None]  # (B, T, R, G)
     counted = ~ignore.to(device=device, dtype=torch.bool)[:, None, None, :]  # (B, 1, 1, G)
     per_threshold = (B, T, G)
     target_ignored = (~counted[:, :, 0, :]).expand(per_threshold)  # (B, T, G)
     target_reusable = reusable.to(device=device, dtype=torch.bool)[:, None, :].expand(per_threshold)
     target_index = torch.arange(G, device=device)  # (G,)
-    rank = torch.arange(D, device=device)  # (D,)
+    rank = torch.arange(R, device=device)  # (R,)
     taken = torch.zeros(B, T, 1, G, dtype=torch.bool, device=device)
-    unsettled = torch.ones(B, T, D, dtype=torch.bool, device=device)
-    reached_matched, reached_ignored = matched[..., :D], ignored[..., :D]  # views, filled below
+    unsettled = torch.ones(B, T, R, dtype=torch.bool, device=device)
+    reached_matched = torch.zeros(B, T, R, dtype=torch.bool, device=device)  # along ``rows``
+    reached_ignored = torch.zeros_like(reached_matched)
     for _ in range(rounds):
-        candidate = above & ~taken & unsettled[..., None]  # (B, T, D, G)
+        candidate = above & ~taken & unsettled[..., None]  # (B, T, R, G)
         favourite, has_favourite = _favourite(value, candidate, counted, target_index)
-        favourite_reusable = target_reusable.gather(2, favourite)  # (B, T, D)
+        favourite_reusable = target_reusable.gather(2, favourite)  # (B, T, R)
         favourite_ignored = target_ignored.gather(2, favourite)
         # step 1: a reusable favourite is final
         final = has_favourite & favourite_reusable
@@ -169,14 +178,15 @@ def match_batch(
         unsettled &= has_favourite & ~favourite_reusable
         candidate &= unsettled[..., None]
         # step 3: the first unsettled prediction that can take a target takes it if it wants it
-        first = torch.where(candidate, rank[:, None], D).amin(dim=2)  # (B, T, G)
-        wins = unsettled & (first.gather(2, favourite) == rank)  # (B, T, D)
+        first = torch.where(candidate, rank[:, None], R).amin(dim=2)  # (B, T, G)
+        wins = unsettled & (first.gather(2, favourite) == rank)  # (B, T, R)
         reached_matched |= wins
         reached_ignored |= wins & favourite_ignored
         unsettled &= ~wins
-        won = (favourite[..., None] == target_index) & wins[..., None]  # (B, T, D, G)
+        won = (favourite[..., None] == target_index) & wins[..., None]  # (B, T, R, G)
         taken |= won.any(dim=2, keepdim=True)
-    return matched, ignored
+    back = rows[:, None, :].expand(B, T, R)  # each compacted row to its original rank
+    return matched.scatter(2, back, reached_matched), ignored.scatter(2, back, reached_ignored)
 
 
 def _favourite(
