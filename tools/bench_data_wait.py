@@ -98,9 +98,11 @@ class _StepWaits(Callback):
 
 
 def _fit(args: argparse.Namespace) -> dict[str, Any]:
-    data_yaml = generate_synthetic(
-        args.root, task="detect", num_train=args.images, num_val=16, imgsz=args.imgsz, seed=0
-    )
+    data_yaml = args.root / "data.yaml"
+    if not data_yaml.is_file():  # the same seed gives the same set: later fits reuse it
+        generate_synthetic(
+            args.root, task="detect", num_train=args.images, num_val=16, imgsz=args.imgsz, seed=0
+        )
     ResumableLoader.__iter__ = _timed_iter(ResumableLoader.__iter__)  # type: ignore[method-assign]
     pl.seed_everything(0)
     data = YoloDataModule(
