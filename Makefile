@@ -14,7 +14,7 @@ setup: ## Install the workspace and dev tools from uv.lock
 	$(UV) sync --locked --all-packages
 
 test: ## CPU test suite (the README's test command)
-	$(UV) run pytest -n auto -m "not gpu" $(PYTEST_ARGS)
+	$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)
 
 test-gpu: ## CUDA tests, from source, on a GPU machine that has torch, lightning and pytest installed
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) CUBLAS_WORKSPACE_CONFIG=:4096:8 \
