@@ -185,9 +185,9 @@ def test_quoted_lightning_flags_exist_in_their_command(capsys: pytest.CaptureFix
 def test_readme_test_command_is_what_ci_runs() -> None:
     readme = (ROOT / "README.md").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    command = 'uv run pytest -n auto -m "not gpu"'
+    command = 'uv run pytest -n auto --dist worksteal -m "not gpu"'
     assert command in readme
-    assert '$(UV) run pytest -n auto -m "not gpu" $(PYTEST_ARGS)' in makefile
+    assert '$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)' in makefile
     ci = (ROOT / ".ci/run").read_text().rstrip()
     assert ci.endswith("uv sync --locked --all-packages\nmake gate")
     assert "$(UV) sync --locked --all-packages" in makefile
