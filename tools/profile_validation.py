@@ -242,6 +242,8 @@ def main() -> None:
             f"{task}: validation pass {median:.3f} s (median of {args.repeats}); {phases}; "
             f"host syncs {syncs['per_pass']} per pass ({syncs['per_batch']:.1f} per batch)"
         )
+        for site, n in syncs["sites"]:
+            print(f"  {n:6d} sync(s) at {site}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             name = "_".join(args.tasks)
