@@ -11,8 +11,9 @@ update and EMA blend). It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
   ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;
-- per step, the reserved and allocated bytes and the running peak, so the step that set the peak
-  (the recording step, or the steady state) can be read off;
+- per step, the reserved and allocated bytes and their running peaks, so the step that set the
+  peak (the recording step, or the steady state) can be read off, and the same before and after
+  every recording (region or update), so the recording that set it can be too;
 - at the end, the allocator's segments grouped by owner: each graph private pool, and outside the
   pools each stream (a warm-up on a side stream leaves blocks there that the default stream can
   never reuse), with reserved and allocated bytes each;
@@ -88,6 +89,38 @@ def segments_by_owner(segments: list[dict[str, Any]]) -> dict[str, dict[str, int
     return dict(owners)
 
 
+def _memory() -> dict[str, int]:
+    import torch
+
+    return {
+        "reserved": torch.cuda.memory_reserved(),
+        "allocated": torch.cuda.memory_allocated(),
+        "peak_reserved": torch.cuda.max_memory_reserved(),
+        "peak_allocated": torch.cuda.max_memory_allocated(),
+    }
+
+
+def _watch_recordings(log: list[dict[str, Any]]) -> None:
+    """Record the memory before and after every recording (region and update) into ``log``.
+
+    A benchmark-only wrapper around the recorders' recording methods: a recording whose
+    ``after.peak_reserved`` exceeds its ``before.peak_reserved`` set the fit's running peak.
+    """
+    from lucid_yolo.replay import RegionRecorder, UpdateRecorder
+
+    def watched(name_of: Any, method: Any) -> Any:
+        def record(self: Any, *args: Any) -> Any:
+            before = _memory()
+            result = method(self, *args)
+            log.append({"recorder": name_of(self), "before": before, "after": _memory()})
+            return result
+
+        return record
+
+    for cls, method_name in ((RegionRecorder, "_record_or_retire"), (UpdateRecorder, "_record")):
+        setattr(cls, method_name, watched(lambda r: r.name, getattr(cls, method_name)))
+
+
 def _fit(args: argparse.Namespace) -> dict[str, Any]:
     """Fit ``args.steps`` steps in this process and return what it measured."""
     import lightning.pytorch as pl
@@ -103,14 +136,11 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
 
         def on_train_batch_end(self, *_: Any) -> None:
             if cuda:
-                self.steps.append(
-                    {
-                        "reserved": torch.cuda.memory_reserved(),
-                        "allocated": torch.cuda.memory_allocated(),
-                        "peak_reserved": torch.cuda.max_memory_reserved(),
-                    }
-                )
+                self.steps.append(_memory())
 
+    recordings: list[dict[str, Any]] = []
+    if cuda:
+        _watch_recordings(recordings)
     pl.seed_everything(0)
     replay = args.mode == "replay"
     data = YoloDataModule(
@@ -152,6 +182,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "peak_allocated": None,
         "stats": None,
         "per_step": probe.steps,
+        "recordings": recordings,
         "owners_at_end": None,
     }
     if cuda:

@@ -9,6 +9,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
+from replay_nets import loss_of, make_net
+
+from lucid_yolo.replay import ModuleRegion, RegionRecorder, UpdateRecorder
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
@@ -73,3 +77,18 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
     assert case["replay"]["telemetry"]["replays"] > 0
     assert case["replay"]["peak_reserved"] is None
     assert "| detect b1 |" in (tmp_path / "out" / "replay_memory.md").read_text()
+
+
+def test_watch_recordings_logs_memory_around_each_recording(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for cls, name in ((RegionRecorder, "_record_or_retire"), (UpdateRecorder, "_record")):
+        monkeypatch.setattr(cls, name, getattr(cls, name))  # restored after the test
+    monkeypatch.setattr(bench, "_memory", lambda: {"reserved": 0})
+    log: list[dict[str, object]] = []
+    bench._watch_recordings(log)
+    recorder = RegionRecorder(ModuleRegion(make_net()), name="net", warmup_steps=0)
+    for _ in range(2):
+        loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    assert log == [{"recorder": "net", "before": {"reserved": 0}, "after": {"reserved": 0}}]
+    assert recorder.telemetry.replays == 2
