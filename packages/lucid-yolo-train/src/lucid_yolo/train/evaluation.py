@@ -107,7 +107,12 @@ class Evaluator:
         """
         with torch.autocast(batch["images"].device.type, enabled=False):
             images = self.decode(outputs, batch, keep_shape=True)
-            sizes = SourceSizes.read(batch) if "mask" in TASK_KINDS[self.task] else None
+            sizes = None
+            if "mask" in TASK_KINDS[self.task]:
+                # the read masks need anyway also says how many rows pass the confidence cut (a
+                # prefix, best first), so only those are resampled to the source size
+                sizes = SourceSizes.read(batch, images)
+                images = [_first_rows(d, n) for d, n in zip(images, sizes.detections, strict=True)]
             # generators: each image's records (dense masks at source size) are built when the
             # metric reads them, so one image's masks are alive at a time; with the counts on
             # the host (masks), the targets are cut to the real instances
@@ -275,30 +280,58 @@ class SourceSizes:
         widths: per image, source columns.
         scale_pad: per image, ``(scale, pad_x, pad_y)`` of its letterbox.
         counts: per image, real instances (the first rows of its targets).
+        detections: per image, the decoded rows flagged ``valid`` (the first rows of a
+            ``keep_shape`` decode, which is sorted by score); empty when not asked for.
     """
 
     heights: list[int]
     widths: list[int]
     scale_pad: list[tuple[float, float, float]]
     counts: list[int]
+    detections: list[int]
 
     @classmethod
-    def read(cls, batch: Batch) -> SourceSizes:
-        """Read the batch's sizes, letterboxes and counts (one host synchronisation)."""
-        packed = torch.cat(
-            [
-                batch["orig_sizes"].to(torch.float64),  # int64 and float32 are exact in float64
-                batch["scale_pad"].to(torch.float64),
-                batch["valid"].sum(dim=1, keepdim=True).to(torch.float64),
-            ],
-            dim=1,
-        ).tolist()
+    def read(cls, batch: Batch, detections: Sequence[Detections] = ()) -> SourceSizes:
+        """Read the batch's sizes, letterboxes and counts (one host synchronisation).
+
+        Args:
+            batch: the batch.
+            detections: a ``keep_shape`` decode of the batch, whose valid rows to count too.
+        """
+        columns = [
+            batch["orig_sizes"].to(torch.float64),  # int64 and float32 are exact in float64
+            batch["scale_pad"].to(torch.float64),
+            batch["valid"].sum(dim=1, keepdim=True).to(torch.float64),
+        ]
+        if detections:
+            valid = torch.stack([_valid_rows(d) for d in detections])  # (B, k)
+            columns.append(valid.sum(dim=1, keepdim=True).to(torch.float64))
+        packed = torch.cat(columns, dim=1).tolist()
         return cls(
             heights=[int(row[0]) for row in packed],
             widths=[int(row[1]) for row in packed],
             scale_pad=[(row[2], row[3], row[4]) for row in packed],
             counts=[int(row[5]) for row in packed],
+            detections=[int(row[6]) for row in packed] if detections else [],
         )
+
+
+def _valid_rows(detections: Detections) -> Tensor:
+    if detections.valid is None:
+        return torch.ones_like(detections.scores, dtype=torch.bool)
+    return detections.valid
+
+
+def _first_rows(detections: Detections, count: int) -> Detections:
+    """The first ``count`` rows of every per-row field (the prototypes are per image)."""
+    return replace(
+        detections,
+        **{
+            f.name: getattr(detections, f.name)[:count]
+            for f in fields(detections)
+            if f.name != "protos" and getattr(detections, f.name) is not None
+        },
+    )
 
 
 def _source_boxes(boxes: Tensor, scale_pad: Tensor, orig_size: Tensor) -> Tensor:
