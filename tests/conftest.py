@@ -26,8 +26,9 @@ def _slow_tests_first(items: list[pytest.Item]) -> None:
     """Move the ``slow`` tests to the front, in their order; the rest keep theirs.
 
     Under ``-n`` the workers then start with the long tests and end on short ones, which
-    ``--dist worksteal`` (pyproject) moves to an idle worker, instead of one worker running the
-    last long fit while the other has nothing left (docs/engineering/workspace-foundation.md).
+    ``--dist worksteal`` (the test command) moves to an idle worker, instead of one worker
+    running the last long fit while the other has nothing left
+    (docs/engineering/workspace-foundation.md).
     """
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
