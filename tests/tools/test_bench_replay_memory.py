@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 from replay_nets import loss_of, make_net
+from tool_modules import load_tool
 
 from lucid_yolo.replay import ModuleRegion, RegionRecorder, UpdateRecorder
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_replay_memory", TOOLS / "bench_replay_memory.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_replay_memory", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_replay_memory", monkeypatch)
 
 
 def test_segments_by_owner_splits_graph_pools_from_streams(bench: ModuleType) -> None:

@@ -3,14 +3,10 @@ out of the steady rate."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
+from tool_modules import load_tool
 
 
 @pytest.fixture
@@ -18,14 +14,7 @@ def bench_scaling(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     """The tool as a module; the multicast variables it sets on import are undone afterwards."""
     for name in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS"):
         monkeypatch.setenv(name, "0" if name == "NCCL_NVLS_ENABLE" else "1")
-    monkeypatch.syspath_prepend(str(TOOLS))
-    spec = importlib.util.spec_from_file_location("bench_scaling", TOOLS / "bench_scaling.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_scaling", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_scaling", monkeypatch)
 
 
 def test_measures_of_a_two_rank_fit_count_every_rank_and_skip_the_first_epoch(

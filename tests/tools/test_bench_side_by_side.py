@@ -3,26 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "bench_side_by_side.py"
-
-
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("bench_side_by_side", TOOL)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tool_modules import load_tool
 
 
-def test_epoch_metrics_of_ultralytics_come_from_results_csv(tmp_path: Path) -> None:
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("bench_side_by_side", monkeypatch)
+
+
+def test_epoch_metrics_of_ultralytics_come_from_results_csv(
+    tmp_path: Path, tool: ModuleType
+) -> None:
     results = tmp_path / "train" / "results.csv"
     results.parent.mkdir()
     # Ultralytics writes one row per epoch, counted from 1
@@ -31,36 +27,40 @@ def test_epoch_metrics_of_ultralytics_come_from_results_csv(tmp_path: Path) -> N
         "1,10.5,0.2,0.05,0.03\n"
         "2,20.5,0.4,0.15,0.13\n"
     )
-    rows = _tool()._epoch_metrics("segment", "ultralytics", tmp_path, tmp_path / "none.jsonl")
+    rows = tool._epoch_metrics("segment", "ultralytics", tmp_path, tmp_path / "none.jsonl")
     assert rows == [
         {"epoch": 0, "fit_s": 10.5, "box": 0.05, "mask": 0.03},
         {"epoch": 1, "fit_s": 20.5, "box": 0.15, "mask": 0.13},
     ]
 
 
-def test_epoch_metrics_of_obb_ultralytics_are_rotated_boxes(tmp_path: Path) -> None:
+def test_epoch_metrics_of_obb_ultralytics_are_rotated_boxes(
+    tmp_path: Path, tool: ModuleType
+) -> None:
     results = tmp_path / "train" / "results.csv"
     results.parent.mkdir()
     results.write_text("epoch,time,metrics/mAP50-95(B)\n1,3.0,0.5\n")
-    rows = _tool()._epoch_metrics("obb", "ultralytics", tmp_path, tmp_path / "none.jsonl")
+    rows = tool._epoch_metrics("obb", "ultralytics", tmp_path, tmp_path / "none.jsonl")
     assert rows == [{"epoch": 0, "fit_s": 3.0, "obb": 0.5}]
 
 
-def test_epoch_metrics_of_lucid_yolo_come_from_the_probe_lines(tmp_path: Path) -> None:
+def test_epoch_metrics_of_lucid_yolo_come_from_the_probe_lines(
+    tmp_path: Path, tool: ModuleType
+) -> None:
     lines = tmp_path / "pose.epochs.jsonl"
     records = [
         {"epoch": 0, "fit_s": 4.0, "val/box/mAP50-95": 0.1, "val/pose/mAP50-95": 0.02},
         {"epoch": 1, "fit_s": 8.0, "val/box/mAP50-95": 0.3, "val/pose/mAP50": 0.5},
     ]
     lines.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    rows = _tool()._epoch_metrics("pose", "native", tmp_path, lines)
+    rows = tool._epoch_metrics("pose", "native", tmp_path, lines)
     assert rows == [
         {"epoch": 0, "fit_s": 4.0, "box": 0.1, "pose": 0.02},
         {"epoch": 1, "fit_s": 8.0, "box": 0.3},
     ]
 
 
-def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
+def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind(tool: ModuleType) -> None:
     records = [
         {
             "task": "segment",
@@ -79,7 +79,7 @@ def test_accuracy_table_gives_each_tool_its_last_epoch_per_kind() -> None:
     args = argparse.Namespace(
         batch=16, epochs=2, imgsz=320, images=512, val_images=128, lucid_args=""
     )
-    table = _tool().accuracy_table(records, args)
+    table = tool.accuracy_table(records, args)
     assert "| segment | box | 0.100 | 0.400 | 1 (9 s) / 2 (10 s) |" in table
     assert "| segment | mask | 0.050 | 0.300 | 1 (9 s) / 2 (10 s) |" in table
     assert "| 1 | — | 0.300 |" in table
@@ -100,8 +100,9 @@ def _earlier_call(path: Path, args: argparse.Namespace, runs: list[dict[str, obj
     return path
 
 
-def test_merge_joins_the_runs_of_an_earlier_call_with_the_same_settings(tmp_path: Path) -> None:
-    tool = _tool()
+def test_merge_joins_the_runs_of_an_earlier_call_with_the_same_settings(
+    tmp_path: Path, tool: ModuleType
+) -> None:
     first = [{"task": "detect", "tool": "replay", "whole_s": 100.0}]
     second = [{"task": "detect", "tool": "native", "whole_s": 140.0}]
     paths = [
@@ -111,14 +112,14 @@ def test_merge_joins_the_runs_of_an_earlier_call_with_the_same_settings(tmp_path
     assert tool.merged_runs(paths, _settings()) == first + second
 
 
-def test_merge_refuses_an_earlier_call_with_another_batch(tmp_path: Path) -> None:
+def test_merge_refuses_an_earlier_call_with_another_batch(tmp_path: Path, tool: ModuleType) -> None:
     path = _earlier_call(tmp_path / "a.json", _settings(batch=4), [])
     with pytest.raises(SystemExit, match="batch was '4' there and is '16' here"):
-        _tool().merged_runs([path], _settings())
+        tool.merged_runs([path], _settings())
 
 
-def test_merge_refuses_a_file_that_is_not_a_report(tmp_path: Path) -> None:
+def test_merge_refuses_a_file_that_is_not_a_report(tmp_path: Path, tool: ModuleType) -> None:
     path = tmp_path / "broken.json"
     path.write_text("{not json")
     with pytest.raises(SystemExit, match=r"broken\.json: not a side_by_side\.json"):
-        _tool().merged_runs([path], _settings())
+        tool.merged_runs([path], _settings())

@@ -2,27 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
-
-TOOLS = Path(__file__).resolve().parents[2] / "tools"
+from tool_modules import load_tool
 
 
 @pytest.fixture
 def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "bench_update_step", TOOLS / "bench_update_step.py"
-    )
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, "bench_update_step", module)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool("bench_update_step", monkeypatch)
 
 
 @pytest.mark.slow

@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import importlib.util
 import xml.etree.ElementTree as ET
-from pathlib import Path
 from types import ModuleType
 
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "train_gate.py"
+import pytest
+from tool_modules import load_tool
 
 
-def _tool() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("train_gate", TOOL)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("train_gate", monkeypatch)
 
 
-def test_curve_svg_draws_both_metrics_over_the_epochs() -> None:
+def test_curve_svg_draws_both_metrics_over_the_epochs(tool: ModuleType) -> None:
     rows = [
         {"epoch": 0.0, "mAP50": 0.0, "mAP50-95": 0.0},
         {"epoch": 29.0, "mAP50": 1.0, "mAP50-95": 0.5},
     ]
-    root = ET.fromstring(_tool().curve_svg(rows, "detect"))
+    root = ET.fromstring(tool.curve_svg(rows, "detect"))
     lines = root.findall("{http://www.w3.org/2000/svg}polyline")
     assert len(lines) == 2
     map50 = [tuple(map(float, p.split(","))) for p in lines[0].get("points", "").split()]

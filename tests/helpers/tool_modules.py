@@ -1,0 +1,28 @@
+"""The scripts under ``tools/`` as modules, for the tests of their pure parts.
+
+The tools are scripts run by path, not a package, so a test loads one from its file. Registered
+in ``sys.modules`` for the test's duration: dataclasses and pickling look a module up there.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+TOOLS = Path(__file__).resolve().parents[2] / "tools"
+
+
+def load_tool(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    """``tools/<name>.py`` as the module ``name``, with ``tools/`` importable while it loads."""
+    monkeypatch.syspath_prepend(str(TOOLS))
+    spec = importlib.util.spec_from_file_location(name, TOOLS / f"{name}.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, name, module)
+    spec.loader.exec_module(module)
+    return module
