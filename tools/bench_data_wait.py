@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from bench_trainer import step_trainer
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels, HsvTables
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
@@ -118,18 +119,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         replay=ReplayConfig(network=True, loss=True, update=True),
     )
     waits = _StepWaits(args.steps // 2)
-    trainer = pl.Trainer(
-        accelerator="auto",
-        devices=1,
-        precision="bf16-mixed",
-        max_steps=args.steps,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[waits],
-    )
+    trainer = step_trainer(args.steps, waits, accelerator="auto")
     trainer.fit(module, data)
     return {
         "pixels_on_device": args.pixels_on_device,

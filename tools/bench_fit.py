@@ -25,6 +25,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 
+from bench_trainer import step_trainer
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -64,18 +65,7 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
         ),
     )
     clock = _StepClock(args.steps // 2)
-    trainer = pl.Trainer(
-        accelerator="gpu",
-        devices=1,
-        precision="bf16-mixed",
-        max_steps=args.steps,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[clock],
-    )
+    trainer = step_trainer(args.steps, clock)
     trainer.fit(module, data)
     whole = time.perf_counter() - begin
     step_ms = (clock.end - clock.start) * 1000.0 / max(clock.steps, 1)

@@ -126,6 +126,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     import lightning.pytorch as pl
     import torch
 
+    from bench_trainer import step_trainer
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 
     cuda = args.device == "cuda"
@@ -157,17 +158,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         options["kpt_shape"] = tuple(data.spec.kpt_shape)
     module = YoloModule(MODELS[args.task], num_classes=data.num_classes, replay=config, **options)
     probe = MemoryProbe()
-    trainer = pl.Trainer(
-        accelerator="gpu" if cuda else "cpu",
-        devices=1,
-        precision="bf16-mixed" if cuda else "32-true",
-        max_steps=args.steps,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[probe],
+    trainer = step_trainer(
+        args.steps, probe, "gpu" if cuda else "cpu", "bf16-mixed" if cuda else "32-true"
     )
     trainer.fit(module, data)
     result: dict[str, Any] = {
