@@ -3,9 +3,11 @@
 # each row's fits alternate between Ultralytics and lucid-yolo (replayed, native), each a fresh
 # process, 640 px, bf16, 512/128 synthetic images. Rounds of later calls join earlier ones
 # through MERGE, so medians and ranges build up across calls.
-#   ROW=detect-b16   detect, batch 16, 30 epochs (about 400 s a round on one H200)
-#   ROW=detect-b4    detect, batch 4, 6 epochs (about 250 s)
-#   ROW=segment-b4   segment, batch 4, 6 epochs (about 330 s)
+#   ROW=detect-b16   detect, batch 16, 30 epochs
+#   ROW=detect-b4    detect, batch 4, 6 epochs
+#   ROW=segment-b4   segment, batch 4, 6 epochs
+# (A round's length, estimated from the single runs of each tool on one H200: about 400,
+# 250 and 330 s; the script itself has not run on the GPU yet.)
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
