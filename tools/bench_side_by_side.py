@@ -55,11 +55,12 @@ from typing import Any
 TOOLS_DIR = Path(__file__).resolve().parent
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 REPLAY_FLAGS = [
-    *("--model.replay.network", "true", "--model.replay.loss", "true"),
-    *("--model.replay.update", "true"),
+    "--model.replay.network=true",
+    "--model.replay.loss=true",
+    "--model.replay.update=true",
 ]
 """Replay every region of every task (segment adds its heads)."""
-SEGMENT_HEADS_FLAGS = ["--model.replay.segment_heads", "true"]
+SEGMENT_HEADS_FLAGS = ["--model.replay.segment_heads=true"]
 PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
 """The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""
 ULTRALYTICS_KINDS = {
@@ -458,8 +459,17 @@ def svg(rows: list[dict[str, Any]]) -> str:
     return "\n".join(parts)
 
 
-SAME_SETTINGS = ("batch", "epochs", "imgsz", "images", "val_images", "device", "workers")
-SAME_SETTINGS += ("ultralytics_cache", "lucid_args")
+SAME_SETTINGS = (
+    "batch",
+    "epochs",
+    "imgsz",
+    "images",
+    "val_images",
+    "device",
+    "workers",
+    "ultralytics_cache",
+    "lucid_args",
+)
 """Settings that must match for runs of two calls to share one report (``--merge``)."""
 
 
