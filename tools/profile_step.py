@@ -1,0 +1,193 @@
+"""Where a replayed training step's time goes: the host's work, the GPU's work, the gap between.
+
+A replayed step is fast only if the GPU is kept busy. This tool runs a short fit (validation off,
+the data module's defaults, bf16, every replay region that applies to the task) and, over the
+second half of its steps, records:
+
+* ``period_ms``: wall time per step (device synchronised at both ends of the window);
+* ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
+  (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
+  the time the GPU waited for the host;
+* ``syncs_per_step``: host synchronisations with the device per step
+  (``torch.cuda.set_sync_debug_mode("warn")`` over the window);
+* ``host_cumulative`` and ``host_self``: the main thread's most expensive functions over the
+  window (cProfile), by cumulative and by own time, each in milliseconds per step, so a
+  host-bound step names its cause.
+
+Run (GPU machine, from source; one JSON file per run in ``--out``)::
+
+    python3 tools/profile_step.py --task detect --batch 4 --steps 120 --out $OUT/detect-b4.json
+
+On a machine without CUDA the fit runs on the CPU (a smoke test: ``--imgsz 64 --steps 6``); the
+GPU columns are then empty.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from torch.profiler import ProfilerActivity, profile
+
+from bench_replay_memory import MODELS
+from bench_trainer import step_trainer
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+from lucid_yolo.train.data.synthetic import generate_synthetic
+
+DEVICE_ACTIVITY_TYPES = ("kernel", "gpu_memcpy", "gpu_memset")
+"""Chrome-trace categories of work the GPU does (torch.profiler's names)."""
+
+
+class _Window(Callback):
+    """Profiles the steps after ``start`` up to the fit's last one."""
+
+    def __init__(self, start: int, cuda: bool) -> None:
+        self.start = start
+        self.cuda = cuda
+        self.steps = 0
+        self.seconds = 0.0
+        self.host = cProfile.Profile()
+        self.device: profile | None = None
+        self.sync_warnings = 0
+        self._began = 0.0
+        self._catch: Any = None
+        self._caught: list[warnings.WarningMessage] = []
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        step = trainer.global_step
+        if step == self.start:
+            self._begin()
+        elif step > self.start:
+            self.steps += 1
+            if step == trainer.max_steps:
+                self._end()
+
+    def _begin(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+            self.device = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.device.__enter__()
+            self._catch = warnings.catch_warnings(record=True)
+            self._caught = self._catch.__enter__()
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+        self._began = time.perf_counter()
+        self.host.enable()
+
+    def _end(self) -> None:
+        self.host.disable()
+        if self.cuda:
+            torch.cuda.set_sync_debug_mode("default")
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self._began
+        if self._catch is not None:
+            self.sync_warnings = sum("synchroniz" in str(w.message) for w in self._caught)
+            self._catch.__exit__(None, None, None)
+        if self.device is not None:
+            self.device.__exit__(None, None, None)
+
+
+def _busy_ms(trace: Path) -> float:
+    """Milliseconds in which the device did any work: the union of its activity intervals."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = sorted(
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
+        for e in events
+        if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e
+    )
+    busy, end = 0.0, float("-inf")
+    for start, stop in spans:
+        if stop <= end:
+            continue
+        busy += stop - max(start, end)
+        end = stop
+    return busy / 1000.0
+
+
+def _host_top(host: cProfile.Profile, steps: int, key: str, count: int) -> list[dict[str, Any]]:
+    """The ``count`` functions with the most ``key`` time (``cum_ms`` or ``self_ms``) per step."""
+    stats = pstats.Stats(host, stream=io.StringIO())
+    rows = [
+        {
+            "function": f"{Path(file).name}:{line}:{name}",
+            "calls": round(calls / steps, 1),
+            "cum_ms": round(cumtime * 1000.0 / steps, 3),
+            "self_ms": round(tottime * 1000.0 / steps, 3),
+        }
+        for (file, line, name), (_, calls, tottime, cumtime, _) in stats.stats.items()  # type: ignore[attr-defined]
+    ]
+    rows.sort(key=lambda row: -row[key])
+    return rows[:count]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", default="detect", choices=sorted(MODELS))
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-step"))
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    root = args.root / args.task
+    if not (root / "data.yaml").is_file():
+        generate_synthetic(
+            root, task=args.task, num_train=args.images, num_val=16, imgsz=args.imgsz, seed=0
+        )
+    pl.seed_everything(0)
+    data = YoloDataModule(
+        root / "data.yaml", task=args.task, imgsz=args.imgsz, batch_size=args.batch
+    )
+    cuda = torch.cuda.is_available()
+    options: dict[str, Any] = {}
+    if args.task == "pose":
+        options["kpt_shape"] = tuple(data.spec.kpt_shape)
+    module = YoloModule(
+        MODELS[args.task],
+        num_classes=data.num_classes,
+        **options,
+        replay=ReplayConfig(
+            network=True, segment_heads=args.task == "segment", loss=True, update=True
+        ),
+    )
+    window = _Window(args.steps // 2, cuda)
+    trainer = step_trainer(
+        args.steps, window, accelerator="auto", precision="bf16-mixed" if cuda else "32-true"
+    )
+    trainer.fit(module, data)
+    steps = max(window.steps, 1)
+    row: dict[str, Any] = {
+        "task": args.task,
+        "batch": args.batch,
+        "workers": data.workers,
+        "steps_timed": window.steps,
+        "period_ms": round(window.seconds * 1000.0 / steps, 3),
+        "replays": int(module.replay_telemetry.replays),
+        "syncs_per_step": round(window.sync_warnings / steps, 3),
+    }
+    if window.device is not None:
+        trace = args.out.with_suffix(".trace.json")
+        window.device.export_chrome_trace(str(trace))
+        row["gpu_busy_ms"] = round(_busy_ms(trace) / steps, 3)
+        trace.unlink()
+    row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
+    row["host_self"] = _host_top(window.host, steps, "self_ms", 30)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(row, indent=1) + "\n")
+    headline = {key: value for key, value in row.items() if not key.startswith("host_")}
+    print(json.dumps(headline), flush=True)
+
+
+if __name__ == "__main__":
+    main()
