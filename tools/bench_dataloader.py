@@ -67,7 +67,7 @@ def main() -> None:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         data = generate_synthetic(
-            Path(tmp), task=args.task, num_train=args.images, num_val=0, imgsz=args.imgsz
+            Path(tmp), task=args.task, num_train=args.images, num_val=4, imgsz=args.imgsz
         )
         print(
             f"# {args.task}, {args.imgsz} px, batch {args.batch_size}, cache={args.cache}, "

@@ -8,8 +8,9 @@ second half of its steps, records:
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the host;
-* ``syncs_per_step``: host synchronisations with the device per step
-  (``torch.cuda.set_sync_debug_mode("warn")`` over the window);
+* ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
+  (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
+  them;
 * ``host_cumulative`` and ``host_self``: the main thread's most expensive functions over the
   window (cProfile), by cumulative and by own time, each in milliseconds per step, so a
   host-bound step names its cause.
@@ -31,6 +32,7 @@ import json
 import pstats
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +60,7 @@ class _Window(Callback):
         self.seconds = 0.0
         self.host = cProfile.Profile()
         self.device: profile | None = None
-        self.sync_warnings = 0
+        self.sync_sites: Counter[str] = Counter()
         self._began = 0.0
         self._catch: Any = None
         self._caught: list[warnings.WarningMessage] = []
@@ -91,7 +93,11 @@ class _Window(Callback):
             torch.cuda.synchronize()
         self.seconds = time.perf_counter() - self._began
         if self._catch is not None:
-            self.sync_warnings = sum("synchroniz" in str(w.message) for w in self._caught)
+            self.sync_sites.update(
+                f"{Path(w.filename).name}:{w.lineno}"
+                for w in self._caught
+                if "synchroniz" in str(w.message)
+            )
             self._catch.__exit__(None, None, None)
         if self.device is not None:
             self.device.__exit__(None, None, None)
@@ -174,7 +180,8 @@ def main() -> None:
         "steps_timed": window.steps,
         "period_ms": round(window.seconds * 1000.0 / steps, 3),
         "replays": int(module.replay_telemetry.replays),
-        "syncs_per_step": round(window.sync_warnings / steps, 3),
+        "syncs_per_step": round(window.sync_sites.total() / steps, 3),
+        "sync_sites": dict(window.sync_sites.most_common()),
     }
     if window.device is not None:
         trace = args.out.with_suffix(".trace.json")
