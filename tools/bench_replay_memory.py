@@ -17,7 +17,14 @@ update and EMA blend). It records:
 - at the end, the allocator's segments grouped by owner: each graph private pool, and outside the
   pools each stream (a warm-up on a side stream leaves blocks there that the default stream can
   never reuse), with reserved and allocated bytes each;
-- the replay telemetry (recordings, replays, ``pool_bytes``).
+- the replay telemetry (recordings, replays, ``pool_bytes``);
+- with ``--history``, the allocator's trace replayed on the host (:mod:`memory_trace`): at the
+  peak allocated, at the peak reserved, and at the peak outside the graph pools during the last
+  step, the blocks alive then by owner and allocation site, which names the code path (warm-up,
+  capture, replayed backward, data path) that held the bytes.
+
+``--jobs`` runs that many fits at once: each is its own process, so memory numbers do not depend
+on the others (times do, and this tool reports none).
 
 ``--device cpu`` is the smoke mode the CPU suite runs: the same processes and JSON with the
 replay library's CPU stand-in, and ``null`` for every CUDA number.
@@ -27,6 +34,8 @@ Example (GPU machine, from the repository root; about a minute per case)::
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
     python3 tools/bench_replay_memory.py --cases detect:16 detect:4 segment:4 --steps 30 \\
         --out $OUT/replay_memory
+    python3 tools/bench_replay_memory.py --cases detect:16 --steps 8 --history --jobs 2 \\
+        --out $OUT/replay_memory_sites
 """
 
 from __future__ import annotations
@@ -37,6 +46,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +110,32 @@ def _memory() -> dict[str, int]:
     }
 
 
+def _mark_step() -> None:
+    """A one-element allocation whose stack names this function: a step boundary in the trace."""
+    import torch
+
+    torch.empty(1, device="cuda")
+
+
+def _is_step_marker(event: dict[str, Any]) -> bool:
+    return event["action"] == "alloc" and any(
+        frame.get("name") == "_mark_step" for frame in event.get("frames", ())
+    )
+
+
+def _attribution(max_entries: int) -> dict[str, Any]:
+    """The allocator trace of this process, attributed at its peaks (:mod:`memory_trace`)."""
+    import torch
+
+    from memory_trace import attribute, pool_ranges
+
+    snapshot = torch.cuda.memory._snapshot()
+    trace = snapshot["device_traces"][torch.cuda.current_device()]
+    report = attribute(trace, pool_ranges(snapshot["segments"]), _is_step_marker)
+    report["truncated"] = len(trace) >= max_entries
+    return report
+
+
 def _watch_recordings(log: list[dict[str, Any]]) -> None:
     """Record the memory before and after every recording (region and update) into ``log``.
 
@@ -130,6 +166,10 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 
     cuda = args.device == "cuda"
+    history = cuda and args.history
+    if history:
+        # Before anything is allocated, so the trace's running sums start from zero.
+        torch.cuda.memory._record_memory_history(max_entries=args.history_entries, stacks="python")
 
     class MemoryProbe(pl.Callback):
         def __init__(self) -> None:
@@ -138,6 +178,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         def on_train_batch_end(self, *_: Any) -> None:
             if cuda:
                 self.steps.append(_memory())
+            if history:
+                _mark_step()
 
     recordings: list[dict[str, Any]] = []
     if cuda:
@@ -176,6 +218,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "per_step": probe.steps,
         "recordings": recordings,
         "owners_at_end": None,
+        "attribution": None,
     }
     if cuda:
         torch.cuda.synchronize()
@@ -184,6 +227,11 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         result["peak_allocated"] = torch.cuda.max_memory_allocated()
         result["stats"] = {k: stats.get(k) for k in STATS}
         result["owners_at_end"] = segments_by_owner(torch.cuda.memory_snapshot())
+    if history:
+        try:
+            result["attribution"] = _attribution(args.history_entries)
+        except Exception as error:  # the peaks above must survive a trace this tool misreads
+            result["attribution"] = {"error": repr(error)}
     return result
 
 
@@ -214,7 +262,9 @@ def _run(args: argparse.Namespace, data: Path, task: str, batch: int, mode: str)
         "--steps", str(args.steps),
         "--workers", str(args.workers),
         "--device", args.device,
+        "--history-entries", str(args.history_entries),
         "--out", str(out),
+        *(["--history"] if args.history else []),
     ]  # fmt: skip
     start = time.perf_counter()
     try:
@@ -253,6 +303,31 @@ def table(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def site_tables(cases: list[dict[str, Any]], rows: int = 10) -> str:
+    """Markdown: per fit with ``--history``, the largest allocation sites at each peak."""
+    parts = []
+    for case in cases:
+        for mode in MODES:
+            attribution = case[mode].get("attribution")
+            if not attribution:
+                continue
+            for peak in ("allocated", "reserved", "outside_pools_last_step"):
+                found = attribution.get(peak)
+                if not found or found.get("index", -1) < 0:
+                    continue
+                parts += [
+                    f"\n{case['task']} b{case['batch']} {mode}, peak {peak}: "
+                    f"{_gib(found['bytes'])} GiB in step {found['step']}\n",
+                    "| owner | site | GiB | blocks |",
+                    "|---|---|---|---|",
+                    *(
+                        f"| {r['owner']} | `{r['site']}` | {_gib(r['bytes'])} | {r['blocks']} |"
+                        for r in found["sites"][:rows]
+                    ),
+                ]
+    return "\n".join(parts) + "\n" if parts else ""
+
+
 def _parent(args: argparse.Namespace) -> dict[str, Any]:
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -264,10 +339,17 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
         )
         for task in dict.fromkeys(task for task, _ in parsed)
     }
+    fits = [
+        (task, batch, mode)
+        for index, (task, batch) in enumerate(parsed)
+        for mode in (MODES if index % 2 == 0 else MODES[::-1])
+    ]
+    with ThreadPoolExecutor(max_workers=args.jobs) as executor:
+        futures = {fit: executor.submit(_run, args, datasets[fit[0]], *fit) for fit in fits}
+        results = {fit: future.result() for fit, future in futures.items()}
     cases = []
-    for index, (task, batch) in enumerate(parsed):
-        order = MODES if index % 2 == 0 else MODES[::-1]
-        runs = {mode: _run(args, datasets[task], task, batch, mode) for mode in order}
+    for task, batch in parsed:
+        runs = {mode: results[(task, batch, mode)] for mode in MODES}
         print(json.dumps({"case": f"{task}:{batch}", **runs}), flush=True)
         cases.append(
             {
@@ -279,7 +361,7 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
         )
     report = {"imgsz": args.imgsz, "steps": args.steps, "device": args.device, "cases": cases}
     (args.out / "replay_memory.json").write_text(json.dumps(report, indent=1))
-    (args.out / "replay_memory.md").write_text(table(cases) + "\n")
+    (args.out / "replay_memory.md").write_text(table(cases) + "\n" + site_tables(cases))
     print(table(cases), flush=True)
     return report
 
@@ -294,6 +376,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per fit")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-replay-memory"))
+    parser.add_argument("--jobs", type=int, default=1, help="fits run at once")
+    parser.add_argument(
+        "--history", action="store_true", help="attribute the peaks from the allocator trace"
+    )
+    parser.add_argument("--history-entries", type=int, default=1_000_000)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--task", help=argparse.SUPPRESS)

@@ -8,8 +8,10 @@ routing and accumulation, signatures, retirements) and nothing about CUDA graph 
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
@@ -27,6 +29,7 @@ from lucid_yolo.replay import (
     grads_of,
     state_digest,
 )
+from lucid_yolo.replay._grad_layout import GradLayouts
 
 Forward = Callable[[Tensor], dict[str, Tensor]]
 
@@ -664,3 +667,50 @@ def test_recorder_releases_cached_blocks_before_warm_up_and_before_capture(
     # release, warm-up forward (side stream), release, captured forward, replayed forward
     assert events[:4] == ["release", "forward", "release", "forward"]
     assert events.count("release") == 2
+
+
+def test_recorder_warm_up_frees_each_pass_before_the_next_forward(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    passes: list[list[weakref.ref[Tensor]]] = []
+    alive_at_forward: list[int] = []
+    original_forward = SmallNet.forward
+
+    def forward(self: SmallNet, x: Tensor) -> dict[str, Tensor]:
+        alive_at_forward.append(sum(any(r() is not None for r in refs) for refs in passes))
+        outputs = original_forward(self, x)
+        passes.append([weakref.ref(t) for t in outputs.values()])
+        return outputs
+
+    monkeypatch.setattr(SmallNet, "forward", forward)
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0, capture_warmup=3)
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    # three warm-up forwards and the captured one: no earlier pass is alive when each starts
+    assert alive_at_forward[:4] == [0, 0, 0, 0]
+
+
+def test_recorder_allocates_static_grad_outputs_outside_the_side_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[str] = []
+    original_side_stream = ReplayPool.side_stream
+
+    @contextlib.contextmanager
+    def side_stream(self: ReplayPool) -> Iterator[None]:
+        events.append("enter")
+        with original_side_stream(self):
+            yield
+        events.append("exit")
+
+    original_buffer = GradLayouts.static_buffer
+
+    def static_buffer(self: GradLayouts, key: object, index: int, output: Tensor) -> Tensor:
+        events.append("buffer")
+        return original_buffer(self, key, index, output)
+
+    monkeypatch.setattr(ReplayPool, "side_stream", side_stream)
+    monkeypatch.setattr(GradLayouts, "static_buffer", static_buffer)
+    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+    loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
+    # first forward on the side stream, both buffers on the caller's, warm-up on the side stream
+    assert events == ["enter", "exit", "buffer", "buffer", "enter", "exit"]

@@ -52,6 +52,8 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
             "--steps", "3",
             "--images", "4",
             "--workers", "0",
+            "--jobs", "2",
+            "--history",
             "--root", str(tmp_path / "data"),
             "--out", str(tmp_path / "out"),
         ]
@@ -65,6 +67,7 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
     assert case["replay"]["telemetry"]["recordings"] == 3
     assert case["replay"]["telemetry"]["replays"] > 0
     assert case["replay"]["peak_reserved"] is None
+    assert case["replay"]["attribution"] is None  # no allocator trace without CUDA
     assert "| detect b1 |" in (tmp_path / "out" / "replay_memory.md").read_text()
 
 
@@ -81,3 +84,17 @@ def test_watch_recordings_logs_memory_around_each_recording(
         loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
     assert log == [{"recorder": "net", "before": {"reserved": 0}, "after": {"reserved": 0}}]
     assert recorder.telemetry.replays == 2
+
+
+def test_site_tables_list_the_largest_sites_of_each_peak(bench: ModuleType) -> None:
+    peak = {
+        "index": 3,
+        "step": 2,
+        "bytes": 3 * 2**30,
+        "sites": [{"owner": "stream 0", "site": "a.py:1 f", "bytes": 2**30, "blocks": 4}],
+    }
+    replay = {"attribution": {"allocated": peak}}
+    case = {"task": "detect", "batch": 16, "native": {}, "replay": replay}
+    text = bench.site_tables([case])
+    assert "detect b16 replay, peak allocated: 3.000 GiB in step 2" in text
+    assert "| stream 0 | `a.py:1 f` | 1.000 | 4 |" in text

@@ -328,20 +328,28 @@ class RegionRecorder:
 
         with self.pool.side_stream():
             outputs = forward()
-            groups = layout_slot[0].group_indices(self.groups)
-            differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
-            patterns = gradient_patterns(groups, differentiable) if targets else {}
-            with torch.no_grad():
-                static_grad_outputs = {
-                    i: self._grad_layouts.static_buffer(signature, i, outputs[i])
-                    for i in differentiable
-                }
+        groups = layout_slot[0].group_indices(self.groups)
+        differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
+        patterns = gradient_patterns(groups, differentiable) if targets else {}
+        # The static gradient outputs live as long as the recording: allocated on the caller's
+        # stream (from the outputs' shapes only), they pin no side-stream segment that the
+        # release before capture would otherwise hand back. Entering the side stream again
+        # orders the warm-up after their zero fill.
+        with torch.no_grad():
+            static_grad_outputs = {
+                i: self._grad_layouts.static_buffer(signature, i, outputs[i])
+                for i in differentiable
+            }
+        with self.pool.side_stream():
             with backward_without_autocast(device_type):
                 reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
             # Warm-up visits every kernel and shape of the forward and of each backward pattern;
             # the forwards run under the caller's autocast, the backwards without (as natively).
             for iteration in range(self.capture_warmup):
                 if iteration:
+                    # One pass's activations at a time: the previous pass is freed before the
+                    # next forward allocates, or the warm-up would hold two steps' activations.
+                    del outputs
                     outputs = forward()
                 for indices in patterns.values():
                     with backward_without_autocast(device_type):

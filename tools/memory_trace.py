@@ -1,0 +1,252 @@
+"""Who held the CUDA memory at a fit's peak: the caching allocator's trace, replayed on the host.
+
+``torch.cuda.memory._record_memory_history(stacks="python")`` logs every block allocation and
+free, and every segment the allocator reserves or returns, each with the Python stack that caused
+it. Replaying that log finds the moment of the peak (allocated or reserved bytes, optionally only
+outside the graph pools and within a range of events) and lists the blocks alive then, grouped by
+owner (a graph pool, or the stream outside the pools) and by allocation site: the innermost frame
+in the project's code, and the innermost frame of the replay library that led there (the
+recorder's warm-up, a capture, a replayed backward), so one table says which code path held the
+bytes. ``tools/bench_replay_memory.py --history`` runs it in each fit's process.
+
+The trace format (``torch.cuda.memory._snapshot()["device_traces"][device]``): a list of dicts
+with ``action`` (``alloc``, ``free_requested``, ``free_completed``, ``segment_alloc``,
+``segment_free``, ``segment_map``, ``segment_unmap``, ...), ``addr``, ``size``, ``stream`` and
+``frames`` (innermost first, each ``filename``, ``line``, ``name``).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+Event = dict[str, Any]
+PoolRange = tuple[int, int, str]
+"""A graph pool's segment: start address, size, owner name (``"pool (a, b)"``)."""
+
+_PROJECT_PARTS = ("/lucid_yolo/", "/tools/")
+_REPLAY_PART = "/lucid_yolo/replay/"
+_RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
+
+
+def pool_ranges(segments: Sequence[dict[str, Any]]) -> list[PoolRange]:
+    """The address ranges of graph-pool segments in a ``torch.cuda.memory_snapshot()``.
+
+    A pool's segments live as long as its graphs, so the snapshot at the end of a fit names
+    every pool segment the trace ever saw (a segment freed earlier is not a pool's).
+    """
+    ranges = []
+    for segment in segments:
+        pool = tuple(segment.get("segment_pool_id", (0, 0)))
+        if pool != (0, 0):
+            ranges.append((int(segment["address"]), int(segment["total_size"]), f"pool {pool}"))
+    return sorted(ranges)
+
+
+def owner_of(event: Event, pools: Sequence[PoolRange]) -> str:
+    """``"pool (a, b)"`` for an address inside a graph pool, else ``"stream <id>"``.
+
+    ``pools`` must be sorted by start address (:func:`pool_ranges` sorts them).
+    """
+    address = int(event["addr"])
+    position = bisect.bisect_right(pools, (address, float("inf"), "")) - 1
+    if position >= 0:
+        start, size, name = pools[position]
+        if address < start + size:
+            return name
+    return f"stream {event.get('stream', 0)}"
+
+
+def _short(frame: dict[str, Any]) -> str:
+    filename = str(frame.get("filename", "?"))
+    for marker in ("/lucid_yolo/", "/site-packages/", "/tools/"):
+        if marker in filename:
+            filename = filename.rsplit(marker, 1)[1]
+            break
+    return f"{filename}:{frame.get('line', 0)} {frame.get('name', '?')}"
+
+
+def site_of(frames: Sequence[dict[str, Any]]) -> str:
+    """Where a block was allocated: the innermost project frame (else the innermost frame),
+    followed by ``" < "`` and the innermost replay-library frame when that is another one."""
+    if not frames:
+        return "?"
+    project = [f for f in frames if any(p in str(f.get("filename", "")) for p in _PROJECT_PARTS)]
+    inner = project[0] if project else frames[0]
+    replay = next((f for f in frames if _REPLAY_PART in str(f.get("filename", ""))), None)
+    if replay is None or replay is inner:
+        return _short(inner)
+    return f"{_short(inner)} < {_short(replay)}"
+
+
+def _step_counter(trace: Sequence[Event], is_marker: Callable[[Event], bool]) -> list[int]:
+    """Per event, the 1-based step it belongs to (a marker event ends a step)."""
+    steps, step = [], 1
+    for event in trace:
+        steps.append(step)
+        if is_marker(event):
+            step += 1
+    return steps
+
+
+def find_peak(
+    trace: Sequence[Event],
+    counted: Callable[[Event], int],
+    start: int = 0,
+    stop: int | None = None,
+) -> tuple[int, int]:
+    """Index and value of the highest running sum of ``counted`` within ``[start, stop)``.
+
+    The sum runs from the first event, so blocks alive before ``start`` still count. Returns
+    ``(-1, 0)`` for an empty range.
+    """
+    stop = len(trace) if stop is None else stop
+    total, best, best_index = 0, 0, -1
+    for index, event in enumerate(trace[:stop]):
+        total += counted(event)
+        if index >= start and (best_index < 0 or total > best):
+            best, best_index = total, index
+    return best_index, best
+
+
+def live_at(trace: Sequence[Event], index: int) -> list[Event]:
+    """The ``alloc`` events of the blocks still allocated after event ``index``."""
+    live: dict[int, Event] = {}
+    for event in trace[: index + 1]:
+        action = event["action"]
+        if action == "alloc":
+            live[int(event["addr"])] = event
+        elif action == "free_completed":
+            live.pop(int(event["addr"]), None)
+    return list(live.values())
+
+
+def reserved_at(trace: Sequence[Event], index: int, pools: Sequence[PoolRange]) -> dict[str, int]:
+    """Reserved bytes per owner after event ``index`` (segments the trace saw reserved)."""
+    segments: dict[int, Event] = {}
+    for event in trace[: index + 1]:
+        sign = _RESERVE.get(event["action"], 0)
+        if sign > 0:
+            segments[int(event["addr"])] = event
+        elif sign < 0:
+            segments.pop(int(event["addr"]), None)
+    owners: dict[str, int] = defaultdict(int)
+    for event in segments.values():
+        owners[owner_of(event, pools)] += int(event["size"])
+    return dict(owners)
+
+
+def group_sites(
+    blocks: Sequence[Event], pools: Sequence[PoolRange], top: int
+) -> list[dict[str, Any]]:
+    """Bytes and block counts per (owner, site), largest first; the rest summed as ``other``."""
+    groups: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
+    for block in blocks:
+        entry = groups[(owner_of(block, pools), site_of(block.get("frames", ())))]
+        entry[0] += int(block["size"])
+        entry[1] += 1
+    ranked = sorted(groups.items(), key=lambda item: -item[1][0])
+    rows = [
+        {"owner": owner, "site": site, "bytes": size, "blocks": count}
+        for (owner, site), (size, count) in ranked[:top]
+    ]
+    rest = ranked[top:]
+    if rest:
+        rows.append(
+            {
+                "owner": "*",
+                "site": f"other ({len(rest)} sites)",
+                "bytes": sum(size for _, (size, _) in rest),
+                "blocks": sum(count for _, (_, count) in rest),
+            }
+        )
+    return rows
+
+
+def attribute(
+    trace: Sequence[Event],
+    pools: Sequence[PoolRange],
+    is_marker: Callable[[Event], bool],
+    top: int = 15,
+) -> dict[str, Any]:
+    """The fit's peaks in one report, each with the blocks alive then by owner and site.
+
+    - ``allocated``: the peak of allocated bytes over the whole trace;
+    - ``reserved``: the peak of reserved bytes, with the reserved bytes per owner then;
+    - ``outside_pools_last_step``: the peak of allocated bytes outside the graph pools during
+      the last complete step (what a steady replayed step needs besides its graphs).
+
+    Args:
+        trace: one device's allocator trace, oldest first.
+        pools: graph-pool segment ranges (:func:`pool_ranges`).
+        is_marker: whether an event marks the end of a training step.
+        top: sites listed per peak before the rest is summed.
+    """
+    steps = _step_counter(trace, is_marker)
+
+    def allocated(event: Event) -> int:
+        action = event["action"]
+        if action == "alloc":
+            return int(event["size"])
+        return -int(event["size"]) if action == "free_completed" else 0
+
+    def reserved(event: Event) -> int:
+        return _RESERVE.get(event["action"], 0) * int(event["size"])
+
+    def outside_pools(event: Event) -> int:
+        return 0 if owner_of(event, pools).startswith("pool") else allocated(event)
+
+    report: dict[str, Any] = {"events": len(trace), "steps_seen": steps[-1] if steps else 0}
+    index, value = find_peak(trace, allocated)
+    report["allocated"] = _describe(trace, steps, pools, index, value, top)
+    index, value = find_peak(trace, reserved)
+    report["reserved"] = _describe(trace, steps, pools, index, value, top)
+    report["reserved"]["reserved_by_owner"] = reserved_at(trace, index, pools) if index >= 0 else {}
+    markers = [i for i, event in enumerate(trace) if is_marker(event)]
+    if len(markers) >= 2:
+        index, value = find_peak(trace, outside_pools, markers[-2] + 1, markers[-1])
+        report["outside_pools_last_step"] = _describe(
+            trace, steps, pools, index, value, top, outside_only=True
+        )
+    return report
+
+
+def _describe(
+    trace: Sequence[Event],
+    steps: Sequence[int],
+    pools: Sequence[PoolRange],
+    index: int,
+    value: int,
+    top: int,
+    outside_only: bool = False,
+) -> dict[str, Any]:
+    """The peak at event ``index`` (``value`` bytes): its step and the blocks alive then."""
+    if index < 0:
+        return {"index": -1}
+    blocks = live_at(trace, index)
+    if outside_only:
+        blocks = [b for b in blocks if not owner_of(b, pools).startswith("pool")]
+    by_owner: dict[str, int] = defaultdict(int)
+    for block in blocks:
+        by_owner[owner_of(block, pools)] += int(block["size"])
+    return {
+        "index": index,
+        "step": steps[index],
+        "bytes": value,
+        "allocated_by_owner": dict(by_owner),
+        "sites": group_sites(blocks, pools, top),
+    }
+
+
+__all__ = [
+    "attribute",
+    "find_peak",
+    "group_sites",
+    "live_at",
+    "owner_of",
+    "pool_ranges",
+    "reserved_at",
+    "site_of",
+]
