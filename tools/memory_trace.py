@@ -198,13 +198,13 @@ def attribute(
     def outside_pools(event: Event) -> int:
         return 0 if owner_of(event, pools).startswith("pool") else allocated(event)
 
-    report: dict[str, Any] = {"events": len(trace), "steps_seen": steps[-1] if steps else 0}
+    markers = [i for i, event in enumerate(trace) if is_marker(event)]
+    report: dict[str, Any] = {"events": len(trace), "steps_marked": len(markers)}
     index, value = find_peak(trace, allocated)
     report["allocated"] = _describe(trace, steps, pools, index, value, top)
     index, value = find_peak(trace, reserved)
     report["reserved"] = _describe(trace, steps, pools, index, value, top)
     report["reserved"]["reserved_by_owner"] = reserved_at(trace, index, pools) if index >= 0 else {}
-    markers = [i for i, event in enumerate(trace) if is_marker(event)]
     if len(markers) >= 2:
         index, value = find_peak(trace, outside_pools, markers[-2] + 1, markers[-1])
         report["outside_pools_last_step"] = _describe(

@@ -98,3 +98,34 @@ def test_site_tables_list_the_largest_sites_of_each_peak(bench: ModuleType) -> N
     text = bench.site_tables([case])
     assert "detect b16 replay, peak allocated: 3.000 GiB in step 2" in text
     assert "| stream 0 | `a.py:1 f` | 1.000 | 4 |" in text
+
+
+def test_attribution_reads_the_allocator_snapshot_and_marks_steps(
+    bench: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mark = {"filename": "/repo/tools/bench_replay_memory.py", "line": 1, "name": "_mark_step"}
+    net = {"filename": "/src/lucid_yolo/models/blocks.py", "line": 9, "name": "forward"}
+
+    def event(action: str, addr: int, size: int, *frames: dict[str, object]) -> dict[str, object]:
+        return {"action": action, "addr": addr, "size": size, "stream": 0, "frames": list(frames)}
+
+    trace = [
+        event("segment_alloc", 0, 100),
+        event("alloc", 0, 60, net),
+        event("free_completed", 0, 60),
+        event("alloc", 0, 1, mark),
+        event("free_completed", 0, 1),
+        event("alloc", 0, 30, net),
+        event("alloc", 40, 1, mark),
+    ]
+    snapshot = {
+        "segments": [{"address": 0, "total_size": 100, "segment_pool_id": (0, 0)}],
+        "device_traces": [trace],
+    }
+    monkeypatch.setattr(torch.cuda.memory, "_snapshot", lambda: snapshot)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    report = bench._attribution(max_entries=7)
+    assert report["truncated"] is True
+    assert (report["allocated"]["step"], report["allocated"]["bytes"]) == (1, 60)
+    assert report["outside_pools_last_step"]["bytes"] == 30  # the end marker is not counted
+    assert report["steps_marked"] == 2
