@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -10,6 +11,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.loggers import CSVLogger
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
@@ -95,6 +97,39 @@ def test_module_ema_updates_once_per_optimizer_step(
     trainer.fit(module, data)
     assert trainer.global_step == 2
     assert int(module.ema.updates) == 2
+
+
+def test_module_logs_losses_on_logging_steps_and_epoch_ends_only(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect", batch_size=2, augment=AugmentConfig.off())
+    module = _module(data, "detect")
+    logged_at: list[int] = []  # 1-based optimizer step of each train/loss log
+    log = module.log
+
+    def recording_log(name: str, value: Any, **kwargs: Any) -> None:
+        if name == "train/loss":
+            logged_at.append(module.global_step + 1)
+        log(name, value, **kwargs)
+
+    module.log = recording_log  # type: ignore[method-assign]
+    logger = CSVLogger(tmp_path, name="", version="fit")
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=2,
+        limit_train_batches=3,
+        limit_val_batches=0,
+        log_every_n_steps=2,
+        logger=logger,
+        enable_checkpointing=False,
+    )
+    trainer.fit(module, data)
+    # every second step (what the logger writes) and each epoch's last step (3 and 6)
+    assert logged_at == [2, 3, 4, 6]
+    with (Path(logger.log_dir) / "metrics.csv").open() as metrics:
+        rows = list(csv.DictReader(metrics))
+    written = [int(row["step"]) + 1 for row in rows if row.get("train/loss")]
+    assert written == [2, 4, 6]
 
 
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])

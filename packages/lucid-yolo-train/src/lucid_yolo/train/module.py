@@ -191,13 +191,35 @@ class YoloModule(pl.LightningModule):
         if self._scaler() is None:
             # fp16's GradScaler skips non-finite steps itself (and backs off its scale)
             self.loss_guard.observe(total, terms)
-        batch_size = batch["images"].shape[0]
-        self.log("train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size)
-        self.log_dict(
-            {f"train/{name}": value for name, value in terms.items() if "/" not in name},
-            batch_size=batch_size,
-        )
+        if self._logs_losses(batch_idx):
+            batch_size = batch["images"].shape[0]
+            self.log(
+                "train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size
+            )
+            self.log_dict(
+                {f"train/{name}": value for name, value in terms.items() if "/" not in name},
+                batch_size=batch_size,
+            )
         return total
+
+    def _logs_losses(self, batch_idx: int) -> bool:
+        """Whether this micro-batch's losses are logged: on logging steps, an epoch's last batch
+        and the fit's last step.
+
+        Lightning hands step metrics to the loggers only every ``log_every_n_steps`` optimizer
+        steps, and the epoch's summary reads the last value logged; other steps' losses reached
+        only the progress bar, which now shows the last logged one. Logging every step costs host
+        time every step (Lightning's bookkeeping for each value), which a replayed step, whose GPU
+        work is shorter than the host's, pays in full.
+        """
+        trainer = self.trainer
+        step = self.global_step + 1
+        every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set at run time
+        return (
+            step % every == 0
+            or batch_idx + 1 >= trainer.num_training_batches
+            or step == trainer.max_steps
+        )
 
     def _loss(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """Forward and loss of one micro-batch: ``(total, terms)``."""
