@@ -8,6 +8,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
 from lightning.pytorch.callbacks import RichProgressBar
 from lightning.pytorch.loggers import CSVLogger
 
@@ -82,3 +83,13 @@ def test_run_progress_bar_reads_fresh_metrics_at_epoch_end_and_after_validation(
 def test_run_progress_bar_refuses_a_negative_interval() -> None:
     with pytest.raises(CliError, match=r"metrics_every_s must be >= 0 seconds, got -1\.0"):
         RunProgressBar(metrics_every_s=-1.0)
+
+
+def test_run_progress_bar_shows_the_last_logged_training_loss(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    _counting_reads(monkeypatch)
+    trainer, module = _trainer(tmp_path), pl.LightningModule()
+    assert "loss" not in RunProgressBar().get_metrics(trainer, module)
+    trainer.callback_metrics["train/loss"] = torch.tensor(2.5)
+    assert RunProgressBar().get_metrics(trainer, module)["loss"] == 2.5

@@ -10,7 +10,8 @@ lives on the GPU (the loss) is a host synchronisation: the host waits for the st
 before it may prepare the next step, so a replayed step, whose GPU work is shorter than the
 host's, loses the overlap. The bar here reads them at most once per ``metrics_every_s`` while
 training, and always at an epoch's end and after validation, so what it shows at those points is
-exact and in between at most that old.
+exact and in between at most that old. The training loss, which the module keeps off Lightning's
+bar for that reason, is added here as ``loss`` (the last logged value).
 """
 
 from __future__ import annotations
@@ -28,10 +29,14 @@ from lucid_yolo.cli.errors import CliError
 
 Metrics = dict[str, int | str | float | dict[str, float]]
 
+LOSS = "train/loss"
+"""The logged training loss, shown as ``loss``: the module keeps it off Lightning's bar."""
+
 
 class RunProgressBar(RichProgressBar):
-    """:class:`~lightning.pytorch.callbacks.RichProgressBar` minus the ``v_num`` column, reading
-    the logged metrics at most once per ``metrics_every_s`` between epoch ends.
+    """:class:`~lightning.pytorch.callbacks.RichProgressBar` minus the ``v_num`` column, plus the
+    last logged training loss, reading the metrics at most once per ``metrics_every_s`` between
+    epoch ends.
 
     Args:
         metrics_every_s: least seconds between two reads of the metrics during training.
@@ -62,6 +67,9 @@ class RunProgressBar(RichProgressBar):
         if now - self._read_at >= self.metrics_every_s:
             self._shown = super().get_metrics(trainer, pl_module)
             self._shown.pop("v_num", None)
+            loss = trainer.callback_metrics.get(LOSS)
+            if loss is not None:
+                self._shown["loss"] = float(loss)
             self._read_at = now
         return self._shown
 

@@ -193,9 +193,7 @@ class YoloModule(pl.LightningModule):
             self.loss_guard.observe(total, terms)
         if self._logs_losses(batch_idx):
             batch_size = batch["images"].shape[0]
-            self.log(
-                "train/loss", total.detach() / batch_size, prog_bar=True, batch_size=batch_size
-            )
+            self.log("train/loss", total.detach() / batch_size, batch_size=batch_size)
             self.log_dict(
                 {f"train/{name}": value for name, value in terms.items() if "/" not in name},
                 batch_size=batch_size,
@@ -208,9 +206,11 @@ class YoloModule(pl.LightningModule):
 
         Lightning hands step metrics to the loggers only every ``log_every_n_steps`` optimizer
         steps, and the epoch's summary reads the last value logged; other steps' losses reached
-        only the progress bar, which now shows the last logged one. Logging every step costs host
-        time every step (Lightning's bookkeeping for each value), which a replayed step, whose GPU
-        work is shorter than the host's, pays in full.
+        only the progress bar. Logging every step costs host time every step (Lightning's
+        bookkeeping for each value), which a replayed step, whose GPU work is shorter than the
+        host's, pays in full. The losses stay off the progress bar: a bar reads its metrics after
+        every batch, and reading a value on the GPU makes the host wait for the step (the CLI's
+        bar shows the loss, read at most once a second).
         """
         trainer = self.trainer
         step = self.global_step + 1
