@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
+from unittest.mock import patch
 
 import lightning.pytorch as pl
 import pytest
@@ -116,7 +118,7 @@ def test_module_logs_losses_on_logging_steps_and_epoch_ends_only(
     logger = CSVLogger(tmp_path, name="", version="fit")
     trainer = _trainer(
         tmp_path,
-        max_epochs=2,
+        max_epochs=1,
         limit_train_batches=3,
         limit_val_batches=0,
         log_every_n_steps=2,
@@ -124,12 +126,29 @@ def test_module_logs_losses_on_logging_steps_and_epoch_ends_only(
         enable_checkpointing=False,
     )
     trainer.fit(module, data)
-    # every second step (what the logger writes) and each epoch's last step (3 and 6)
-    assert logged_at == [2, 3, 4, 6]
+    # every second step (what the logger writes) and the epoch's last step
+    assert logged_at == [2, 3]
     with (Path(logger.log_dir) / "metrics.csv").open() as metrics:
         rows = list(csv.DictReader(metrics))
     written = [int(row["step"]) + 1 for row in rows if row.get("train/loss")]
-    assert written == [2, 4, 6]
+    assert written == [2]
+
+
+@pytest.mark.parametrize(
+    ("step", "batch_idx", "logged"),
+    [(4, 0, True), (5, 1, False), (6, 9, True), (7, 2, True)],
+    ids=["logging-step", "other", "epoch-end", "last-step"],
+)
+def test_module_logs_losses_rule(step: int, batch_idx: int, logged: bool) -> None:
+    module = YoloModule("yolo26n", num_classes=2)
+    trainer = SimpleNamespace(
+        log_every_n_steps=4, num_training_batches=10, max_steps=7, global_step=step - 1
+    )
+    with (
+        patch.object(YoloModule, "trainer", trainer),
+        patch.object(YoloModule, "global_step", step - 1),
+    ):
+        assert module._logs_losses(batch_idx) is logged
 
 
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
