@@ -11,8 +11,13 @@ import torch
 pytest_plugins = ["pytester"]
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
-    # One intra-op thread per xdist worker: the workers already fill the cores, and torch's
-    # default (one thread per core in every worker) oversubscribes them several times over.
+    # One intra-op thread per xdist worker and per process a test starts (the environment
+    # variable reaches subprocesses, spawned ranks and forkservers; set_num_threads this
+    # process): the workers already fill the cores, and torch's default (one thread per core in
+    # every process) oversubscribes them several times over. Oversubscribed, OpenMP threads
+    # wait on each other: a resume-harness fit took 182 s of wall and 47 s of CPU with two
+    # threads at load 13, 10 s and 3 s with one (docs/engineering/suite-time.md).
+    os.environ["OMP_NUM_THREADS"] = "1"
     torch.set_num_threads(1)
 
 

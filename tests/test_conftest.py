@@ -1,8 +1,9 @@
 """The suite's own hooks: a ``gpu`` test skips, rather than fails, where CUDA is missing; the
-``slow`` tests run first."""
+``slow`` tests run first; under xdist every process runs one intra-op thread."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,23 @@ def test_slow_second():
 """
 
 
+ONE_THREAD_TEST = """
+import os
+import subprocess
+import sys
+
+
+def test_one_thread_here_and_in_a_subprocess():
+    import torch
+
+    assert torch.get_num_threads() == 1
+    child = "import torch; print(torch.get_num_threads())"
+    threads = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True)
+    assert threads.stdout.strip() == "1", threads.stderr
+"""
+"""Passes only where the conftest gave this process and the processes it starts one thread."""
+
+
 def _run_suite_hooks(
     pytester: pytest.Pytester, *args: str, tests: str = GPU_AND_CPU_TESTS
 ) -> pytest.RunResult:
@@ -91,3 +109,21 @@ def test_slow_tests_run_first_each_group_in_its_order(pytester: pytest.Pytester)
         "test_mixed.py::test_short_first",
         "test_mixed.py::test_short_second",
     ]
+
+
+@pytest.fixture
+def torch_threads_restored() -> Iterator[None]:
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("torch_threads_restored")
+def test_xdist_worker_and_its_subprocesses_run_one_thread(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # restored after the test
+    torch.set_num_threads(2)
+    result = _run_suite_hooks(pytester, tests=ONE_THREAD_TEST)
+    result.assert_outcomes(passed=1)

@@ -59,11 +59,9 @@ TINY_FIT = (
 
 
 def cli_env(cache: Path) -> dict[str, str]:
-    """The environment of a CLI subprocess: its own cache folder, one thread per xdist worker."""
-    env = dict(os.environ, XDG_CACHE_HOME=str(cache))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        env["OMP_NUM_THREADS"] = "1"
-    return env
+    """The environment of a CLI subprocess: its own cache folder (one thread per process under
+    xdist comes from the suite's conftest)."""
+    return dict(os.environ, XDG_CACHE_HOME=str(cache))
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:

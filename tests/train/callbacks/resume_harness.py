@@ -178,8 +178,11 @@ def fit_in_own_session(argv: list[str], log: str) -> None:
 
     A forked child shares its parent's session and output; a session of its own keeps a
     ``--to-group`` signal away from the parent, as a process started with
-    ``start_new_session=True`` would.
+    ``start_new_session=True`` would. The tests run two fits at once (the uninterrupted one
+    beside the first interrupted one), so each gets one intra-op thread: two threads each on
+    two shared cores wait on each other for most of the fit.
     """
+    torch.set_num_threads(1)
     os.setsid()
     with open(log, "wb") as output:
         os.dup2(output.fileno(), sys.stdout.fileno())
