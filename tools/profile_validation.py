@@ -91,6 +91,12 @@ class PhaseClock(pl.Callback):
         self._batch_end = time.perf_counter()
 
 
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""torch's message for each synchronisation under the debug mode. Only this one counts: switching
+the mode on also warns, once per process, that it "does not yet detect all synchronizing
+operations", which a looser match counted as one synchronisation per pass (session 5)."""
+
+
 class SyncCounter(pl.Callback):
     """Host synchronisations inside validation batches (torch's sync debug mode), by call site."""
 
@@ -100,7 +106,7 @@ class SyncCounter(pl.Callback):
         self._previous = warnings.showwarning
 
     def _record(self, message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-        if "synchroniz" not in str(message):
+        if SYNC_WARNING not in str(message):
             self._previous(message, category, *args, **kwargs)
             return
         frames = traceback.extract_stack()[:-2]
@@ -228,8 +234,11 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-epochs", type=int, default=0, help="train first (see above)")
     parser.add_argument("--train-images", type=int, default=512)
+    parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: default)")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-validation"))
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     out = Path(os.environ["OUT"]) if "OUT" in os.environ else None
     results = []
     for task in args.tasks:

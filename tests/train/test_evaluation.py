@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import cv2
+import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
@@ -23,7 +24,8 @@ from faster_coco_eval import COCO, COCOeval_faster
 from torch import Tensor
 
 from lucid_yolo.models.decode import anchor_grid
-from lucid_yolo.train import Evaluator
+from lucid_yolo.models.registry import TASK_SUFFIXES
+from lucid_yolo.train import Evaluator, YoloModule
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.datamodule import YoloDataModule
@@ -31,6 +33,7 @@ from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.formats import read_coco, read_dota, write_coco
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.geometry import (
     RunLengthMask,
     counts_from_string,
@@ -38,6 +41,10 @@ from lucid_yolo.train.geometry import (
     rle_encode,
 )
 from lucid_yolo.train.metrics import MetricsInputError
+
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""torch's warning per synchronisation under its debug mode (not its notice, when switched on,
+that the mode "does not yet detect all synchronizing operations")."""
 
 
 def _dota_batch(tmp_path: Path) -> Batch:
@@ -431,9 +438,67 @@ def test_evaluator_update_on_cuda_waits_for_the_device_only_for_mask_sizes(
                 evaluator.update(output, batch)
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+    syncs = [str(w.message) for w in caught if SYNC_WARNING in str(w.message)]
     assert len(syncs) == syncs_per_batch * (len(batches) - 1), syncs
     for output, batch in zip(outputs, batches, strict=True):
         reference.update(output, batch)
     # float32 decoding may differ in the last bit between devices; the metric must agree
     assert evaluator.compute() == pytest.approx(reference.compute(), abs=1e-3)
+
+
+class _BatchSyncs(pl.Callback):
+    """Host synchronisations inside validation batches, as torch's debug mode reports them."""
+
+    def __init__(self) -> None:
+        self.syncs: list[str] = []
+        self.batches = 0
+        self._caught: warnings.catch_warnings[list[warnings.WarningMessage]] | None = None
+        self._records: list[warnings.WarningMessage] = []
+
+    def on_validation_batch_start(self, *_: Any) -> None:
+        self._caught = warnings.catch_warnings(record=True)
+        self._records = self._caught.__enter__()
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+
+    def on_validation_batch_end(self, *_: Any) -> None:
+        torch.cuda.set_sync_debug_mode("default")
+        assert self._caught is not None
+        self._caught.__exit__(None, None, None)
+        self.syncs += [
+            f"{w.filename}:{w.lineno}" for w in self._records if SYNC_WARNING in str(w.message)
+        ]
+        self.batches += 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("task", "syncs_per_batch"), [("detect", 0), ("pose", 0), ("obb", 0), ("segment", 1)]
+)
+def test_validation_pass_on_cuda_waits_for_the_device_only_for_mask_sizes(
+    tmp_path: Path, task: str, syncs_per_batch: int
+) -> None:
+    yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)
+    data = YoloDataModule(yaml, imgsz=64, batch_size=2, workers=0)
+    shape = data.spec.kpt_shape
+    module = YoloModule(
+        f"yolo26n{TASK_SUFFIXES[task]}",
+        num_classes=data.num_classes,
+        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+    )
+    counter = _BatchSyncs()
+    trainer = pl.Trainer(
+        accelerator="gpu",
+        devices=1,
+        precision="bf16-mixed",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        enable_checkpointing=False,
+        default_root_dir=tmp_path,
+    )
+    trainer.validate(module, data, verbose=False)  # warm: first calls, constants copied once
+    trainer.callbacks.append(counter)
+    trainer.validate(module, data, verbose=False)
+    assert counter.batches == 3
+    assert len(counter.syncs) == syncs_per_batch * counter.batches, counter.syncs

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -13,6 +14,8 @@ from lucid_yolo.train.metrics import (
     ImageTargets,
     MeanAveragePrecision,
     MetricsInputError,
+    mean_average_precision,
+    rotated_overlap,
 )
 
 BOX_A = [0.0, 0.0, 10.0, 10.0]
@@ -271,6 +274,33 @@ def test_mean_average_precision_cuda_inputs_equal_cpu_inputs(kind: str) -> None:
     assert results[0] == results[1]
 
 
+@pytest.mark.parametrize("kind", ["box", "mask", "pose", "obb"])
+def test_mean_average_precision_every_pair_equals_the_cpu_cut(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the CPU computes overlaps only where a pair is possible, other devices every pair
+    expected = MeanAveragePrecision(kinds=(kind,))
+    expected.update(*_records_on(kind, "cpu"))
+    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    every_pair = MeanAveragePrecision(kinds=(kind,))
+    every_pair.update(*_records_on(kind, "cpu"))
+    assert 0.1 < expected.compute()[f"{kind}/mAP50-95"] < 1.0
+    assert every_pair.compute() == expected.compute()
+
+
+def test_mean_average_precision_every_pair_of_padded_images_equals_the_cpu_cut(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    preds, targets, ids = _padded_scene(5)
+    expected = MeanAveragePrecision(max_dets={"box": 6})
+    expected.update(preds, targets, image_ids=ids)
+    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    every_pair = MeanAveragePrecision(max_dets={"box": 6})
+    every_pair.update(preds, targets, image_ids=ids)
+    assert 0.05 < expected.compute()["box/mAP50-95"] < 0.95
+    assert every_pair.compute() == expected.compute()
+
+
 def _rotated_scene(seed: int) -> tuple[list[ImagePredictions], list[ImageTargets]]:
     """Axis-aligned ``xywhr`` images: targets, and noisy predictions of them with random scores."""
     g = torch.Generator().manual_seed(seed)
@@ -432,6 +462,31 @@ def test_mean_average_precision_rejects_image_ids_of_another_length() -> None:
         MeanAveragePrecision().update(preds, targets, image_ids=[0])
 
 
+def test_mean_average_precision_obb_clipping_every_pair_equals_the_candidates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    preds, targets = _rotated_scene(2)
+    turned_preds = [
+        ImagePredictions(p.scores, p.classes, rboxes=_turned(p.rboxes, 0.6))
+        for p in preds
+        if p.rboxes is not None
+    ]
+    turned_targets = [
+        ImageTargets(t.classes, rboxes=_turned(t.rboxes, 0.6))
+        for t in targets
+        if t.rboxes is not None
+    ]
+    candidates = MeanAveragePrecision(kinds=("obb",))
+    candidates.update(turned_preds, turned_targets)
+    expected = candidates.compute()
+    every_pair = functools.partial(rotated_overlap.rotated_overlaps, compact=False)
+    monkeypatch.setattr(mean_average_precision, "rotated_overlaps", every_pair)
+    metric = MeanAveragePrecision(kinds=("obb",))
+    metric.update(turned_preds, turned_targets)
+    assert 0.2 < expected["obb/mAP50-95"] < 0.95
+    assert metric.compute() == expected
+
+
 def _padded_scene(seed: int) -> tuple[list[ImagePredictions], list[ImageTargets], list[int]]:
     """Static-shape records as the evaluator gives them: 24 images, 40 prediction rows each of
     which some are padding (class -1), 10 target rows with padding and crowds; scores drawn from
@@ -531,6 +586,29 @@ def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert metric.compute()["box/mAP50"] > 0.0
+
+
+@pytest.mark.gpu
+def test_mean_average_precision_obb_update_does_not_wait_for_the_device() -> None:
+    preds, targets = _rotated_scene(3)
+    moved = [
+        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
+        for p in preds
+    ]
+    moved_targets = [
+        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
+        for t in targets
+    ]
+    metric, reference = MeanAveragePrecision(kinds=("obb",)), MeanAveragePrecision(kinds=("obb",))
+    metric.update(moved[:2], moved_targets[:2])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        metric.update(moved[2:], moved_targets[2:])
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    reference.update(preds, targets)
+    assert metric.compute() == reference.compute()
 
 
 @pytest.mark.gpu

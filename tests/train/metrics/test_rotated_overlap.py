@@ -118,3 +118,79 @@ def test_clip_convex_keeps_the_inner_half_of_a_square() -> None:
     right_half[0, :, 0] = right_half[0, :, 0] / 2 + 1  # x in [1, 2]
     vertices, count = clip_convex(square, torch.tensor([4]), right_half)
     assert polygon_area(vertices, count).item() == pytest.approx(2.0, abs=1e-12)
+
+
+def _edge_scene(seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Predictions, targets, crowd flags and selected pairs of a scene full of edge cases.
+
+    Around each random target: the same box, one sharing an edge, one touching at a corner, one
+    inside it, the same box turned by π, -π, 2π and by π/2 with its sides swapped, boxes of zero
+    width, height or both, and random boxes nearby; some targets are crowds, about one pair in
+    five is left unselected.
+    """
+    g = torch.Generator().manual_seed(seed)
+    targets = torch.cat(
+        [
+            torch.rand(6, 2, generator=g, dtype=torch.float64) * 40,
+            torch.rand(6, 2, generator=g, dtype=torch.float64) * 10 + 0.5,
+            (torch.rand(6, 1, generator=g, dtype=torch.float64) - 0.5) * 4 * math.pi,
+        ],
+        1,
+    )
+    preds = []
+    for x, y, w, h, r in targets.tolist():
+        along = (w * math.cos(r), w * math.sin(r))
+        diagonal = (along[0] - h * math.sin(r), along[1] + h * math.cos(r))
+        preds += [
+            [x, y, w, h, r],
+            [x + along[0], y + along[1], w, h, r],
+            [x + diagonal[0], y + diagonal[1], w, h, r],
+            [x, y, w / 3, h / 4, r + 0.4],
+            [x, y, w, h, r + math.pi],
+            [x, y, w, h, r - math.pi],
+            [x, y, w, h, r + 2 * math.pi],
+            [x, y, h, w, r + math.pi / 2],
+            [x, y, 0.0, h, r],
+            [x, y, w, 0.0, r],
+            [x, y, 0.0, 0.0, r],
+        ]
+    noise = torch.randn(20, 5, generator=g, dtype=torch.float64) * torch.tensor(
+        [4.0, 4.0, 2.0, 2.0, 1.0], dtype=torch.float64
+    )
+    nearby = targets[torch.randint(0, 6, (20,), generator=g)] + noise
+    nearby[:, 2:4] = nearby[:, 2:4].abs()
+    pred_rboxes = torch.cat([torch.tensor(preds, dtype=torch.float64), nearby])
+    crowd = torch.rand(6, generator=g) < 0.3
+    pairs = torch.rand(pred_rboxes.shape[0], 6, generator=g) < 0.8
+    return pred_rboxes, targets, crowd, pairs
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_rotated_overlaps_clipping_every_pair_equals_clipping_the_candidates(seed: int) -> None:
+    preds, targets, crowd, pairs = _edge_scene(seed)
+    candidates = rotated_overlaps(preds, targets, crowd, pairs=pairs, compact=True)
+    every_pair = rotated_overlaps(preds, targets, crowd, pairs=pairs, compact=False, chunk=37)
+    assert ((candidates > 0) & (candidates < 1)).sum() >= 20, "the scene should overlap partly"
+    assert (candidates == 0).sum() >= 20, "and hold disjoint, touching and unselected pairs"
+    assert torch.equal(every_pair, candidates)
+
+
+def test_rotated_overlaps_every_pair_path_zeroes_unselected_pairs() -> None:
+    preds, targets, crowd, _ = _edge_scene(3)
+    none = torch.zeros(preds.shape[0], targets.shape[0], dtype=torch.bool)
+    assert not rotated_overlaps(preds, targets, crowd, pairs=none, compact=False).any()
+
+
+def test_rotated_overlaps_every_pair_path_takes_empty_inputs() -> None:
+    boxes = torch.tensor([[0.0, 0.0, 2.0, 2.0, 0.0]], dtype=torch.float64)
+    empty = boxes[:0]
+    assert rotated_overlaps(boxes, empty, NO_CROWD[:0], compact=False).shape == (1, 0)
+    assert rotated_overlaps(empty, boxes, NO_CROWD, compact=False).shape == (0, 1)
+
+
+@pytest.mark.gpu
+def test_rotated_overlaps_on_cuda_equal_the_cpu_candidates() -> None:
+    preds, targets, crowd, pairs = _edge_scene(4)
+    cpu = rotated_overlaps(preds, targets, crowd, pairs=pairs)
+    cuda = rotated_overlaps(preds.cuda(), targets.cuda(), crowd.cuda(), pairs=pairs.cuda())
+    assert torch.allclose(cuda.cpu(), cpu, rtol=0.0, atol=1e-12)

@@ -30,7 +30,8 @@ field             shape           dtype       meaning
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
+from typing import TypeVar
 
 import torch
 from torch import Tensor
@@ -154,6 +155,28 @@ def require_fields(
     return out
 
 
+_Record = TypeVar("_Record", ImagePredictions, ImageTargets)
+
+
+def select_rows(record: _Record, index: Tensor) -> _Record:
+    """The same record restricted to the rows ``index`` (every field is per row).
+
+    A field with another number of rows than the record is left as it is, for
+    :func:`require_fields` to report when a metric reads it.
+    """
+    n = len(record)
+    return replace(
+        record,
+        **{
+            f.name: value[index.to(value.device)]
+            for f in fields(record)
+            if isinstance(value := getattr(record, f.name), Tensor)
+            and value.ndim >= 1
+            and value.shape[0] == n
+        },
+    )
+
+
 def _flags(value: Tensor | None, n: int, device: torch.device, default: bool = False) -> Tensor:
     if value is None:
         return torch.full((n,), default, dtype=torch.bool, device=device)
@@ -164,4 +187,10 @@ def _flags(value: Tensor | None, n: int, device: torch.device, default: bool = F
     return value.to(device=device, dtype=torch.bool)
 
 
-__all__ = ["ImagePredictions", "ImageTargets", "MetricsInputError", "require_fields"]
+__all__ = [
+    "ImagePredictions",
+    "ImageTargets",
+    "MetricsInputError",
+    "require_fields",
+    "select_rows",
+]

@@ -47,6 +47,7 @@ from lucid_yolo.train.metrics.image_instances import (
     ImageTargets,
     MetricsInputError,
     require_fields,
+    select_rows,
 )
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
 from lucid_yolo.train.metrics.matched_records import KindRecords, PendingBatch
@@ -153,9 +154,8 @@ class MeanAveragePrecision:
         may pass generators that build each image's records (dense masks at source size) when
         asked: one image's masks are alive at a time. The batch is then matched together
         (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`) and its outcome stays on
-        the device: nothing here waits for the device unless a record's ``valid`` flags are
-        left out for OBB (rotated overlaps select their pairs on the host). Records on the
-        CPU are checked for negative class ids here; on another device, by ``compute``.
+        the device: nothing here waits for the device. Records on the CPU are checked for
+        negative class ids here; on another device, by ``compute``.
 
         Args:
             predictions: per image, decoded predictions in source-image pixels.
@@ -303,8 +303,7 @@ class MeanAveragePrecision:
         possible = kept[:, None] & same_class & target_valid[None, :]
         pairs = torch.empty_like(possible)
         pairs[order] = possible  # the same pairs, in the records' row order
-        overlaps = self._overlaps(kind, pred, target, pairs)
-        overlaps = torch.where(pairs, overlaps.to(device), -1.0)[order]
+        overlaps = self._pair_overlaps(kind, pred, target, pairs)[order]
         ignore = self._target_ignore(kind, target).to(device)
         return _PreparedImage(
             overlaps=overlaps,
@@ -334,13 +333,28 @@ class MeanAveragePrecision:
             lowest = torch.stack([v.cpu() for v in self._lowest_classes]).amin(dim=0)
             _raise_negative_class(lowest)
 
+    def _pair_overlaps(
+        self, kind: str, pred: ImagePredictions, target: ImageTargets, pairs: Tensor
+    ) -> Tensor:
+        """(n, m) float64 overlaps at ``pairs``, -1 elsewhere, rows in the records' order."""
+        cut = _rows_and_columns_with_pairs(pairs)
+        if cut is None:
+            overlaps = self._overlaps(kind, pred, target, pairs)
+            return torch.where(pairs, overlaps.to(pairs.device), -1.0)
+        rows, cols = cut
+        inner = pairs[rows][:, cols]
+        overlaps = self._overlaps(kind, select_rows(pred, rows), select_rows(target, cols), inner)
+        out = torch.full(pairs.shape, -1.0, dtype=torch.float64)
+        out[rows[:, None], cols[None, :]] = torch.where(inner, overlaps.cpu(), -1.0)
+        return out
+
     def _overlaps(
         self, kind: str, pred: ImagePredictions, target: ImageTargets, pairs: Tensor
     ) -> Tensor:
         """(n, m) float64 overlap of every prediction with every target, at least at ``pairs``.
 
-        Only rotated boxes use ``pairs`` (n, m) bool, to clip only the polygons that can match;
-        other kinds compute every pair, which costs less than selecting them.
+        Only rotated boxes use ``pairs`` (n, m) bool, to clip on the CPU only the polygons that
+        can match; other kinds compute every pair, which costs less than selecting them.
         """
         crowd = target.crowd_flags()
         if kind == "box":
@@ -424,6 +438,19 @@ def _matching_order(
     rank = torch.empty_like(by_class)
     rank[by_class] = torch.arange(by_class.shape[0], device=by_class.device) - starts
     return order, valid[order] & (rank < max_dets)
+
+
+def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:
+    """On the CPU, the prediction rows and target columns that hold a pair; elsewhere ``None``.
+
+    Overlaps are computed for these only: padding, predictions below the confidence cut or past
+    ``max_dets`` and classes no target has are left out, which on the CPU costs nothing to find.
+    Elsewhere every pair is computed, because finding them would make the host wait for the
+    device (issue 11). A pair's overlap is the same either way.
+    """
+    if pairs.device.type != "cpu":
+        return None
+    return torch.nonzero(pairs.any(dim=1)).squeeze(1), torch.nonzero(pairs.any(dim=0)).squeeze(1)
 
 
 def _lowest(classes: Tensor, valid: Tensor) -> Tensor:

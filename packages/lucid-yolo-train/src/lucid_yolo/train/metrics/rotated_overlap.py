@@ -89,13 +89,17 @@ def rotated_overlaps(
     target_rboxes: Tensor,
     crowd: Tensor,
     pairs: Tensor | None = None,
-    chunk: int = 8192,
+    chunk: int = 2**15,
+    compact: bool | None = None,
 ) -> Tensor:
     """IoU of every predicted rotated box with every target one (crowd: intersection / pred area).
 
-    Only pairs whose circumscribed circles meet (and that ``pairs`` selects) are clipped; the
-    others have no intersection, or are not wanted, and get 0. Clipping runs ``chunk`` pairs at a
-    time to bound memory (about 1 KiB per pair).
+    Only pairs whose circumscribed circles meet (and that ``pairs`` selects) can overlap; the
+    others get 0. On the CPU only those candidates are clipped. Elsewhere every pair is clipped
+    and the others are masked to 0, because finding the candidates (``nonzero``) would make the
+    host wait for the device once per image, and a validation loop must not (issue 11); the
+    candidates' values are the same either way, each pair being clipped on its own. Clipping runs
+    ``chunk`` pairs at a time to bound memory (about 6 KiB per pair at the last clip).
 
     Args:
         pred_rboxes: (n, 5) ``xywhr`` pixels, radians.
@@ -103,6 +107,8 @@ def rotated_overlaps(
         crowd: (m,) bool, crowd flag per target (intersection over the prediction's area).
         pairs: optional (n, m) bool, the pairs to compute (e.g. same class); default all.
         chunk: pairs clipped per pass.
+        compact: clip only the candidates (a host synchronisation off the CPU); default: on
+            the CPU only.
 
     Returns:
         (n, m) float64 overlaps in [0, 1].
@@ -118,17 +124,22 @@ def rotated_overlaps(
     candidate = distance <= radius_p[:, None] + radius_t[None, :]
     if pairs is not None:
         candidate &= pairs.to(dev)
-    pi, ti = torch.nonzero(candidate, as_tuple=True)
-    inter = torch.zeros(n, m, dtype=torch.float64, device=dev)
+    candidate = candidate.reshape(n * m)
+    if compact is None:
+        compact = dev.type == "cpu"
+    # flat indices of the pairs to clip: the candidates, or every pair
+    clipped = torch.nonzero(candidate).squeeze(1) if compact else torch.arange(n * m, device=dev)
+    inter = torch.zeros(n * m, dtype=torch.float64, device=dev)
     corners_p, corners_t = xywhr_to_corners(p), xywhr_to_corners(t)  # (n, 4, 2), (m, 4, 2)
-    for start in range(0, pi.shape[0], chunk):
-        rows, cols = pi[start : start + chunk], ti[start : start + chunk]
-        count = torch.full((rows.shape[0],), 4, dtype=torch.int64, device=dev)
-        vertices, count = clip_convex(corners_p[rows], count, corners_t[cols])
-        inter[rows, cols] = polygon_area(vertices, count)
+    for start in range(0, clipped.shape[0], chunk):
+        flat = clipped[start : start + chunk]
+        count = torch.full((flat.shape[0],), 4, dtype=torch.int64, device=dev)
+        vertices, count = clip_convex(corners_p[flat // m], count, corners_t[flat % m])
+        area = torch.where(candidate[flat], polygon_area(vertices, count), 0.0)
+        inter.index_copy_(0, flat, area)
     area_p = p[:, 2] * p[:, 3]
     area_t = t[:, 2] * t[:, 3]
-    inter = torch.minimum(inter, torch.minimum(area_p[:, None], area_t[None, :]))
+    inter = torch.minimum(inter.reshape(n, m), torch.minimum(area_p[:, None], area_t[None, :]))
     union = area_p[:, None] + area_t[None, :] - inter
     denominator = torch.where(crowd.to(dev)[None, :], area_p[:, None], union)
     positive = denominator > 0
