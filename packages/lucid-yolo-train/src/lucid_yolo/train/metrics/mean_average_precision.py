@@ -35,8 +35,8 @@ Not modelled: COCO's small/medium/large area ranges (only "all" is reported, who
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Final
+from dataclasses import dataclass, replace
+from typing import Final, TypeVar
 
 import torch
 from torch import Tensor
@@ -60,6 +60,7 @@ from lucid_yolo.train.metrics.precision_curves import (
 from lucid_yolo.train.metrics.rotated_overlap import rotated_overlaps
 
 KINDS: Final = ("box", "mask", "pose", "obb")
+_Record = TypeVar("_Record", ImagePredictions, ImageTargets)
 DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 20, "obb": 100}
 
 
@@ -184,6 +185,7 @@ class MeanAveragePrecision:
                     f"{images!r} images): pass one of each per image, in the same order"
                 ) from error
             images += 1
+            prediction, target = _without_padding(prediction), _without_padding(target)
             for kind in self.kinds:
                 prepared[kind].append(self._prepare(kind, prediction, target))
         if image_ids is not None and len(image_ids) != images:
@@ -438,6 +440,22 @@ def _matching_order(
     rank = torch.empty_like(by_class)
     rank[by_class] = torch.arange(by_class.shape[0], device=by_class.device) - starts
     return order, valid[order] & (rank < max_dets)
+
+
+def _without_padding(record: _Record) -> _Record:
+    """On the CPU, the record without its padding rows; elsewhere the record as it is.
+
+    Static shapes keep the device's queue free of host reads (issue 11); on the CPU there is no
+    queue, and every later step (overlaps, stacking, matching) is cheaper on the real rows
+    only. The outcome is the same: padding rows take part in nothing.
+    """
+    valid = record.valid_flags()
+    if valid.device.type != "cpu" or record.valid is None:
+        return record
+    real = torch.nonzero(valid).squeeze(1)
+    if real.shape[0] == len(record):  # nothing to drop: no copy of the masks
+        return replace(record, valid=None)
+    return replace(select_rows(record, real), valid=None)
 
 
 def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:
