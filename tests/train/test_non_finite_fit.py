@@ -1,12 +1,19 @@
 """A fit whose loss goes non-finite (issue 15): stops before the update, or skips it; fp16 and
 replay behave as native.
 
-A NaN is written into one target box of the first micro-batch of optimizer step
-:data:`POISONED`, which makes that step's loss NaN (the assigner and the box loss read it).
+A NaN is written into one target box of the first micro-batch of each poisoned optimizer step
+(:data:`POISONED` unless a test says otherwise), which makes that step's loss NaN (the assigner
+and the box loss read it).
+
+A native update checks the loss before it runs; a replayed one (the CPU stand-in runs the same
+bookkeeping) runs first, backed up, and its step's verdict is read late (issue 11,
+:mod:`lucid_yolo.train.non_finite_loss`). Both must leave the same bits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +33,9 @@ pytestmark = pytest.mark.filterwarnings(
 POISONED = 3
 """The optimizer step (1-based) whose first micro-batch carries a NaN box."""
 
+UPDATE_REPLAY = ReplayConfig(update=True)
+"""The update replayed (the CPU stand-in on the CPU): the guard's verdict is read late."""
+
 GPU = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
@@ -33,13 +43,16 @@ GPU = [
 
 
 class _PoisonBox(Callback):
-    """NaN in the first valid box of the first micro-batch of step :data:`POISONED`."""
+    """NaN in the first valid box of the first micro-batch of each poisoned step."""
+
+    def __init__(self, steps: Collection[int]) -> None:
+        self.steps = steps
 
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         first = batch_idx % trainer.accumulate_grad_batches == 0
-        if trainer.global_step + 1 == POISONED and first:
+        if trainer.global_step + 1 in self.steps and first:
             image, instance = batch["valid"].nonzero()[0].tolist()
             batch["boxes"][image, instance, 0] = float("nan")
 
@@ -49,7 +62,9 @@ class _StepStates(Callback):
     losses.
 
     A skipped update leaves everything but the BatchNorm statistics, which the step's forward
-    has already moved (as under fp16's GradScaler): :func:`_trained_state` drops them.
+    has already moved (as under fp16's GradScaler): :func:`_trained_state` drops them. Read at
+    the end of a batch, a replayed fit's state may still hold an update whose verdict is
+    pending; the tests that read it there run native updates.
     """
 
     def __init__(self) -> None:
@@ -61,16 +76,19 @@ class _StepStates(Callback):
     ) -> None:
         assert isinstance(pl_module, YoloModule)
         self.losses.append(float(outputs["loss"].detach().float()))
-        self.states.append(
-            state_digest(
-                {
-                    "params": dict(pl_module.net.named_parameters()),
-                    "buffers": dict(pl_module.net.named_buffers()),
-                    "ema": pl_module.ema_net.state_dict(),
-                    "optimizer": trainer.optimizers[0].state_dict(),
-                }
-            )
-        )
+        self.states.append(_digest(pl_module, trainer))
+
+
+def _digest(module: YoloModule, trainer: pl.Trainer) -> dict[str, str]:
+    return state_digest(
+        {
+            "params": dict(module.net.named_parameters()),
+            "buffers": dict(module.net.named_buffers()),
+            "ema": module.ema_net.state_dict(),
+            "ema_updates": module.ema.updates,
+            "optimizer": trainer.optimizers[0].state_dict(),
+        }
+    )
 
 
 def _trained_state(digests: dict[str, str]) -> dict[str, str]:
@@ -78,6 +96,19 @@ def _trained_state(digests: dict[str, str]) -> dict[str, str]:
     schedule (``param_groups``' learning rates) still advances, as under fp16's GradScaler."""
     moving = ("buffers.", "optimizer.param_groups.")
     return {k: v for k, v in digests.items() if not k.startswith(moving)}
+
+
+@dataclass
+class _Fit:
+    module: YoloModule
+    trainer: pl.Trainer
+    states: _StepStates
+    error: NonFiniteLossError | None
+
+    @property
+    def digest(self) -> dict[str, str]:
+        """The state the fit left in memory."""
+        return _digest(self.module, self.trainer)
 
 
 def _fit(
@@ -88,8 +119,14 @@ def _fit(
     precision: str = "32-true",
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen)
     max_steps: int = 4,
+    max_epochs: int | None = None,
+    accumulate: int = 1,
+    poisoned: Collection[int] = (POISONED,),
+    validate: bool = False,
     checkpoints: Path | None = None,
-) -> tuple[YoloModule, pl.Trainer, _StepStates]:
+    every_step: bool = True,
+    extra: Sequence[Callback] = (),
+) -> _Fit:
     pl.seed_everything(0)
     data = YoloDataModule(yaml, imgsz=64, batch_size=4, workers=0, max_instances=48, seed=0)
     module = YoloModule(
@@ -100,19 +137,21 @@ def _fit(
         non_finite_loss=policy,  # type: ignore[arg-type]
     )
     states = _StepStates()
-    callbacks: list[Callback] = [_PoisonBox(), states]
+    callbacks: list[Callback] = [_PoisonBox(poisoned), states, *extra]
     if checkpoints is not None:
+        every = {"every_n_train_steps": 1} if every_step else {}
         callbacks.append(
-            ModelCheckpoint(
-                dirpath=checkpoints, filename="{step}", every_n_train_steps=1, save_top_k=-1
-            )
+            ModelCheckpoint(dirpath=checkpoints, filename="{epoch}-{step}", save_top_k=-1, **every)
         )
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=1,
         precision=precision,  # type: ignore[arg-type]
         max_steps=max_steps,
-        limit_val_batches=0,
+        max_epochs=max_epochs,
+        accumulate_grad_batches=accumulate,
+        limit_val_batches=1 if validate else 0,
+        num_sanity_val_steps=0,
         deterministic=True,
         logger=False,
         enable_checkpointing=checkpoints is not None,
@@ -120,55 +159,66 @@ def _fit(
         enable_model_summary=False,
         callbacks=callbacks,
     )
-    trainer.fit(module, data)
-    return module, trainer, states
+    try:
+        trainer.fit(module, data)
+    except NonFiniteLossError as error:
+        return _Fit(module, trainer, states, error)
+    return _Fit(module, trainer, states, None)
+
+
+def _checkpoint_digests(folder: Path) -> dict[str, dict[str, str]]:
+    """Digest of each checkpoint's weights by file name; ``{}`` when none was written."""
+    return {
+        path.name: state_digest(torch.load(path, weights_only=True)["state_dict"])
+        for path in sorted(folder.glob("*.ckpt"))
+    }
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
 def test_fit_stops_before_the_update_of_a_non_finite_step(
     tiny_dataset: Any, tmp_path: Path, precision: str
 ) -> None:
-    with pytest.raises(NonFiniteLossError, match=rf"step {POISONED}: .*non-finite terms: total"):
-        _fit(tiny_dataset("detect"), "stop", precision=precision, checkpoints=tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["step=1.ckpt", "step=2.ckpt"]
+    fit = _fit(tiny_dataset("detect"), "stop", precision=precision, checkpoints=tmp_path)
+    assert fit.error is not None
+    assert str(fit.error).startswith(f"step {POISONED}: ")
+    assert "non-finite terms: total" in str(fit.error)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "epoch=0-step=1.ckpt",
+        "epoch=0-step=2.ckpt",
+    ]
 
 
 def test_fit_stopped_by_non_finite_loss_keeps_weights_of_the_last_good_step(
-    tiny_dataset: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_dataset: Any, tmp_path: Path
 ) -> None:
-    modules: list[YoloModule] = []
-    monkeypatch.setattr(
-        YoloModule, "on_fit_start", lambda self: (modules.append(self), self.ema.rebind())
-    )
-    with pytest.raises(NonFiniteLossError):
-        _fit(tiny_dataset("detect"), "stop", checkpoints=tmp_path)
-    saved = torch.load(tmp_path / "step=2.ckpt", weights_only=True)["state_dict"]
-    module = modules[0]
+    fit = _fit(tiny_dataset("detect"), "stop", checkpoints=tmp_path)
+    assert fit.error is not None
+    saved = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=True)["state_dict"]
     live = {
-        **{f"net.{k}": p for k, p in module.net.named_parameters()},
-        **{f"ema_net.{k}": v for k, v in module.ema_net.state_dict().items()},
+        **{f"net.{k}": p for k, p in fit.module.net.named_parameters()},
+        **{f"ema_net.{k}": v for k, v in fit.module.ema_net.state_dict().items()},
     }
     saved = {k: saved[k] for k in live}
     assert first_difference(state_digest(saved), state_digest(live)) is None
-    assert all(torch.isfinite(p).all() for p in modules[0].net.parameters())
+    assert all(torch.isfinite(p).all() for p in fit.module.net.parameters())
 
 
 def test_fit_skip_leaves_weights_ema_and_optimizer_unchanged_at_the_bad_step(
     tiny_dataset: Any,
 ) -> None:
-    module, trainer, states = _fit(tiny_dataset("detect"), "skip")
-    assert module.loss_guard.skipped == 1
-    assert trainer.global_step == 4
-    assert int(module.ema.updates) == 3
-    before, at, after = (_trained_state(states.states[POISONED - 2 + i]) for i in range(3))
+    fit = _fit(tiny_dataset("detect"), "skip")
+    assert fit.module.loss_guard.skipped == 1
+    assert fit.trainer.global_step == 4
+    assert int(fit.module.ema.updates) == 3
+    before, at, after = (_trained_state(fit.states.states[POISONED - 2 + i]) for i in range(3))
     assert first_difference(before, at) is None
     assert first_difference(at, after) is not None
-    assert all(torch.isfinite(p).all() for p in module.net.parameters())
+    assert all(torch.isfinite(p).all() for p in fit.module.net.parameters())
 
 
 def test_fit_skip_count_survives_a_checkpoint(tiny_dataset: Any, tmp_path: Path) -> None:
     _fit(tiny_dataset("detect"), "skip", checkpoints=tmp_path)
-    checkpoint = torch.load(tmp_path / "step=4.ckpt", weights_only=True)
+    checkpoint = torch.load(tmp_path / "epoch=1-step=4.ckpt", weights_only=True)
     restored = YoloModule("yolo26n", num_classes=5, non_finite_loss="skip")
     restored.on_load_checkpoint(checkpoint)
     assert restored.loss_guard.skipped == 1
@@ -178,10 +228,89 @@ def test_fit_skip_replayed_on_cpu_stand_in_equals_native(tiny_dataset: Any) -> N
     yaml = tiny_dataset("detect")
     native = _fit(yaml, "skip")
     replayed = _fit(yaml, "skip", replay=ReplayConfig(network=True, update=True))
-    assert replayed[0].loss_guard.skipped == native[0].loss_guard.skipped == 1
-    assert replayed[0].replay_telemetry.as_dict()["retirements"] == 0
-    assert first_difference(native[2].states[-1], replayed[2].states[-1]) is None
-    assert native[2].losses[POISONED - 1] != native[2].losses[POISONED - 1]  # NaN
+    assert replayed.module.loss_guard.skipped == native.module.loss_guard.skipped == 1
+    assert replayed.module.replay_telemetry.as_dict()["retirements"] == 0
+    assert first_difference(native.digest, replayed.digest) is None
+    assert native.states.losses[POISONED - 1] != native.states.losses[POISONED - 1]  # NaN
+
+
+def test_fit_late_stop_leaves_the_state_of_the_check_before_the_update(
+    tiny_dataset: Any, tmp_path: Path
+) -> None:
+    yaml = tiny_dataset("detect")
+    now = _fit(yaml, "stop", checkpoints=tmp_path / "now")
+    late = _fit(yaml, "stop", replay=UPDATE_REPLAY, checkpoints=tmp_path / "late")
+    assert late.error is not None
+    assert now.error is not None
+    assert str(late.error) == str(now.error)
+    # the poisoned step's update was replayed, with its backup inside the recording
+    assert late.module.update_step is not None
+    assert late.module.update_step.telemetry.replays == POISONED - 1
+    assert first_difference(now.digest, late.digest) is None
+    assert _checkpoint_digests(tmp_path / "late") == _checkpoint_digests(tmp_path / "now")
+
+
+def test_fit_late_skip_of_several_steps_under_accumulation_equals_the_check_before(
+    tiny_dataset: Any,
+) -> None:
+    yaml = tiny_dataset("detect")
+    options: dict[str, Any] = {"accumulate": 2, "max_steps": 4, "poisoned": (2, 3)}
+    now = _fit(yaml, "skip", **options)
+    late = _fit(yaml, "skip", replay=UPDATE_REPLAY, **options)
+    assert late.module.loss_guard.skipped == now.module.loss_guard.skipped == 2
+    assert int(late.module.ema.updates) == int(now.module.ema.updates) == 2
+    assert first_difference(now.digest, late.digest) is None
+
+
+class _FailAfterStep(Callback):
+    """Raises at the end of step :data:`POISONED`, while its verdict is pending."""
+
+    def __init__(self) -> None:
+        self.fit: tuple[YoloModule, pl.Trainer] | None = None
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
+    ) -> None:
+        if trainer.global_step == POISONED:
+            assert isinstance(pl_module, YoloModule)
+            self.fit = pl_module, trainer
+            raise RuntimeError("a callback failed")
+
+
+def test_fit_late_check_undoes_a_pending_non_finite_update_on_an_exception(
+    tiny_dataset: Any,
+) -> None:
+    yaml = tiny_dataset("detect")
+    now = _fit(yaml, "stop")
+    failing = _FailAfterStep()
+    with pytest.raises(RuntimeError, match="a callback failed"):
+        _fit(yaml, "stop", replay=UPDATE_REPLAY, extra=[failing])
+    assert failing.fit is not None
+    module, trainer = failing.fit
+    assert not module.loss_guard.pending
+    assert first_difference(now.digest, _digest(module, trainer)) is None
+
+
+@pytest.mark.parametrize("policy", ["stop", "skip"])
+def test_fit_late_check_of_an_epochs_last_step_comes_before_validation_and_checkpoint(
+    tiny_dataset: Any, tmp_path: Path, policy: str
+) -> None:
+    yaml = tiny_dataset("detect")
+    # 8 images at batch 4: step 2 ends epoch 0, which validates, then checkpoints
+    options: dict[str, Any] = {
+        "max_steps": -1,
+        "max_epochs": 2,
+        "poisoned": (2,),
+        "validate": True,
+        "every_step": False,
+    }
+    now = _fit(yaml, policy, checkpoints=tmp_path / "now", **options)
+    late = _fit(yaml, policy, replay=UPDATE_REPLAY, checkpoints=tmp_path / "late", **options)
+    assert (late.error is None) == (now.error is None) == (policy == "skip")
+    assert first_difference(now.digest, late.digest) is None
+    assert _checkpoint_digests(tmp_path / "late") == _checkpoint_digests(tmp_path / "now")
+    expected = ["epoch=0-step=2.ckpt", "epoch=1-step=4.ckpt"] if policy == "skip" else []
+    assert list(_checkpoint_digests(tmp_path / "late")) == expected
 
 
 @pytest.mark.usefixtures("deterministic")
@@ -190,6 +319,7 @@ def test_fit_skip_replayed_on_cpu_stand_in_equals_native(tiny_dataset: Any) -> N
     [
         pytest.param("16-mixed", "stop", marks=GPU),
         pytest.param("bf16-mixed", "skip", marks=GPU),
+        pytest.param("bf16-mixed", "stop", marks=GPU),
     ],
 )
 def test_gpu_non_finite_step_replayed_equals_native(
@@ -201,11 +331,14 @@ def test_gpu_non_finite_step_replayed_equals_native(
     replayed = _fit(
         yaml, policy, accelerator="gpu", precision=precision, max_steps=6, replay=replay
     )
-    assert first_difference(native[2].states[-1], replayed[2].states[-1]) is None
-    assert [str(v) for v in native[2].losses] == [str(v) for v in replayed[2].losses]
-    assert int(native[0].ema.updates) == int(replayed[0].ema.updates) < 6
-    assert replayed[0].replay_telemetry.as_dict()["retirements"] == 0
-    scalers = [getattr(t.precision_plugin, "scaler", None) for t in (native[1], replayed[1])]
+    assert (native.error is None) == (replayed.error is None)
+    assert first_difference(native.digest, replayed.digest) is None
+    # a late stop also ends the poisoned batch (its loss is NaN) before it raises
+    losses = [str(v) for v in native.states.losses]
+    assert [str(v) for v in replayed.states.losses[: len(losses)]] == losses
+    assert int(native.module.ema.updates) == int(replayed.module.ema.updates) < 6
+    assert replayed.module.replay_telemetry.as_dict()["retirements"] == 0
+    scalers = [getattr(f.trainer.precision_plugin, "scaler", None) for f in (native, replayed)]
     if precision == "16-mixed":
         # fp16: GradScaler skipped the NaN step and backed off, exactly as natively
         assert scalers[0] is not None

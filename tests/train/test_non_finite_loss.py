@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.non_finite_loss import NonFiniteLossError, NonFiniteLossGuard
 
 NAN = torch.tensor(float("nan"))
@@ -66,3 +66,77 @@ def test_guard_checks_every_element_of_a_tensor_term() -> None:
 def test_guard_unknown_policy_is_a_config_error() -> None:
     with pytest.raises(TrainConfigError, match=r"non_finite_loss='ignore' is not a policy"):
         NonFiniteLossGuard("ignore")  # type: ignore[arg-type]
+
+
+class _Undo:
+    """Counts calls; the state a late check puts back."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> None:
+        self.calls += 1
+
+
+def test_guard_late_finite_step_is_not_undone() -> None:
+    guard, undo = NonFiniteLossGuard("stop"), _Undo()
+    guard.observe(ONE, _terms())
+    guard.seal(step=1)
+    assert guard.pending
+    guard.settle(undo)
+    assert not guard.pending
+    assert undo.calls == 0
+
+
+def test_guard_late_stop_undoes_then_names_the_sealed_step() -> None:
+    guard, undo = NonFiniteLossGuard("stop"), _Undo()
+    guard.observe(NAN, _terms(box=NAN))
+    guard.seal(step=7)
+    guard.observe(ONE, _terms(cls=NAN))  # the next step's loss: not this verdict's
+    with pytest.raises(NonFiniteLossError, match=r"step 7: .*non-finite terms: total, box\)"):
+        guard.settle(undo)
+    assert undo.calls == 1
+
+
+def test_guard_late_skip_undoes_and_counts() -> None:
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    guard.observe(ONE, _terms(cls=INF))
+    guard.seal(step=2)
+    guard.settle(undo)
+    assert (undo.calls, guard.skipped) == (1, 1)
+
+
+def test_guard_late_check_while_failing_undoes_without_raising_or_agreeing() -> None:
+    asked: list[bool] = []
+    guard, undo = NonFiniteLossGuard("stop", agree=asked.append), _Undo()  # type: ignore[arg-type]
+    guard.observe(NAN, _terms())
+    guard.seal(step=3)
+    guard.settle(undo, failing=True)
+    assert undo.calls == 1
+    assert asked == []
+
+
+def test_guard_late_check_agrees_with_other_processes() -> None:
+    guard, undo = NonFiniteLossGuard("skip", agree=lambda finite: False), _Undo()
+    guard.observe(ONE, _terms())
+    guard.seal(step=4)
+    guard.settle(undo)
+    assert (undo.calls, guard.skipped) == (1, 1)
+
+
+def test_guard_seal_without_observation_keeps_the_pending_step() -> None:
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    guard.observe(NAN, _terms())
+    guard.seal(step=1)
+    guard.seal(step=2)  # e.g. the verifier's shadow update: no loss observed
+    guard.settle(undo)
+    assert guard.skipped == 1
+
+
+def test_guard_seal_while_a_step_awaits_its_check_is_an_error() -> None:
+    guard = NonFiniteLossGuard("skip")
+    guard.observe(ONE, _terms())
+    guard.seal(step=1)
+    guard.observe(ONE, _terms())
+    with pytest.raises(TrainError, match=r"step 2 was sealed while step 1 awaits its check"):
+        guard.seal(step=2)

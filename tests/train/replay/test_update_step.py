@@ -18,6 +18,7 @@ from torch import nn
 
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig
+from lucid_yolo.train.exceptions import TrainError
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.replay.update_step import UpdateStep
 
@@ -97,3 +98,64 @@ def test_update_step_left_out_when_not_allowed() -> None:
 def test_update_step_runs_when_allowed() -> None:
     before, after = _linear_step(allows=True)
     assert first_difference(before, after) is not None
+
+
+def _backed_up_linear(replay: bool) -> tuple[UpdateStep, nn.Module, MuSGD, Callable[[], Any]]:
+    """A linear net's update step with a backup; ``state()`` digests net, optimizer and EMA."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3))
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.1, momentum=0.9)
+    ema = trainer_ema(net, decay=0.9, tau=1.0)
+    step = UpdateStep(optimizer, ema, replay=replay, backup=True)
+
+    def state() -> Any:
+        return state_digest(
+            {"net": net.state_dict(), "opt": optimizer.state_dict(), "ema": ema.state_tensors()}
+        )
+
+    return step, net, optimizer, state
+
+
+def _train_step(net: nn.Module, optimizer: MuSGD) -> None:
+    optimizer.zero_grad()
+    net(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+
+
+def test_update_step_backup_is_part_of_the_replayed_update() -> None:
+    step, net, optimizer, state = _backed_up_linear(replay=True)
+    for _ in range(2):  # warm-up, then recorded (the CPU stand-in)
+        _train_step(net, optimizer)
+    net(torch.randn(2, 4)).sum().backward()
+    before = state()
+    optimizer.step()
+    assert step.telemetry.replays == 2
+    step.undo(schedule=False)
+    assert first_difference(before, state()) is None
+
+
+def test_update_step_undo_with_schedule_puts_the_learning_rate_back() -> None:
+    step, net, optimizer, state = _backed_up_linear(replay=False)
+    net(torch.randn(2, 4)).sum().backward()
+    before = state()
+    optimizer.step()
+    optimizer.param_groups[0]["lr"].fill_(0.5)  # what a schedule does after the update
+    step.undo(schedule=True)
+    assert first_difference(before, state()) is None
+
+
+def test_update_step_undo_without_schedule_keeps_the_learning_rate() -> None:
+    step, net, optimizer, _ = _backed_up_linear(replay=False)
+    net(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    optimizer.param_groups[0]["lr"].fill_(0.5)
+    step.undo(schedule=False)
+    assert float(optimizer.param_groups[0]["lr"]) == 0.5
+
+
+def test_update_step_undo_without_backup_is_an_error() -> None:
+    net = nn.Sequential(nn.Linear(4, 3))
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.1)
+    step = UpdateStep(optimizer, trainer_ema(net), replay=False)
+    with pytest.raises(TrainError, match=r"keeps no backup: build it with backup=True"):
+        step.undo(schedule=False)

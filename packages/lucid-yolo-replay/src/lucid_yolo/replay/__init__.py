@@ -6,6 +6,7 @@ a whole plain-PyTorch training step (forward, loss, backward, update, EMA). Anyt
 cannot honour retires to native execution with a typed reason. See the "Replay library" docs page.
 """
 
+from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay.digest import first_difference, grads_of, state_digest, tensor_digest
 from lucid_yolo.replay.ema import ModelEMA
 from lucid_yolo.replay.exceptions import (
@@ -64,6 +65,8 @@ __all__ = [
     "Telemetry",
     "merge_telemetry",
     "recording_cause",
+    # batched copies
+    "copy_grouped",
     # digests
     "first_difference",
     "grads_of",

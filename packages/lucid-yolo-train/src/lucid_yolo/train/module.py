@@ -13,11 +13,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from typing_extensions import override
 
 from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
 from lucid_yolo.replay import RegionRecorder, Telemetry, UpdateRecorder, merge_telemetry
+from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
@@ -232,6 +234,9 @@ class YoloModule(pl.LightningModule):
 
     @override
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:
+        # The previous step's update has long been launched and the host has fetched this
+        # batch meanwhile: reading that step's verdict now rarely waits.
+        self.settle_update()
         if self.step_verifier.schedule.every:
             self.step_verifier.start_micro_batch(
                 batch,
@@ -298,8 +303,41 @@ class YoloModule(pl.LightningModule):
         return scaler
 
     def _allows_update(self) -> bool:
-        """Whether this step's update may run: the loss guard's verdict in fp32/bf16."""
-        return self._scaler() is not None or self.loss_guard.allows_update(self.global_step + 1)
+        """Whether this step's update may run, asked right before it.
+
+        fp16's GradScaler decides itself. A replayed update backs up what it writes, so the loss
+        guard only seals the step's flags, to be read late (:meth:`settle_update`); a native
+        update waits for them now.
+        """
+        if self._scaler() is not None:
+            return True
+        step = self.global_step + 1
+        if self.update_step is not None and self.update_step.backup is not None:
+            self.loss_guard.seal(step)
+            return True
+        return self.loss_guard.allows_update(step)
+
+    def settle_update(self, *, failing: bool = False) -> None:
+        """Read the loss guard's verdict on the last replayed update, if it is still pending.
+
+        A non-finite step's update is undone (the schedule too under ``stop``), then the fit
+        stops or skips as the policy says (:mod:`lucid_yolo.train.non_finite_loss`). Called
+        before anything uses or publishes the trained state: the next step, validation, the
+        end of an epoch, a checkpoint, an exception.
+
+        Args:
+            failing: the fit is ending with an exception; undo without raising, and without
+                asking the other processes.
+
+        Raises:
+            NonFiniteLossError: under ``stop`` when that step's loss was not finite.
+        """
+        if self.loss_guard.pending:
+            self.loss_guard.settle(self._undo_update, failing=failing)
+
+    def _undo_update(self) -> None:
+        assert self.update_step is not None
+        self.update_step.undo(schedule=self.loss_guard.policy == "stop")
 
     def _all_processes_agree(self, finite: bool) -> bool:
         """``finite`` on every process (data-parallel ranks skip or stop together)."""
@@ -333,6 +371,8 @@ class YoloModule(pl.LightningModule):
             max_signatures=self.replay.config.max_signatures,
             pool=self.replay.shared_pool(self.device),
             allows_update=self._allows_update,
+            # fp16's GradScaler checks inside its step; a replayed update's check comes late
+            backup=self.replay.config.update and self._scaler() is None,
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)
@@ -352,8 +392,20 @@ class YoloModule(pl.LightningModule):
         }
 
     @override
+    def configure_callbacks(self) -> list[Callback]:
+        return [PendingUpdateCheck()]
+
+    @override
     def on_fit_start(self) -> None:
         self.ema.rebind()
+
+    @override
+    def on_train_epoch_end(self) -> None:
+        self.settle_update()
+
+    @override
+    def on_validation_start(self) -> None:
+        self.settle_update()
 
     @override
     def on_validation_epoch_start(self) -> None:
@@ -396,6 +448,13 @@ class YoloModule(pl.LightningModule):
         images = batch["images"].float().div_(255.0)
         outputs = self.ema_net(images)
         return self.evaluator.predictions(outputs, batch)
+
+    @override
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's state, after the verdict on a pending replayed update (every checkpoint
+        reads the weights through here, before the optimizer's state)."""
+        self.settle_update()
+        return super().state_dict(*args, **kwargs)
 
     @override
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:

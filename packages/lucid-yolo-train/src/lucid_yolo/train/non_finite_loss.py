@@ -5,20 +5,32 @@ applied and the scale backs off, natively and replayed alike (``update_step``). 
 no scaler, so one NaN would flow into the weights, the EMA and every checkpoint written after it.
 
 :class:`NonFiniteLossGuard` looks at the loss of every micro-batch (device ops only, nothing
-waits) and decides once per optimizer step, right before the update, with one host sync. That is
-the same place and the same cost as GradScaler's own check, and it comes before anything changes:
+waits) and decides once per optimizer step:
 
 * ``stop`` (the default) raises :class:`NonFiniteLossError`, which names the step and the loss
-  terms that went non-finite. The update is never applied, so the weights, the optimizer and the
-  EMA hold the last good step, and no checkpoint is written from a poisoned state (the last one
-  written stays the last good one);
+  terms that went non-finite. The weights, the optimizer and the EMA hold the last good step, and
+  no checkpoint is written from a poisoned state (the last one written stays the last good one);
 * ``skip`` leaves the update out, as GradScaler does in fp16: the step still counts (the schedule
   advances), the weights, optimizer state and EMA stay as they were, and the count is reported.
+
+It decides at one of two moments:
+
+* **now** (:meth:`~NonFiniteLossGuard.allows_update`, native updates): right before the update,
+  with one host read. That read waits for the step's forward, loss and backward, so the host can
+  never run ahead of the device.
+* **late** (:meth:`~NonFiniteLossGuard.seal` then :meth:`~NonFiniteLossGuard.settle`, replayed
+  updates): at the update, the step's flags start an asynchronous copy to pinned host memory and
+  the update runs at once, having backed up the state it writes (``update_step``). The flags are
+  read when they are long computed, before anything uses or publishes the new state: before the
+  next step's forward, before validation, before a checkpoint, at the end of training and on an
+  exception. A non-finite step's update is then undone from the backup, which leaves exactly the
+  state the check made now leaves, and the fit stops or skips as above.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -42,12 +54,24 @@ class NonFiniteLossError(TrainError):
     """A step's loss was NaN or infinite in fp32/bf16 and the policy is ``stop``."""
 
 
+@dataclass
+class _SealedStep:
+    """One optimizer step's flags on their way to the host, read by :meth:`settle`."""
+
+    step: int
+    names: tuple[str, ...]
+    host: Tensor
+    """(T,) bool, pinned on CUDA: filled by a copy that nothing waits for."""
+    copied: torch.cuda.Event | None
+    """Recorded after the copy on CUDA; ``None`` on the CPU, where the copy is done at once."""
+
+
 class NonFiniteLossGuard:
-    """Check each step's loss before its update; stop or skip when it is not finite.
+    """Check each step's loss before its update, or late; stop or skip when it is not finite.
 
     Args:
-        policy: ``stop`` raises :class:`NonFiniteLossError` before the update; ``skip`` leaves
-            the update out and counts the step.
+        policy: ``stop`` raises :class:`NonFiniteLossError`; ``skip`` leaves the update out and
+            counts the step.
         agree: turns this process's verdict ("finite") into the verdict of every process
             (``True`` only if all say ``True``), so that data-parallel ranks, whose gradients are
             all-reduced, skip or stop together; ``None`` on one process.
@@ -61,6 +85,10 @@ class NonFiniteLossGuard:
         guard.observe(total, terms)  # every micro-batch, after the loss
         if not guard.allows_update(step=7):  # once per optimizer step, before the update
             ...  # leave the update out
+
+        guard.seal(step=7)  # or: at the update, which backs up what it writes and runs
+        ...  # later, before the new state is used or published:
+        guard.settle(undo=restore_backup)
     """
 
     def __init__(
@@ -74,15 +102,19 @@ class NonFiniteLossGuard:
         self.agree = agree
         self.skipped = 0
         """Steps whose update was left out, over the whole fit (a resume restores it)."""
+        self.waits = 0
+        """Late checks whose flags had not reached the host yet, so the host waited."""
         self._names: tuple[str, ...] = ()
         self._finite: Tensor | None = None
+        self._sealed: _SealedStep | None = None
+        self._host: Tensor | None = None
+        self._copied: torch.cuda.Event | None = None
 
     def observe(self, total: Tensor, terms: dict[str, Tensor]) -> None:
         """Note whether one micro-batch's loss and each of its terms are finite.
 
-        Device ops only: the flags are read once per step by :meth:`allows_update`. The result
-        is computed at once, because replayed outputs are borrowed and the next replay
-        overwrites them.
+        Device ops only: the flags are read once per step. The result is computed at once,
+        because replayed outputs are borrowed and the next replay overwrites them.
 
         Args:
             total: the summed loss, any shape (a scalar in practice).
@@ -98,7 +130,7 @@ class NonFiniteLossGuard:
             self._finite = self._finite & finite
 
     def allows_update(self, step: int) -> bool:
-        """Whether the update of optimizer step ``step`` may run; resets for the next step.
+        """Whether the update of optimizer step ``step`` may run, read now; resets for the next.
 
         Args:
             step: the 1-based optimizer step about to be applied (for the message).
@@ -111,15 +143,95 @@ class NonFiniteLossGuard:
             NonFiniteLossError: under ``stop``, when a loss was not finite.
         """
         finite, self._finite = self._finite, None
-        here = finite is None or bool(finite.all())
-        everywhere = here if self.agree is None else self.agree(here)
+        flags = None if finite is None else finite.tolist()
+        return self._decide(step, self._names, flags, agree=True)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a sealed step awaits :meth:`settle`."""
+        return self._sealed is not None
+
+    def seal(self, step: int) -> None:
+        """Close optimizer step ``step``'s observations and send its flags to the host.
+
+        Nothing waits: on CUDA the flags go to pinned memory by an asynchronous copy followed
+        by an event. Call it right before an update that backs up the state it writes; the
+        verdict is read by :meth:`settle`. A step with nothing observed seals nothing (and
+        leaves an earlier sealed step pending).
+
+        Args:
+            step: the 1-based optimizer step about to be applied.
+        """
+        finite, self._finite = self._finite, None
+        if finite is None:
+            return
+        if self._sealed is not None:
+            raise TrainError(
+                f"step {step} was sealed while step {self._sealed.step} awaits its check; "
+                "call settle() before the next step's forward"
+            )
+        host = self._host_buffer(finite)
+        host.copy_(finite, non_blocking=True)
+        copied = None
+        if finite.is_cuda:
+            if self._copied is None:
+                self._copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            copied = self._copied
+            copied.record()
+        self._sealed = _SealedStep(step, self._names, host, copied)
+
+    def settle(self, undo: Callable[[], None], *, failing: bool = False) -> None:
+        """Read the sealed step's verdict; on a non-finite step ``undo`` its update, then decide.
+
+        Waits only if the flags have not reached the host yet (counted in :attr:`waits`).
+
+        Args:
+            undo: puts back the state the sealed step's update changed; called before raising
+                or counting.
+            failing: the fit is already ending with an exception: decide on this process's
+                flags alone (the other processes may never reach this point) and never raise.
+
+        Raises:
+            NonFiniteLossError: under ``stop`` when the sealed step was not finite, after
+                ``undo`` (not when ``failing``).
+        """
+        sealed, self._sealed = self._sealed, None
+        if sealed is None:
+            return
+        if sealed.copied is not None and not sealed.copied.query():  # type: ignore[no-untyped-call]
+            self.waits += 1
+            sealed.copied.synchronize()
+        try:
+            self._decide(
+                sealed.step, sealed.names, sealed.host.tolist(), agree=not failing, undo=undo
+            )
+        except NonFiniteLossError:
+            if not failing:
+                raise
+
+    def _host_buffer(self, finite: Tensor) -> Tensor:
+        """The host tensor a step's flags are copied into, reused while the terms stay."""
+        if self._host is None or self._host.shape != finite.shape:
+            self._host = torch.empty(finite.shape, dtype=torch.bool, pin_memory=finite.is_cuda)
+        return self._host
+
+    def _decide(
+        self,
+        step: int,
+        names: tuple[str, ...],
+        flags: list[bool] | None,
+        *,
+        agree: bool,
+        undo: Callable[[], None] | None = None,
+    ) -> bool:
+        """Stop or skip unless every flag (of every process, with ``agree``) is ``True``."""
+        here = flags is None or all(flags)
+        everywhere = here if self.agree is None or not agree else self.agree(here)
         if everywhere:
             return True
-        bad = (
-            []
-            if finite is None
-            else [name for name, ok in zip(self._names, finite.tolist(), strict=True) if not ok]
-        )
+        if undo is not None:
+            undo()
+        bad = [] if flags is None else [n for n, ok in zip(names, flags, strict=True) if not ok]
         where = f"non-finite terms: {', '.join(bad)}" if bad else "on another process"
         if self.policy == "stop":
             raise NonFiniteLossError(

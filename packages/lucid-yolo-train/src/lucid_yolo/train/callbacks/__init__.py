@@ -1,7 +1,8 @@
 """Lightning callbacks and checkpoint IO of the trainer.
 
 Step-phase timing and the per-epoch summary; atomic checkpoints, the SIGTERM save and the random
-generators' state, which together let a fit resume where it stopped.
+generators' state, which together let a fit resume where it stopped; the late non-finite check
+on an exception.
 """
 
 from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, atomic_save
@@ -11,6 +12,7 @@ from lucid_yolo.train.callbacks.epoch_summary import (
     skipped_line,
     validation_table,
 )
+from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.callbacks.phase_timer import PHASES, PhaseTimer
 from lucid_yolo.train.callbacks.rng_state import RngState
 from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
@@ -28,4 +30,6 @@ __all__ = [
     "RngState",
     "SigtermCheckpoint",
     "atomic_save",
+    # the non-finite loss guard's late check
+    "PendingUpdateCheck",
 ]

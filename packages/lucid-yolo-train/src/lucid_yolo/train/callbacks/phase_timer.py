@@ -144,14 +144,16 @@ class PhaseTimer(Callback):
             self._current = None
         self._collect()
         if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
-            means = {f"time/{p}_ms": self._sums[p] / self._count for p in PHASES}
+            # Host tensors: Lightning would copy a Python float to the module's device (a
+            # host sync), and the progress bar reads its values back at every batch (another).
+            means = {f"time/{p}_ms": torch.tensor(self._sums[p] / self._count) for p in PHASES}
             pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
             total_ms = sum(self._sums.values())
             if total_ms > 0.0:
-                rate = self._images * 1000.0 / total_ms
+                rate = torch.tensor(self._images * 1000.0 / total_ms)
                 pl_module.log("img_s", rate, on_step=True, on_epoch=False, prog_bar=True)
             if self._cuda:
-                reserved = torch.cuda.memory_reserved() / 2**30
+                reserved = torch.tensor(torch.cuda.memory_reserved() / 2**30)
                 pl_module.log("mem_gib", reserved, on_step=True, on_epoch=False, prog_bar=True)
         self._last_end = time.perf_counter()
 

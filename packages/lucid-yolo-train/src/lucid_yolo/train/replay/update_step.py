@@ -12,14 +12,23 @@ optimizer step: after the closure (forward, backward, gradient clipping), only o
 boundaries, and not at all on a step that fp16's GradScaler skips, or that the non-finite loss
 guard leaves out in fp32/bf16 (:mod:`lucid_yolo.train.non_finite_loss`). The EMA therefore blends
 once per applied update, natively and replayed alike.
+
+With ``backup=True`` the step first copies everything it writes (:class:`UpdateBackup`), inside
+the same graph when replayed, so that the guard can read a step's verdict after its update and
+:meth:`UpdateStep.undo` a non-finite one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from torch import Tensor
+
 from lucid_yolo.replay import GraphedOptimizer, ModelEMA, ReplayPool, Telemetry
+from lucid_yolo.replay.verifier import state_tensors
+from lucid_yolo.train.exceptions import TrainError
 from lucid_yolo.train.optim import MuSGD
+from lucid_yolo.train.replay.update_backup import UpdateBackup
 
 
 class UpdateStep:
@@ -35,6 +44,8 @@ class UpdateStep:
             every graph of a step shares one pool); ``None`` makes a private one.
         allows_update: asked before each update; ``False`` leaves the update and the EMA blend
             out of this step (``None``: always run).
+        backup: copy the state the update writes before each update, so that :meth:`undo` can
+            put it back (one more copy of the parameters, momentum buffers and EMA in memory).
     """
 
     def __init__(
@@ -46,6 +57,7 @@ class UpdateStep:
         max_signatures: int = 2,
         pool: ReplayPool | None = None,
         allows_update: Callable[[], bool] | None = None,
+        backup: bool = False,
     ) -> None:
         self.optimizer = optimizer
         self.ema = ema
@@ -59,6 +71,7 @@ class UpdateStep:
             enabled=replay,
         )
         self.allows_update = allows_update
+        self.backup = UpdateBackup(self._written, self._schedule) if backup else None
         optimizer.update_runner = self._run
 
     @property
@@ -66,13 +79,37 @@ class UpdateStep:
         """The update recorder's counters (native calls only when the step is not replayed)."""
         return self.graphed.telemetry
 
+    def undo(self, *, schedule: bool) -> None:
+        """Put back the parameters, optimizer state and EMA from before the last update.
+
+        Args:
+            schedule: also put back the hyperparameters the schedule wrote after that update.
+
+        Raises:
+            TrainError: the step was built without ``backup``.
+        """
+        if self.backup is None:
+            raise TrainError("this update step keeps no backup: build it with backup=True")
+        self.backup.restore(schedule=schedule)
+
     def _run(self) -> None:
         if self.allows_update is None or self.allows_update():
             self.graphed.step()
 
     def _native(self) -> None:
+        # What a graph records: the backup, the update, the blend, in this order.
+        if self.backup is not None:
+            self.backup.save()
         self.optimizer.apply_update()
         self.ema.update()
+
+    def _written(self) -> list[Tensor]:
+        params = [p for group in self.optimizer.param_groups for p in group["params"]]
+        return [*params, *state_tensors(self.optimizer.state), *self.ema.state_tensors()]
+
+    def _schedule(self) -> list[Tensor]:
+        groups = self.optimizer.param_groups
+        return [v for g in groups for k, v in g.items() if k != "params" and isinstance(v, Tensor)]
 
 
 __all__ = ["UpdateStep"]
