@@ -11,7 +11,7 @@ step, the schedule, the batch-end callbacks and logging, the next batch's fetch)
 validation and epoch turnover. It prints every distinct call site (the frames inside lucid_yolo
 and Lightning) with how often it fired per step, the median period between batch starts, and
 how many of the non-finite loss guard's late checks had to wait for the GPU (an event wait,
-which the debug mode does not see).
+which the debug mode does not see), and the size of the update's backup.
 
 ``--check now`` makes the guard read each step's verdict before the update, as native fits do
 (one synchronisation per step), for a before/after comparison on the same code.
@@ -122,6 +122,11 @@ class _CheckNow(pl.Callback):
             pl_module.update_step.backup = None
 
 
+def _backup_bytes(module: YoloModule) -> int:
+    step = module.update_step
+    return 0 if step is None or step.backup is None else step.backup.nbytes
+
+
 def watched_fit(
     root: Path,
     *,
@@ -176,6 +181,7 @@ def watched_fit(
         "period_ms_median": None if period is None else round(period, 2),
         "images_per_s": None if period is None else round(batch * 1000.0 / period, 1),
         "guard_waits": module.loss_guard.waits,
+        "backup_mib": round(_backup_bytes(module) / 2**20, 1),
         "sites": [
             {"per_step": count / steps, "site": list(site)}
             for site, count in recorder.sites.most_common()
@@ -210,7 +216,7 @@ def main() -> None:
     print(
         f"{result['steps']} steps watched; {result['syncs']} synchronisations "
         f"({result['syncs_per_step']:.2f}/step); step period {result['period_ms_median']} ms "
-        f"(median); guard waits {result['guard_waits']}"
+        f"(median); guard waits {result['guard_waits']}; backup {result['backup_mib']} MiB"
     )
     for row in result["sites"]:
         print(f"{row['per_step']:6.2f}/step  " + "  <-  ".join(reversed(row["site"])))
