@@ -25,9 +25,11 @@ Images are evaluated one at a time, so the largest mask stack alive is one image
 
 Validation at GPU speed (issue 11): ``update`` keeps every shape static (each image's ``max_det``
 top-k rows with a ``valid`` flag for the confidence cut, the batch's padded target rows with its
-``valid`` mask), so that neither it nor the metric waits for the device; the one exception is
-masks, whose source-size buffers need each image's size on the host: one read per batch, which
-also gives the instance counts, so segment targets are cut to the real instances. It runs
+``valid`` mask), so that neither it nor the metric waits for the device. Masks need each
+image's source size on the host (their buffers are allocated at that size): a mask batch starts
+copying its sizes, instance counts and detection counts to the host and is scored one
+``update`` later, when the copy has long finished (:class:`~lucid_yolo.train.metrics.HostCopy`);
+with the counts, segment targets are cut to the real instances. It runs
 with autocast off, so a bf16 validation step decodes and builds masks in float32 as ``predict``
 and a CPU run do (under autocast their matrix products would round to bf16).
 """
@@ -46,6 +48,7 @@ from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.geometry import source_masks
 from lucid_yolo.train.metrics import (
+    HostCopy,
     ImagePredictions,
     ImageTargets,
     MeanAveragePrecision,
@@ -93,36 +96,50 @@ class Evaluator:
         self.conf = conf
         self.max_det = max_det
         self.metric = MeanAveragePrecision(kinds=TASK_KINDS[task])
+        self._waiting: _WaitingForSizes | None = None
 
     def reset(self) -> None:
         """Forget everything accumulated (start of a validation epoch)."""
         self.metric.reset()
+        self._waiting = None
 
     @torch.no_grad()
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from.
 
-        No host synchronisation for boxes, keypoints and rotated boxes; one per batch for masks
-        (the source sizes).
+        No host synchronisation. Masks are built at each image's source size, which the host
+        must know: a mask task starts copying the batch's sizes to the host and scores the
+        batch at the next ``update`` (or at ``compute``), when the copy has long finished.
         """
         with torch.autocast(batch["images"].device.type, enabled=False):
             images = self.decode(outputs, batch, keep_shape=True)
-            sizes = None
-            if "mask" in TASK_KINDS[self.task]:
-                # the read masks need anyway also says how many rows pass the confidence cut (a
-                # prefix, best first), so only those are resampled to the source size
-                sizes = SourceSizes.read(batch, images)
-                images = [_first_rows(d, n) for d, n in zip(images, sizes.detections, strict=True)]
-            # generators: each image's records (dense masks at source size) are built when the
-            # metric reads them, so one image's masks are alive at a time; with the counts on
-            # the host (masks), the targets are cut to the real instances
-            targets = (
-                self._padded_targets(batch, i) if sizes is None else self.targets(batch, i, sizes)
-                for i in range(len(images))
-            )
+            if "mask" not in TASK_KINDS[self.task]:
+                self.metric.update(
+                    (self.image_predictions(d, batch, i) for i, d in enumerate(images)),
+                    (self._padded_targets(batch, i) for i in range(len(images))),
+                    image_ids=batch["image_ids"],
+                )
+                return
+            waiting = _WaitingForSizes(images, batch, HostCopy(SourceSizes.pack(batch, images)))
+            self._score_waiting()
+            self._waiting = waiting
+
+    def _score_waiting(self) -> None:
+        """Score the mask batch left waiting for its sizes by the last ``update``, if any."""
+        if self._waiting is None:
+            return
+        images, batch, copy = self._waiting.images, self._waiting.batch, self._waiting.sizes
+        self._waiting = None
+        with torch.autocast(batch["images"].device.type, enabled=False):
+            sizes = SourceSizes.unpack(copy.read(), with_detections=True)
+            # the sizes also say how many rows pass the confidence cut (a prefix, best first),
+            # so only those are resampled to the source size, and the targets are cut to the
+            # real instances. Generators: each image's records (dense masks at source size) are
+            # built when the metric reads them, so one image's masks are alive at a time
+            images = [_first_rows(d, n) for d, n in zip(images, sizes.detections, strict=True)]
             self.metric.update(
                 (self.image_predictions(d, batch, i, sizes) for i, d in enumerate(images)),
-                targets,
+                (self.targets(batch, i, sizes) for i in range(len(images))),
                 image_ids=batch["image_ids"],
             )
 
@@ -133,6 +150,7 @@ class Evaluator:
         evaluated, :func:`~lucid_yolo.train.metrics.gather_across_ranks`), and every rank gets
         the metrics of the whole set.
         """
+        self._score_waiting()
         metrics = gather_across_ranks(self.metric).compute()
         metrics["fitness"] = metrics[f"{FITNESS_KIND[self.task]}/mAP50-95"]
         return metrics
@@ -291,8 +309,13 @@ class SourceSizes:
     detections: list[int]
 
     @classmethod
-    def read(cls, batch: Batch, detections: Sequence[Detections] = ()) -> SourceSizes:
-        """Read the batch's sizes, letterboxes and counts (one host synchronisation).
+    def read(cls, batch: Batch) -> SourceSizes:
+        """Read the batch's sizes, letterboxes and counts now (one host synchronisation)."""
+        return cls.unpack(cls.pack(batch).cpu(), with_detections=False)
+
+    @staticmethod
+    def pack(batch: Batch, detections: Sequence[Detections] = ()) -> Tensor:
+        """(B, 6 or 7) float64 on the batch's device: what :meth:`unpack` reads, no sync.
 
         Args:
             batch: the batch.
@@ -306,14 +329,28 @@ class SourceSizes:
         if detections:
             valid = torch.stack([_valid_rows(d) for d in detections])  # (B, k)
             columns.append(valid.sum(dim=1, keepdim=True).to(torch.float64))
-        packed = torch.cat(columns, dim=1).tolist()
+        return torch.cat(columns, dim=1)
+
+    @classmethod
+    def unpack(cls, packed: Tensor, *, with_detections: bool) -> SourceSizes:
+        """The sizes from a host copy of :meth:`pack`'s tensor."""
+        rows = packed.tolist()
         return cls(
-            heights=[int(row[0]) for row in packed],
-            widths=[int(row[1]) for row in packed],
-            scale_pad=[(row[2], row[3], row[4]) for row in packed],
-            counts=[int(row[5]) for row in packed],
-            detections=[int(row[6]) for row in packed] if detections else [],
+            heights=[int(row[0]) for row in rows],
+            widths=[int(row[1]) for row in rows],
+            scale_pad=[(row[2], row[3], row[4]) for row in rows],
+            counts=[int(row[5]) for row in rows],
+            detections=[int(row[6]) for row in rows] if with_detections else [],
         )
+
+
+@dataclass(frozen=True)
+class _WaitingForSizes:
+    """A mask batch decoded by ``update``, scored once its sizes have reached the host."""
+
+    images: list[Detections]
+    batch: Batch
+    sizes: HostCopy
 
 
 def _valid_rows(detections: Detections) -> Tensor:

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, match_extent
+from lucid_yolo.train.metrics.host_copy import HostCopy
 from lucid_yolo.train.metrics.image_instances import MetricsInputError
 from lucid_yolo.train.metrics.precision_curves import MatchedPredictions
 
@@ -79,17 +80,14 @@ class PendingBatch:
         reusable: (B, G) bool.
         records: what :class:`BatchRecords` keeps besides the matches (``matched`` and
             ``ignored`` are empty until :meth:`finish`).
-        extent: (3,) int64 on the host, :func:`match_extent` of the batch (written by an
-            asynchronous copy until ``ready`` has passed).
-        ready: the event after that copy; ``None`` when the batch is on the CPU.
+        extent: :func:`match_extent` of the batch, (3,) int64, on its way to the host.
     """
 
     overlaps: Tensor
     ignore: Tensor
     reusable: Tensor
     records: BatchRecords
-    extent: Tensor
-    ready: torch.cuda.Event | None
+    extent: HostCopy
 
     @classmethod
     def stack(
@@ -111,14 +109,7 @@ class PendingBatch:
         stacked_overlaps = _stack(overlaps, (D, G), -1.0)
         stacked_reusable = _stack(reusable, (G,), False)
         device = stacked_overlaps.device
-        extent = match_extent(stacked_overlaps, stacked_reusable)
-        ready = None
-        if device.type == "cuda":
-            host = torch.empty(3, dtype=torch.int64, pin_memory=True)
-            host.copy_(extent, non_blocking=True)
-            ready = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            ready.record()
-            extent = host
+        extent = HostCopy(match_extent(stacked_overlaps, stacked_reusable))
         empty = torch.zeros(0, dtype=torch.bool, device=device)
         records = BatchRecords(
             scores=_stack(scores, (D,), 0.0),
@@ -130,16 +121,12 @@ class PendingBatch:
             counted=_stack(counted, (G,), False),
             image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
         )
-        return cls(
-            stacked_overlaps, _stack(ignore, (G,), False), stacked_reusable, records, extent, ready
-        )
+        return cls(stacked_overlaps, _stack(ignore, (G,), False), stacked_reusable, records, extent)
 
     def finish(self) -> BatchRecords:
         """Match the batch (after its extent has reached the host) and return its records."""
-        if self.ready is not None:
-            self.ready.synchronize()  # the extent's copy, queued long before
         matched, ignored = match_batch(
-            self.overlaps, self.ignore, self.reusable, extent=self.extent.tolist()
+            self.overlaps, self.ignore, self.reusable, extent=self.extent.read().tolist()
         )
         return replace(self.records, matched=matched, ignored=ignored)
 
