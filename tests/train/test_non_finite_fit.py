@@ -104,6 +104,7 @@ class _Fit:
     trainer: pl.Trainer
     states: _StepStates
     error: NonFiniteLossError | None
+    checkpoints: Path | None
 
     @property
     def digest(self) -> dict[str, str]:
@@ -162,8 +163,22 @@ def _fit(
     try:
         trainer.fit(module, data)
     except NonFiniteLossError as error:
-        return _Fit(module, trainer, states, error)
-    return _Fit(module, trainer, states, None)
+        return _Fit(module, trainer, states, error, checkpoints)
+    return _Fit(module, trainer, states, None, checkpoints)
+
+
+@pytest.fixture(scope="module")
+def native_stop(tiny_dataset: Any, tmp_path_factory: pytest.TempPathFactory) -> _Fit:
+    """fp32, ``stop``, native update (checked before it), a checkpoint every step; read-only."""
+    folder = tmp_path_factory.mktemp("native-stop")
+    return _fit(tiny_dataset("detect"), "stop", checkpoints=folder)
+
+
+@pytest.fixture(scope="module")
+def native_skip(tiny_dataset: Any, tmp_path_factory: pytest.TempPathFactory) -> _Fit:
+    """fp32, ``skip``, native update (checked before it), a checkpoint every step; read-only."""
+    folder = tmp_path_factory.mktemp("native-skip")
+    return _fit(tiny_dataset("detect"), "skip", checkpoints=folder)
 
 
 def _checkpoint_digests(folder: Path) -> dict[str, dict[str, str]]:
@@ -174,39 +189,47 @@ def _checkpoint_digests(folder: Path) -> dict[str, dict[str, str]]:
     }
 
 
-@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_fit_stops_before_the_update_of_a_non_finite_step(
-    tiny_dataset: Any, tmp_path: Path, precision: str
-) -> None:
-    fit = _fit(tiny_dataset("detect"), "stop", precision=precision, checkpoints=tmp_path)
+def _assert_stopped_at_the_poisoned_step(fit: _Fit) -> None:
     assert fit.error is not None
     assert str(fit.error).startswith(f"step {POISONED}: ")
     assert "non-finite terms: total" in str(fit.error)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
+    assert fit.checkpoints is not None
+    assert list(_checkpoint_digests(fit.checkpoints)) == [
         "epoch=0-step=1.ckpt",
         "epoch=0-step=2.ckpt",
     ]
 
 
-def test_fit_stopped_by_non_finite_loss_keeps_weights_of_the_last_good_step(
+def test_fit_stops_before_the_update_of_a_non_finite_step(native_stop: _Fit) -> None:
+    _assert_stopped_at_the_poisoned_step(native_stop)
+
+
+def test_fit_stops_before_the_update_of_a_non_finite_step_in_bf16(
     tiny_dataset: Any, tmp_path: Path
 ) -> None:
-    fit = _fit(tiny_dataset("detect"), "stop", checkpoints=tmp_path)
-    assert fit.error is not None
-    saved = torch.load(tmp_path / "epoch=0-step=2.ckpt", weights_only=True)["state_dict"]
+    fit = _fit(tiny_dataset("detect"), "stop", precision="bf16-mixed", checkpoints=tmp_path)
+    _assert_stopped_at_the_poisoned_step(fit)
+
+
+def test_fit_stopped_by_non_finite_loss_keeps_weights_of_the_last_good_step(
+    native_stop: _Fit,
+) -> None:
+    assert native_stop.checkpoints is not None
+    saved = torch.load(native_stop.checkpoints / "epoch=0-step=2.ckpt", weights_only=True)
+    module = native_stop.module
     live = {
-        **{f"net.{k}": p for k, p in fit.module.net.named_parameters()},
-        **{f"ema_net.{k}": v for k, v in fit.module.ema_net.state_dict().items()},
+        **{f"net.{k}": p for k, p in module.net.named_parameters()},
+        **{f"ema_net.{k}": v for k, v in module.ema_net.state_dict().items()},
     }
-    saved = {k: saved[k] for k in live}
-    assert first_difference(state_digest(saved), state_digest(live)) is None
-    assert all(torch.isfinite(p).all() for p in fit.module.net.parameters())
+    weights = {k: saved["state_dict"][k] for k in live}
+    assert first_difference(state_digest(weights), state_digest(live)) is None
+    assert all(torch.isfinite(p).all() for p in module.net.parameters())
 
 
 def test_fit_skip_leaves_weights_ema_and_optimizer_unchanged_at_the_bad_step(
-    tiny_dataset: Any,
+    native_skip: _Fit,
 ) -> None:
-    fit = _fit(tiny_dataset("detect"), "skip")
+    fit = native_skip
     assert fit.module.loss_guard.skipped == 1
     assert fit.trainer.global_step == 4
     assert int(fit.module.ema.updates) == 3
@@ -216,18 +239,19 @@ def test_fit_skip_leaves_weights_ema_and_optimizer_unchanged_at_the_bad_step(
     assert all(torch.isfinite(p).all() for p in fit.module.net.parameters())
 
 
-def test_fit_skip_count_survives_a_checkpoint(tiny_dataset: Any, tmp_path: Path) -> None:
-    _fit(tiny_dataset("detect"), "skip", checkpoints=tmp_path)
-    checkpoint = torch.load(tmp_path / "epoch=1-step=4.ckpt", weights_only=True)
+def test_fit_skip_count_survives_a_checkpoint(native_skip: _Fit) -> None:
+    assert native_skip.checkpoints is not None
+    checkpoint = torch.load(native_skip.checkpoints / "epoch=1-step=4.ckpt", weights_only=True)
     restored = YoloModule("yolo26n", num_classes=5, non_finite_loss="skip")
     restored.on_load_checkpoint(checkpoint)
     assert restored.loss_guard.skipped == 1
 
 
-def test_fit_skip_replayed_on_cpu_stand_in_equals_native(tiny_dataset: Any) -> None:
-    yaml = tiny_dataset("detect")
-    native = _fit(yaml, "skip")
-    replayed = _fit(yaml, "skip", replay=ReplayConfig(network=True, update=True))
+def test_fit_skip_replayed_on_cpu_stand_in_equals_native(
+    tiny_dataset: Any, native_skip: _Fit
+) -> None:
+    native = native_skip
+    replayed = _fit(tiny_dataset("detect"), "skip", replay=ReplayConfig(network=True, update=True))
     assert replayed.module.loss_guard.skipped == native.module.loss_guard.skipped == 1
     assert replayed.module.replay_telemetry.as_dict()["retirements"] == 0
     assert first_difference(native.digest, replayed.digest) is None
@@ -235,11 +259,10 @@ def test_fit_skip_replayed_on_cpu_stand_in_equals_native(tiny_dataset: Any) -> N
 
 
 def test_fit_late_stop_leaves_the_state_of_the_check_before_the_update(
-    tiny_dataset: Any, tmp_path: Path
+    tiny_dataset: Any, tmp_path: Path, native_stop: _Fit
 ) -> None:
-    yaml = tiny_dataset("detect")
-    now = _fit(yaml, "stop", checkpoints=tmp_path / "now")
-    late = _fit(yaml, "stop", replay=UPDATE_REPLAY, checkpoints=tmp_path / "late")
+    now = native_stop
+    late = _fit(tiny_dataset("detect"), "stop", replay=UPDATE_REPLAY, checkpoints=tmp_path)
     assert late.error is not None
     assert now.error is not None
     assert str(late.error) == str(now.error)
@@ -247,7 +270,8 @@ def test_fit_late_stop_leaves_the_state_of_the_check_before_the_update(
     assert late.module.update_step is not None
     assert late.module.update_step.telemetry.replays == POISONED - 1
     assert first_difference(now.digest, late.digest) is None
-    assert _checkpoint_digests(tmp_path / "late") == _checkpoint_digests(tmp_path / "now")
+    assert now.checkpoints is not None
+    assert _checkpoint_digests(tmp_path) == _checkpoint_digests(now.checkpoints)
 
 
 def test_fit_late_skip_of_several_steps_under_accumulation_equals_the_check_before(
@@ -278,17 +302,15 @@ class _FailAfterStep(Callback):
 
 
 def test_fit_late_check_undoes_a_pending_non_finite_update_on_an_exception(
-    tiny_dataset: Any,
+    tiny_dataset: Any, native_stop: _Fit
 ) -> None:
-    yaml = tiny_dataset("detect")
-    now = _fit(yaml, "stop")
     failing = _FailAfterStep()
     with pytest.raises(RuntimeError, match="a callback failed"):
-        _fit(yaml, "stop", replay=UPDATE_REPLAY, extra=[failing])
+        _fit(tiny_dataset("detect"), "stop", replay=UPDATE_REPLAY, extra=[failing])
     assert failing.fit is not None
     module, trainer = failing.fit
     assert not module.loss_guard.pending
-    assert first_difference(now.digest, _digest(module, trainer)) is None
+    assert first_difference(native_stop.digest, _digest(module, trainer)) is None
 
 
 @pytest.mark.parametrize("policy", ["stop", "skip"])
