@@ -6,8 +6,9 @@ the batch). This tool takes the update out of the fit: a fresh model, MuSGD over
 groups and the trainer's EMA, random gradients, and the trainer's
 :class:`~lucid_yolo.train.replay.UpdateStep`. It reports, per model and mode, device milliseconds
 per step between CUDA events (synchronised at both ends of the window) and host milliseconds to
-issue one step (no synchronisation), plus the model's parameter tensors, matrices and
-Newton–Schulz shape buckets, and the kernels one native update dispatches (counted on the CPU).
+issue one step (no synchronisation), replayed with and without the late non-finite check's
+backup, plus the model's parameter tensors, matrices and Newton–Schulz shape buckets, and the
+kernels one native update dispatches (counted on the CPU).
 Rounds alternate the models. Times are only clean on a GPU the run has to itself.
 
 Example (GPU machine, from the repository root)::
@@ -52,12 +53,17 @@ class _KernelCount(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch
         return func(*args, **(kwargs or {}))
 
 
-def _build(name: str, device: str, replay: bool) -> tuple[MuSGD, UpdateStep]:
+MODES = ("native", "replay", "replay-backup")
+"""``replay-backup``: replayed with the backup the late non-finite check needs (the fit's default
+in fp32 and bf16 when the update replays)."""
+
+
+def _build(name: str, device: str, replay: bool, backup: bool = False) -> tuple[MuSGD, UpdateStep]:
     torch.manual_seed(0)
     net = create_model(name, num_classes=80).to(device)
     ema = trainer_ema(net)
     optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
-    step = UpdateStep(optimizer, ema, replay=replay)
+    step = UpdateStep(optimizer, ema, replay=replay, backup=backup)
     for p in net.parameters():
         p.grad = torch.randn_like(p) * 1e-3
     return optimizer, step
@@ -106,9 +112,11 @@ def main() -> None:
     args = parser.parse_args()
     report: dict[str, Any] = {name: {"model": describe(name)} for name in args.models}
     runs = {
-        (name, mode): _build(name, "cuda", replay=mode == "replay")[0]
+        (name, mode): _build(
+            name, "cuda", replay=mode.startswith("replay"), backup=mode == "replay-backup"
+        )[0]
         for name in args.models
-        for mode in ("native", "replay")
+        for mode in MODES
     }
     for optimizer in runs.values():
         _time(optimizer, 3)  # native warm-up step, then the recording
