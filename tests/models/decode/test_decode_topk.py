@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch import Tensor
 
-from lucid_yolo.models.decode import decode_dense, decode_end2end, topk_pairs
+from lucid_yolo.models.decode import decode_dense, decode_end2end, topk, topk_dense, topk_pairs
 
 A = 84  # anchors of a 64×64 input: 8·8 + 4·4 + 2·2
 
@@ -115,3 +116,30 @@ def test_decode_end2end_keep_shape_flags_the_rows_it_would_drop() -> None:
     assert torch.equal(kept.scores[kept.valid], cut.scores)
     assert torch.equal(kept.boxes[kept.valid], cut.boxes)
     assert torch.equal(kept.classes[kept.valid], cut.classes)
+
+
+def _segment_outputs() -> dict[str, Tensor]:
+    raw = raw_outputs(C=1)
+    raw["o2o.mask_coef"] = torch.zeros(1, 2, A)
+    raw["protos"] = torch.ones(1, 2, 16, 16)
+    return raw
+
+
+def test_topk_dense_without_masks_leaves_them_out() -> None:
+    dense = decode_dense(_segment_outputs(), (64, 64), branch="o2o")
+    assert topk_dense(dense, 10)["masks"].shape == (1, 10, 16, 16)
+    without = topk_dense(dense, 10, masks=False)
+    assert "masks" not in without
+    assert without["mask_coef"].shape == (1, 10, 2)
+
+
+def test_decode_end2end_builds_no_prototype_resolution_masks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refuse(*_: object) -> Tensor:
+        raise AssertionError("decode_end2end never reads the top-k's prototype-resolution masks")
+
+    monkeypatch.setattr(topk, "mask_probabilities", refuse)
+    (result,) = decode_end2end(_segment_outputs(), (64, 64), conf_threshold=0.0, max_det=5)
+    assert result.masks is not None
+    assert result.masks.shape == (5, 64, 64)

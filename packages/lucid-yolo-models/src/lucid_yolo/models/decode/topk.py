@@ -52,8 +52,16 @@ def topk_pairs(scores: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
     return best, anchors, flat % C
 
 
-def topk_dense(dense: DensePredictions, k: int = MAX_DETECTIONS) -> dict[str, Tensor]:
+def topk_dense(
+    dense: DensePredictions, k: int = MAX_DETECTIONS, *, masks: bool = True
+) -> dict[str, Tensor]:
     """Select the top-k of dense predictions, static shapes.
+
+    Args:
+        dense: the dense predictions.
+        k: rows kept per image.
+        masks: segment: also build ``masks``; ``False`` leaves them to the caller, which
+            saves B · k · H/4 · W/4 floats of work and memory (32 MiB per image at 640 px).
 
     Returns:
         ``boxes`` (B, k, 4), ``scores`` (B, k), ``classes`` (B, k) int64, and when present
@@ -69,7 +77,8 @@ def topk_dense(dense: DensePredictions, k: int = MAX_DETECTIONS) -> dict[str, Te
     if dense.mask_coef is not None and dense.protos is not None:
         coef = _gather(dense.mask_coef, anchors)
         result["mask_coef"] = coef
-        result["masks"] = mask_probabilities(coef, dense.protos, result["boxes"])
+        if masks:
+            result["masks"] = mask_probabilities(coef, dense.protos, result["boxes"])
     return result
 
 
@@ -103,7 +112,7 @@ def decode_end2end(
         One :class:`Detections` per image.
     """
     dense = decode_dense(raw, image_size, branch=keys.O2O, strides=strides)
-    top = topk_dense(dense, max_det)
+    top = topk_dense(dense, max_det, masks=False)  # masks are assembled per image below
     detections = []
     for i in range(top["scores"].shape[0]):
         above = top["scores"][i] >= conf_threshold
