@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import random
 import signal
@@ -181,8 +182,14 @@ def fit_in_own_session(argv: list[str], log: str) -> None:
     ``start_new_session=True`` would. The tests run two fits at once (the uninterrupted one
     beside the first interrupted one), so each gets one intra-op thread: two threads each on
     two shared cores wait on each other for most of the fit.
+
+    A child of a forkserver inherits ``forkserver`` as its start method, so its loader workers
+    would be forked by the forkserver: outside this session (a ``--to-group`` signal would miss
+    them) and each started by pickling its loader through the server (30 s more per fit). The
+    child forks them itself, as a script run on Linux does.
     """
     torch.set_num_threads(1)
+    multiprocessing.set_start_method("fork", force=True)
     os.setsid()
     with open(log, "wb") as output:
         os.dup2(output.fileno(), sys.stdout.fileno())

@@ -96,10 +96,25 @@ REPLAYED_BF16 = ("--accelerator", "gpu", "--replay")
 REPLAYED_FP16 = (*REPLAYED_BF16, "--precision", "16-mixed")
 
 
+PRELOAD = ["resume_harness", "lucid_yolo.train.callbacks"]
+"""What the forkserver imports before it forks the first fit. The forkserver skips, silently, a
+module it cannot import, and Python 3.11's does not put the test ``pythonpath`` on its
+``sys.path``: there ``resume_harness`` is skipped, and ``lucid_yolo.train.callbacks`` (installed,
+and all of the harness's import time: torch, Lightning, lucid-yolo) is what spares each fit its
+imports (without it each fork spent 15 s importing at load 6)."""
+
+PRELOADED = "import sys; sys.exit(0 if 'lucid_yolo.train.callbacks' in sys.modules else 1)"
+"""A forked child's check, before it imports anything, that the forkserver preloaded lucid-yolo."""
+
+
 @pytest.fixture(scope="module", autouse=True)
 def forkserver_with_harness() -> None:
-    """Have the forkserver import the harness before it forks the first fit."""
-    FORKSERVER.set_forkserver_preload(["resume_harness"])
+    """Have the forkserver import the harness before it forks the first fit; check it did."""
+    FORKSERVER.set_forkserver_preload(PRELOAD)
+    probe = FORKSERVER.Process(target=exec, args=(PRELOADED,))
+    probe.start()
+    probe.join()
+    assert probe.exitcode == 0, "the forkserver did not preload lucid_yolo.train.callbacks"
 
 
 @pytest.fixture(scope="module")
