@@ -96,6 +96,38 @@ def test_graphed_optimizer_reads_gradients_copied_in_each_step() -> None:
     assert all(s.data_ptr() != p.data_ptr() for s, p in zip(static, net.parameters(), strict=True))
 
 
+@pytest.mark.parametrize("writes_gradients", [True, False])
+def test_graphed_optimizer_gives_back_gradients_its_update_changed(writes_gradients: bool) -> None:
+    native, replayed = _pair()
+    native_opt, replayed_opt = _sgd(native), _sgd(replayed)
+
+    def halve_then_step(net: nn.Module, optimizer: torch.optim.SGD) -> None:
+        torch._foreach_mul_([p.grad for p in net.parameters() if p.grad is not None], 0.5)
+        optimizer.step()
+
+    graphed = GraphedOptimizer(
+        replayed_opt,
+        update=lambda: halve_then_step(replayed, replayed_opt),
+        writes_gradients=writes_gradients,
+    )
+    gen = torch.Generator().manual_seed(3)
+    for _ in range(3):  # warm-up, recording, replay
+        batch = torch.randn(6, 4, generator=gen)
+        for net in (native, replayed):
+            for p in net.parameters():
+                p.grad = None
+            net(batch).square().mean().backward()
+        halve_then_step(native, native_opt)
+        graphed.step()
+    assert graphed.telemetry.replays == 2
+    grads_equal = [
+        torch.equal(n.grad, r.grad)
+        for n, r in zip(native.parameters(), replayed.parameters(), strict=True)
+    ]
+    assert all(grads_equal) is writes_gradients
+    assert first_difference(state_digest(native), state_digest(replayed)) is None
+
+
 def test_graphed_optimizer_new_key_when_gradients_missing() -> None:
     _, net = _pair()
     graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)

@@ -159,3 +159,41 @@ def test_update_step_undo_without_backup_is_an_error() -> None:
     step = UpdateStep(optimizer, trainer_ema(net), replay=False)
     with pytest.raises(TrainError, match=r"keeps no backup: build it with backup=True"):
         step.undo(schedule=False)
+
+
+def _clipped_linear(replay: bool, allows: bool) -> tuple[UpdateStep, nn.Module, MuSGD]:
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(4, 3))
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.1, momentum=0.9)
+    step = UpdateStep(
+        optimizer, trainer_ema(net), replay=replay, clip_norm=0.5, allows_update=lambda: allows
+    )
+    return step, net, optimizer
+
+
+def _grads_after_steps(net: nn.Module, optimizer: MuSGD, steps: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        (100 * net(torch.randn(2, 4, generator=gen))).sum().backward()
+        optimizer.step()
+    return [p.grad.clone() for p in net.parameters() if p.grad is not None]
+
+
+@pytest.mark.parametrize("allows", [True, False], ids=["applied", "left-out"])
+def test_update_step_clips_the_gradients_before_the_update(allows: bool) -> None:
+    _, net, optimizer = _clipped_linear(replay=False, allows=allows)
+    grads = _grads_after_steps(net, optimizer, 1)
+    total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
+    assert float(total) == pytest.approx(0.5, rel=1e-5)
+
+
+def test_update_step_replayed_clip_leaves_the_gradients_of_a_native_step() -> None:
+    native_step, native_net, native_opt = _clipped_linear(replay=False, allows=True)
+    replayed_step, replayed_net, replayed_opt = _clipped_linear(replay=True, allows=True)
+    native = _grads_after_steps(native_net, native_opt, 3)
+    replayed = _grads_after_steps(replayed_net, replayed_opt, 3)
+    assert replayed_step.telemetry.replays == 2
+    assert all(torch.equal(n, r) for n, r in zip(native, replayed, strict=True))
+    assert first_difference(state_digest(native_net), state_digest(replayed_net)) is None
+    assert native_step.clip_norm == replayed_step.clip_norm == 0.5

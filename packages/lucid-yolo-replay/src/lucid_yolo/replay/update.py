@@ -48,6 +48,7 @@ class UpdateRecorder:
         capture_body: builds, for a key, the callable to capture instead of ``body`` (e.g. one
             that reads static buffers); ``None`` captures ``body``.
         before_launch: copies a key's live inputs into its static buffers before each launch.
+        after_launch: copies what a launch wrote into static buffers back to the live tensors.
         name: quoted in warnings.
         warmup_steps: native calls per key before recording.
         max_signatures: keys recorded at most; further keys run native.
@@ -66,6 +67,7 @@ class UpdateRecorder:
         key: Callable[[], Hashable] = lambda: None,
         capture_body: Callable[[Hashable], Callable[[], object]] | None = None,
         before_launch: Callable[[Hashable], None] | None = None,
+        after_launch: Callable[[Hashable], None] | None = None,
         name: str = "update",
         warmup_steps: int = 1,
         max_signatures: int = 2,
@@ -79,6 +81,7 @@ class UpdateRecorder:
         self.body, self.state, self.key = body, state, key
         self.capture_body = capture_body
         self.before_launch = before_launch
+        self.after_launch = after_launch
         self.name = name
         self.warmup_steps = warmup_steps
         self.max_signatures = max_signatures
@@ -112,6 +115,8 @@ class UpdateRecorder:
         if self.before_launch is not None:
             self.before_launch(key)
         graph.launch()
+        if self.after_launch is not None:
+            self.after_launch(key)
         self._telemetry.replays += 1
         self._telemetry.graph_launches += 1
         return None
@@ -208,6 +213,9 @@ class GraphedOptimizer:
             more than the optimizer in the same graph, e.g. the update followed by an EMA blend.
         extra_state: the tensors ``update`` writes beyond the parameters and the optimizer
             state (EMA weights, counters), snapshotted around the capture like them.
+        writes_gradients: ``update`` changes the gradients it reads (a gradient clip): each
+            replay then copies the static gradients back to the live ones, so that the live
+            gradients end a replayed step as a native step leaves them.
         warmup_steps: native steps before recording (they create the optimizer state).
         max_signatures: recordings kept (one per set of parameters with gradients and per set
             of Python-scalar hyperparameters).
@@ -230,6 +238,7 @@ class GraphedOptimizer:
         *,
         update: Callable[[], object] | None = None,
         extra_state: Callable[[], Sequence[Tensor]] | None = None,
+        writes_gradients: bool = False,
         warmup_steps: int = 1,
         max_signatures: int = 2,
         pool: ReplayPool | None = None,
@@ -246,6 +255,7 @@ class GraphedOptimizer:
             key=self._current_key,
             capture_body=self._capture_body,
             before_launch=self._copy_in,
+            after_launch=self._copy_out if writes_gradients else None,
             name=f"optimizer {type(optimizer).__name__}",
             warmup_steps=warmup_steps,
             max_signatures=max_signatures,
@@ -337,6 +347,11 @@ class GraphedOptimizer:
         live = [g for _, g in self._with_grads()]
         with torch.no_grad():
             copy_grouped(self._static_grads[key], live)
+
+    def _copy_out(self, key: Hashable) -> None:
+        live = [g for _, g in self._with_grads()]
+        with torch.no_grad():
+            copy_grouped(live, self._static_grads[key])
 
 
 __all__ = ["GraphedOptimizer", "UpdateKey", "UpdateRecorder", "hyperparameter_key"]

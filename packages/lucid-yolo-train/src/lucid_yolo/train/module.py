@@ -268,14 +268,15 @@ class YoloModule(pl.LightningModule):
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: str | None = None,
     ) -> None:
-        """Clip to ``grad_clip_norm`` unless the trainer was given a clip of its own.
+        """Apply the trainer's own clip, if it was given one; ``grad_clip_norm`` is the update's.
 
         Lightning calls this after the closure (forward, backward; fp16 gradients already
-        unscaled) and before the optimizer step, in the shadow step of the verifier too.
+        unscaled) and before the optimizer step, in the shadow step of the verifier too. The
+        module's own clip runs inside the update step instead (:class:`UpdateStep`'s
+        ``clip_norm``), recorded into the update's graph when the update is replayed.
         """
-        if gradient_clip_val is None and self.hparams["grad_clip_norm"] > 0:
-            gradient_clip_val, gradient_clip_algorithm = self.hparams["grad_clip_norm"], "norm"
-        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+        if gradient_clip_val is not None:
+            self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     def _native_step(self, batches: Sequence[Batch]) -> None:
         """Lightning's closure and optimizer step over ``batches``, replay off (the shadow)."""
@@ -364,6 +365,7 @@ class YoloModule(pl.LightningModule):
             weight_decay=hp["weight_decay"],
         )
         # The EMA blends inside the optimizer step, right after each applied update.
+        trainer_clips = self.trainer.gradient_clip_val is not None
         self.update_step = UpdateStep(
             optimizer,
             self.ema,
@@ -373,6 +375,7 @@ class YoloModule(pl.LightningModule):
             allows_update=self._allows_update,
             # fp16's GradScaler checks inside its step; a replayed update's check comes late
             backup=self.replay.config.update and self._scaler() is None,
+            clip_norm=0.0 if trainer_clips else self.hparams["grad_clip_norm"],
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import torch
 from torch import Tensor
 
 from lucid_yolo.replay import GraphedOptimizer, ModelEMA, ReplayPool, Telemetry
@@ -46,6 +47,11 @@ class UpdateStep:
             out of this step (``None``: always run).
         backup: copy the state the update writes before each update, so that :meth:`undo` can
             put it back (one more copy of the parameters, momentum buffers and EMA in memory).
+        clip_norm: scale the gradients of all parameters to this total norm at most before the
+            update, inside its graph (``clip_grad_norm_``, as Lightning's clip; 0 never clips).
+            Run eagerly, the clip's host work (one norm tensor per parameter, gathered in a
+            Python loop) was a large share of a replayed step's host time. A step whose update
+            is left out is still clipped, so its gradients are what they were with Lightning's.
     """
 
     def __init__(
@@ -58,6 +64,7 @@ class UpdateStep:
         pool: ReplayPool | None = None,
         allows_update: Callable[[], bool] | None = None,
         backup: bool = False,
+        clip_norm: float = 0.0,
     ) -> None:
         self.optimizer = optimizer
         self.ema = ema
@@ -66,11 +73,13 @@ class UpdateStep:
             optimizer,
             update=self._native,
             extra_state=ema.state_tensors,
+            writes_gradients=clip_norm > 0,
             max_signatures=max_signatures,
             pool=pool,
             enabled=replay,
         )
         self.allows_update = allows_update
+        self.clip_norm = clip_norm
         self.backup = UpdateBackup(self._written, self._schedule) if backup else None
         optimizer.update_runner = self._run
 
@@ -95,13 +104,21 @@ class UpdateStep:
     def _run(self) -> None:
         if self.allows_update is None or self.allows_update():
             self.graphed.step()
+        else:
+            self._clip()
 
     def _native(self) -> None:
-        # What a graph records: the backup, the update, the blend, in this order.
+        # What a graph records: the clip, the backup, the update, the blend, in this order.
+        self._clip()
         if self.backup is not None:
             self.backup.save()
         self.optimizer.apply_update()
         self.ema.update()
+
+    def _clip(self) -> None:
+        if self.clip_norm > 0:
+            params = [p for group in self.optimizer.param_groups for p in group["params"]]
+            torch.nn.utils.clip_grad_norm_(params, self.clip_norm)
 
     def _written(self) -> list[Tensor]:
         params = [p for group in self.optimizer.param_groups for p in group["params"]]
