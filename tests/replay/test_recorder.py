@@ -25,6 +25,7 @@ from lucid_yolo.replay import (
     ReplayPool,
     ReplayRetiredWarning,
     RetireReason,
+    TensorSpec,
     first_difference,
     grads_of,
     state_digest,
@@ -714,3 +715,39 @@ def test_recorder_allocates_static_grad_outputs_outside_the_side_stream(
     loss_of(recorder(torch.randn(2, 3, 8, 8)), torch.randn(2, 4, 8, 8)).backward()
     # first forward on the side stream, both buffers on the caller's, warm-up on the side stream
     assert events == ["enter", "exit", "buffer", "buffer", "enter", "exit"]
+
+
+def _conv_bn() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.BatchNorm2d(4))
+
+
+def test_recorder_static_input_takes_the_next_input_in_place() -> None:
+    replayed = _conv_bn()
+    native = copy.deepcopy(replayed)
+    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0)
+    x0, x1 = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8)
+    assert recorder.static_input(0, TensorSpec.of(x0)) is None  # nothing recorded yet
+    recorder(x0).sum().backward()  # type: ignore[union-attr]
+    buffer = recorder.static_input(0, TensorSpec.of(x1))
+    assert buffer is not None
+    buffer.copy_(x1)
+    replayed_out = recorder(buffer)
+    assert recorder.telemetry.replays == 2
+    assert torch.equal(replayed_out, native(x1))  # type: ignore[arg-type]
+
+
+def test_recorder_static_input_refuses_another_layout_an_open_forward_and_retirement() -> None:
+    recorder = RegionRecorder(ModuleRegion(_conv_bn()), warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    recorder(x).sum().backward()  # type: ignore[union-attr]
+    spec = TensorSpec.of(x)
+    assert recorder.static_input(0, TensorSpec.of(torch.randn(1, 3, 8, 8))) is None
+    assert recorder.static_input(1, spec) is None
+    pending = recorder(x)
+    assert recorder.static_input(0, spec) is None  # its backward graph may read the buffer
+    pending.sum().backward()  # type: ignore[union-attr]
+    assert recorder.static_input(0, spec) is not None
+    with pytest.warns(ReplayRetiredWarning, match="forward-altered"):
+        recorder.retire(RetireReason.FORWARD_ALTERED, "test")
+    assert recorder.static_input(0, spec) is None

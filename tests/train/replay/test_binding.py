@@ -21,7 +21,13 @@ import torch
 from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
 
 from lucid_yolo.models import create_model
-from lucid_yolo.replay import ReplayRetiredWarning, first_difference, grads_of, state_digest
+from lucid_yolo.replay import (
+    ReplayRetiredWarning,
+    TensorSpec,
+    first_difference,
+    grads_of,
+    state_digest,
+)
 from lucid_yolo.train import YoloDataModule
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.losses import build_loss
@@ -201,3 +207,38 @@ def test_regions_record_a_second_signature_when_the_image_size_changes(
     for recorder in replay.recorders():
         assert (recorder.recordings, recorder.telemetry.replays) == (2, 3), recorder.name
         assert recorder.telemetry.as_dict()["retirements"] == 0, recorder.name
+
+
+def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_network_replay_images_are_built_in_the_network_static_input_once_recorded() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayConfig(network=True))
+    gen = torch.Generator().manual_seed(0)
+    built = []
+    for _ in range(4):  # native warm-up, recording, then two replays
+        raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8, generator=gen)
+        images = replay.images(raw)
+        assert _same_bits(images, raw.float().div_(255.0))
+        built.append(images)
+        sum(v.float().square().mean() for v in replay(images).values()).backward()
+    assert replay.network is not None
+    static = replay.network.static_input(0, TensorSpec.of(built[-1]))
+    assert static is not None
+    # before the recording: fresh tensors; after it: the static input itself, every step
+    assert built[2] is static
+    assert built[3] is static
+    assert built[0] is not static
+    assert built[1] is not static
+    assert replay.telemetry.as_dict()["replays"] == 3
+
+
+def test_network_replay_images_without_the_network_region_are_fresh() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayConfig())
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    first, second = replay.images(raw), replay.images(raw)
+    assert first is not second
+    assert _same_bits(first, raw.float().div_(255.0))

@@ -37,7 +37,7 @@ from lucid_yolo.replay.exceptions import ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
 from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
-from lucid_yolo.replay.signature import Binding, Signature, UnsupportedInputError
+from lucid_yolo.replay.signature import Binding, Signature, TensorSpec, UnsupportedInputError
 from lucid_yolo.replay.telemetry import Telemetry, recording_cause
 
 
@@ -214,6 +214,28 @@ class RegionRecorder:
         self._last_recorded = None
         self._seen.clear()
         self._native_signatures.clear()
+
+    def static_input(self, position: int, spec: TensorSpec) -> Tensor | None:
+        """The newest recording's static buffer for tensor input ``position``, if it is ``spec``.
+
+        A caller that builds an input anyway (a dtype conversion of the batch) can build it
+        straight into this buffer and pass the buffer: the replay's copy-in then skips it, and
+        the step holds one copy of that input instead of two (issue 11, memory).
+
+        Returns ``None`` when a call would not replay (disabled, retired), before the first
+        recording, when the buffer's shape, strides, dtype, device or ``requires_grad`` differ
+        from ``spec``, and while any forward of the pool awaits its backward: that backward's
+        graph may still read the buffer (a convolution's weight gradient reads its input).
+        """
+        if not self.enabled or self.retired is not None or self._last_recorded is None:
+            return None
+        if self.pool.open_forwards():
+            return None
+        static_inputs = self._recordings[self._last_recorded].static_inputs
+        if not 0 <= position < len(static_inputs):
+            return None
+        static = static_inputs[position]
+        return static if TensorSpec.of(static) == spec else None
 
     @property
     def telemetry(self) -> Telemetry:

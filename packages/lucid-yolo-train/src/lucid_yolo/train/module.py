@@ -225,7 +225,7 @@ class YoloModule(pl.LightningModule):
 
     def _loss(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """Forward and loss of one micro-batch: ``(total, terms)``."""
-        images = batch["images"].float().div_(255.0)
+        images = self.replay.images(batch["images"])
         outputs = self.replay(images)
         if self.phase_marker is not None:
             self.phase_marker("network")
