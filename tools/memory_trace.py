@@ -193,10 +193,12 @@ def attribute(
         return -int(event["size"]) if action == "free_completed" else 0
 
     def reserved(event: Event) -> int:
-        return _RESERVE.get(event["action"], 0) * int(event["size"])
+        sign = _RESERVE.get(event["action"], 0)
+        return sign * int(event["size"]) if sign else 0
 
     def outside_pools(event: Event) -> int:
-        return 0 if owner_of(event, pools).startswith("pool") else allocated(event)
+        change = allocated(event)
+        return change if change and not owner_of(event, pools).startswith("pool") else 0
 
     markers = [i for i, event in enumerate(trace) if is_marker(event)]
     report: dict[str, Any] = {"events": len(trace), "steps_marked": len(markers)}

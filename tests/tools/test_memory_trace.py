@@ -26,7 +26,7 @@ def _event(action: str, addr: int, size: int, *frames: dict[str, Any]) -> dict[s
 
 
 def _is_marker(event: dict[str, Any]) -> bool:
-    return any(f["name"] == "_mark_step" for f in event["frames"])
+    return any(f["name"] == "_mark_step" for f in event.get("frames", ()))
 
 
 def _trace() -> list[dict[str, Any]]:
@@ -38,6 +38,7 @@ def _trace() -> list[dict[str, Any]]:
         _event("free_completed", 100, 700),
         _event("segment_alloc", 5000, 1000),
         _event("alloc", 5000, 600, MODEL, RECORD),  # the capture, in the pool
+        {"action": "oom"},  # other actions, without address or size, count for nothing
         _event("alloc", 900, 1, MARK),
         _event("free_completed", 900, 1),
         _event("alloc", 100, 50, DATA),
