@@ -62,3 +62,12 @@ def ddp_train(
     replays = module.recorder.telemetry.replays if isinstance(module, _Recorded) else 0
     digest = state_digest({"net": net, "grads": grads, "optim": optimizer, "losses": losses})
     return digest, replays
+
+
+def ddp_train_runs(
+    rank: int, world_size: int, runs: list[tuple[bool, int, int, int]]
+) -> list[tuple[dict[str, str], int]]:
+    """:func:`ddp_train` for each ``(replay, accumulation, steps, warmup)`` of ``runs`` in turn,
+    in one process: a spawned rank spends most of its time importing torch, so one spawn serves
+    every run."""
+    return [ddp_train(rank, world_size, *run) for run in runs]
