@@ -47,6 +47,10 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 
 Site = tuple[str, ...]
 
+SYNC_WARNING = "called a synchronizing CUDA operation"
+"""What torch's debug mode warns at a synchronisation. Switching the mode on also warns, once per
+process, that it "does not yet detect all synchronizing operations": that notice is no sync."""
+
 
 class SyncRecorder(pl.Callback):
     """Counts synchronisations of the step loop from epoch ``first_epoch`` on, by call site.
@@ -65,7 +69,7 @@ class SyncRecorder(pl.Callback):
         self._previous = warnings.showwarning
 
     def _record(self, message: Any, category: Any, *args: Any, **kwargs: Any) -> None:
-        if self._watching and "synchroniz" in str(message):
+        if self._watching and SYNC_WARNING in str(message):
             frames = traceback.extract_stack()[:-2]
             ours = [
                 f"{Path(f.filename).name}:{f.lineno} {f.name}"
