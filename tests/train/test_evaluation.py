@@ -25,7 +25,7 @@ from torch import Tensor
 
 from lucid_yolo.models.decode import anchor_grid
 from lucid_yolo.models.registry import TASK_SUFFIXES
-from lucid_yolo.train import Evaluator, YoloModule
+from lucid_yolo.train import Evaluator, YoloModule, source_mask_cache
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.datamodule import YoloDataModule
@@ -39,6 +39,7 @@ from lucid_yolo.train.geometry import (
     counts_from_string,
     polygon_mask,
     rle_encode,
+    source_masks,
 )
 from lucid_yolo.train.metrics import MetricsInputError
 
@@ -417,6 +418,32 @@ def test_evaluator_reset_drops_a_mask_batch_waiting_for_its_sizes(tmp_path: Path
     for scored in (evaluator, fresh):
         scored.update(_oracle_outputs(second, 3, seed=3), second)
     assert evaluator.compute() == fresh.compute()
+
+
+def test_evaluator_builds_the_ground_truth_masks_on_the_first_pass_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    builds: list[int] = []
+
+    def counted(*args: Any) -> Tensor:
+        builds.append(1)
+        return source_masks(*args)
+
+    monkeypatch.setattr(source_mask_cache, "source_masks", counted)
+    data = _crowd_segment_data(tmp_path)
+    batches = list(data.val_dataloader())
+    outputs = [_oracle_outputs(batch, 3, seed=2) for batch in batches]
+    evaluator = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=300)
+    passes = []
+    for _ in range(2):
+        evaluator.reset()
+        for output, batch in zip(outputs, batches, strict=True):
+            evaluator.update(output, batch)
+        passes.append(evaluator.compute())
+    images = sum(len(batch["source_shapes"]) for batch in batches)
+    assert len(builds) == images
+    assert passes[1] == passes[0]
+    assert passes[0]["mask/mAP50-95"] > 0.1
 
 
 def _on_cuda(batch: Batch) -> Batch:

@@ -11,7 +11,8 @@ Masks are scored as COCO scores them (issue 13):
 * ground truth: each instance's annotation in source pixels (``Batch["source_shapes"]``) made a
   mask at the source image's size, not the quarter-resolution training targets: a COCO RLE
   decoded as given (holes kept), a polygon rasterised
-  (:func:`~lucid_yolo.train.geometry.source_masks`);
+  (:func:`~lucid_yolo.train.geometry.source_masks`), once per image: they are kept across passes
+  (:class:`~lucid_yolo.train.source_mask_cache.SourceMaskCache`);
 * predictions: each instance's prototype logits are sampled straight at the source pixels'
   centres (the letterbox padding cropped and the image resized in one bilinear step), then
   thresholded at probability 0.5, then cropped to the box in source pixels
@@ -46,7 +47,7 @@ from lucid_yolo.models.decode import Detections, decode_end2end, resample_masks
 from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterbox_points
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
-from lucid_yolo.train.geometry import source_masks
+from lucid_yolo.train.geometry import SourceShape
 from lucid_yolo.train.metrics import (
     HostCopy,
     ImagePredictions,
@@ -55,6 +56,7 @@ from lucid_yolo.train.metrics import (
     MetricsInputError,
     gather_across_ranks,
 )
+from lucid_yolo.train.source_mask_cache import SourceMaskCache
 
 TASK_KINDS: dict[str, tuple[str, ...]] = {
     "detect": ("box",),
@@ -97,6 +99,7 @@ class Evaluator:
         self.max_det = max_det
         self.metric = MeanAveragePrecision(kinds=TASK_KINDS[task])
         self._waiting: _WaitingForSizes | None = None
+        self._source_masks = SourceMaskCache()  # kept across passes: the set does not change
 
     def reset(self) -> None:
         """Forget everything accumulated (start of a validation epoch)."""
@@ -250,10 +253,12 @@ class Evaluator:
         masks = None
         if "mask" in TASK_KINDS[self.task]:
             height, width = sizes.heights[i], sizes.widths[i]
-            masks = _source_target_masks(batch, i, count, height, width)
             device = batch["boxes"].device
-            if device.type == "cuda":  # from pinned memory the copy is queued, not waited for
-                masks = masks.pin_memory().to(device, non_blocking=True)
+            # pinned for a GPU: from pinned memory the copy is queued, not waited for
+            shapes = _source_shapes(batch, i, count)
+            masks = self._source_masks.masks(shapes, height, width, pinned=device.type == "cuda")
+            if device.type == "cuda":
+                masks = masks.to(device, non_blocking=True)
         return replace(
             padded,
             masks=masks,
@@ -393,8 +398,8 @@ def _source_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
     return torch.cat((centre, size, rboxes[:, 4:]), dim=-1)
 
 
-def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: int) -> Tensor:
-    """(count, height, width) bool on the CPU: image ``i``'s ground truth at the source size."""
+def _source_shapes(batch: Batch, i: int, count: int) -> list[SourceShape]:
+    """Image ``i``'s ground truth in source pixels: one polygon or RLE per real instance."""
     if "source_shapes" not in batch:
         raise MetricsInputError(
             "mask metrics read batch['source_shapes'] (each valid instance's polygon or RLE in "
@@ -407,7 +412,7 @@ def _source_target_masks(batch: Batch, i: int, count: int, height: int, width: i
             f"image {i} of the batch has {len(shapes)!r} source shapes but {count!r} valid "
             "instances: the evaluation dataset must keep every instance (no max_instances cut)"
         )
-    return source_masks(shapes, height, width)
+    return shapes
 
 
 __all__ = ["FITNESS_KIND", "TASK_KINDS", "Evaluator", "SourceSizes"]
