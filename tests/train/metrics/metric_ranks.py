@@ -76,3 +76,9 @@ def shard_metrics(rank: int, world_size: int, padded: bool) -> dict[str, float]:
     metric = MeanAveragePrecision(kinds=KINDS)
     metric.update([preds[i] for i in ids], [targets[i] for i in ids], image_ids=ids)
     return gather_across_ranks(metric).compute()
+
+
+def shard_metrics_runs(rank: int, world_size: int, paddings: list[bool]) -> list[dict[str, float]]:
+    """:func:`shard_metrics` for each of ``paddings`` in turn, in one process: a spawned rank
+    spends most of its time importing torch, so one spawn serves every run."""
+    return [shard_metrics(rank, world_size, padded) for padded in paddings]

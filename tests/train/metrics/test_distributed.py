@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 from gloo_ranks import run_ranks
-from metric_ranks import KINDS, scene, shard_metrics
+from metric_ranks import KINDS, scene, shard_metrics, shard_metrics_runs
 
 from lucid_yolo.train.metrics import MeanAveragePrecision, gather_across_ranks
 
@@ -24,11 +24,23 @@ def test_gather_across_ranks_without_a_process_group_is_the_metric_itself() -> N
     assert gather_across_ranks(metric) is metric
 
 
+PADDINGS = [False, True]
+
+
+@pytest.fixture(scope="module")
+def gloo_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict[bool, list[dict[str, float]]]:
+    """Each rank's gathered metrics by ``padded``, both runs in one pair of spawned gloo ranks."""
+    ranks = run_ranks(shard_metrics_runs, 2, tmp_path_factory.mktemp("gloo"), PADDINGS)
+    return {padded: [rank[index] for rank in ranks] for index, padded in enumerate(PADDINGS)}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("padded", [False, True], ids=["shards", "padded-shards"])
-def test_gather_across_ranks_two_gloo_ranks_equal_one_process(tmp_path: Path, padded: bool) -> None:
+@pytest.mark.parametrize("padded", PADDINGS, ids=["shards", "padded-shards"])
+def test_gather_across_ranks_two_gloo_ranks_equal_one_process(
+    gloo_ranks: dict[bool, list[dict[str, float]]], padded: bool
+) -> None:
     expected = _one_process()
-    ranks = run_ranks(shard_metrics, 2, tmp_path, padded)
+    ranks = gloo_ranks[padded]
     assert ranks[0] == ranks[1] == expected
     assert {name.split("/")[0] for name in expected} == set(KINDS)
 
