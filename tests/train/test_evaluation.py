@@ -509,6 +509,7 @@ class _BatchSyncs(pl.Callback):
 
 
 @pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:The 'val_dataloader' does not have many workers")
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_validation_pass_on_cuda_does_not_wait_for_the_device(tmp_path: Path, task: str) -> None:
     yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)

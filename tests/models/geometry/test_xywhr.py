@@ -113,3 +113,29 @@ def test_probiou_pairwise_matrix_is_symmetric() -> None:
     boxes = torch.rand(6, 5, generator=generator) * torch.tensor([50, 50, 20, 20, 3]) + 1
     matrix = probiou(boxes[:, None], boxes[None])
     torch.testing.assert_close(matrix, matrix.T)
+
+
+def test_xywhr_to_corners_equals_the_sign_table_bitwise() -> None:
+    g = torch.Generator().manual_seed(0)
+    rboxes = torch.randn(64, 5, generator=g, dtype=torch.float64) * 50
+    rboxes[:4, 2:4] = 0.0  # degenerate sides, signed zeros
+    signs = torch.tensor([[-1.0, -1.0], [1.0, -1.0], [1.0, 1.0], [-1.0, 1.0]], dtype=torch.float64)
+    u = signs[:, 0] * (rboxes[:, 2, None] / 2)
+    v = signs[:, 1] * (rboxes[:, 3, None] / 2)
+    cos, sin = torch.cos(rboxes[:, 4, None]), torch.sin(rboxes[:, 4, None])
+    xs = rboxes[:, 0:1] + u * cos - v * sin
+    ys = rboxes[:, 1:2] + u * sin + v * cos
+    assert torch.equal(xywhr_to_corners(rboxes), torch.stack((xs, ys), dim=-1))
+
+
+@pytest.mark.gpu
+def test_xywhr_to_corners_on_cuda_does_not_wait_for_the_device() -> None:
+    rboxes = torch.rand(8, 5, device="cuda") * 10
+    xywhr_to_corners(rboxes)  # warm: first calls
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        corners = xywhr_to_corners(rboxes)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert corners.shape == (8, 4, 2)

@@ -60,9 +60,10 @@ def xywhr_to_corners(rboxes: Tensor) -> Tensor:
     centre = rboxes[..., :2]
     half_w, half_h = rboxes[..., 2] / 2, rboxes[..., 3] / 2
     cos, sin = torch.cos(rboxes[..., 4]), torch.sin(rboxes[..., 4])
-    signs = rboxes.new_tensor([[-1.0, -1.0], [1.0, -1.0], [1.0, 1.0], [-1.0, 1.0]])  # (4, 2)
-    u = signs[:, 0] * half_w[..., None]  # (..., 4) along the box's x axis
-    v = signs[:, 1] * half_h[..., None]
+    # the corners' offsets by negation, not by a table of signs: a table built from a Python list
+    # is a host-to-device copy, which makes the host wait for a GPU (issue 11)
+    u = torch.stack([-half_w, half_w, half_w, -half_w], dim=-1)  # (..., 4) along the box's x axis
+    v = torch.stack([-half_h, -half_h, half_h, half_h], dim=-1)
     xs = centre[..., 0:1] + u * cos[..., None] - v * sin[..., None]
     ys = centre[..., 1:2] + u * sin[..., None] + v * cos[..., None]
     return torch.stack((xs, ys), dim=-1)
