@@ -6,8 +6,9 @@
 #   ROW=detect-b16   detect, batch 16, 30 epochs
 #   ROW=detect-b4    detect, batch 4, 6 epochs
 #   ROW=segment-b4   segment, batch 4, 6 epochs
-# (A round's length, estimated from the single runs of each tool on one H200: about 400,
-# 250 and 330 s; the script itself has not run on the GPU yet.)
+# (A round's length on one H200, 2026-12-01, with the synthetic set generated: detect-b16 with all
+# three tools about 420 s; detect-b4 and segment-b4 with Ultralytics and replay about 190 and
+# 240 s. Add about 110 and 130 s for their native fits, estimated from the runs.)
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
