@@ -1,0 +1,28 @@
+"""The metric benchmark: saved inputs are reusable and timed through the evaluator."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+from tool_modules import load_tool
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("bench_metric_update", monkeypatch)
+
+
+def test_saved_inputs_time_the_evaluator(bench: ModuleType, tmp_path: Path) -> None:
+    args = argparse.Namespace(images=2, imgsz=64, batch=1)
+    path = tmp_path / "detect.pt"
+    bench.save_inputs("detect", args, path)
+    saved = torch.load(path, weights_only=False)
+    assert len(saved["batches"]) == 2
+    assert "o2o.cls" in saved["batches"][0][0]
+    seconds = bench.time_metric(path, "detect", repeats=2)
+    assert seconds["total"] >= seconds["update"] > 0.0
+    assert 0.0 <= seconds["fitness"] <= 1.0
