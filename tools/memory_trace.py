@@ -70,7 +70,12 @@ def _short(frame: dict[str, Any]) -> str:
 
 def site_of(frames: Sequence[dict[str, Any]]) -> str:
     """Where a block was allocated: the innermost project frame (else the innermost frame),
-    followed by ``" < "`` and the innermost replay-library frame when that is another one."""
+    followed by ``" < "`` and the innermost replay-library frame when that is another one.
+
+    A dispatch mode's ``__torch_dispatch__`` (the recorder's capture trail runs every captured
+    op through one) is skipped: it would name itself for every block of a capture.
+    """
+    frames = [f for f in frames if f.get("name") != "__torch_dispatch__"]
     if not frames:
         return "?"
     project = [f for f in frames if any(p in str(f.get("filename", "")) for p in _PROJECT_PARTS)]

@@ -56,6 +56,14 @@ def test_site_of_names_the_project_frame_and_the_replay_frame_that_led_there(
     )
     assert trace_tools.site_of([TORCH, DATA]) == "train/data/hsv.py:7 hsv_on_device"
     assert trace_tools.site_of([TORCH]) == "torch/nn/modules/conv.py:5 _conv"
+    trail = {
+        "filename": "/src/lucid_yolo/replay/_capture.py",
+        "line": 63,
+        "name": "__torch_dispatch__",
+    }
+    assert trace_tools.site_of([trail, MODEL, RECORD]) == (
+        "models/blocks.py:10 forward < replay/recorder.py:350 _record"
+    )
 
 
 def test_owner_of_tells_pool_addresses_from_streams(trace_tools: ModuleType) -> None:
