@@ -6,7 +6,10 @@ file to write in ``LUCID_BENCH_PROBE``. The callback is not part of any package:
 changes nothing the fit computes. It reads the clock at hook boundaries only; the one device
 synchronisation is at the end of the fit.
 
-Recorded: seconds from process start to the first training batch (start-up), seconds spent in
+Recorded: seconds from process start to the first training batch (start-up), split at the
+marks ``startup_marks`` lists (seconds from process start: the probe built, i.e. imports and the
+command line parsed; ``setup`` (data and model ready); the sanity check's start and end; the
+training loop's start; the first batch), seconds spent in
 validation (sanity check excluded), training images seen and the seconds they took (the fit's
 training wall time minus validation), peak reserved CUDA memory of the process, and the last
 validation metrics the module logged. Under DDP every rank runs the probe and rank 0 writes
@@ -35,6 +38,7 @@ class FitProbe(pl.Callback):
 
     def __init__(self) -> None:
         self.spawned = float(os.environ.get(SPAWN_ENV, time.time()))
+        self.startup_marks: dict[str, float] = {"probe_built": time.time() - self.spawned}
         self.first_batch = 0.0
         self.val_started = 0.0
         self.val_seconds = 0.0
@@ -58,9 +62,25 @@ class FitProbe(pl.Callback):
             }
         )
 
+    def _mark(self, name: str) -> None:
+        self.startup_marks.setdefault(name, time.time() - self.spawned)
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._mark("setup")
+
+    def on_sanity_check_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._mark("sanity_check_start")
+
+    def on_sanity_check_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._mark("sanity_check_end")
+
+    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._mark("train_start")
+
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if not self.first_batch:
             self.first_batch = time.time()
+            self._mark("first_batch")
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, _module: Any, _out: Any, batch: Any, *_: Any
@@ -102,6 +122,7 @@ class FitProbe(pl.Callback):
         ]
         record = {
             "startup_s": (self.first_batch or end) - self.spawned,
+            "startup_marks": self.startup_marks,
             "train_s": train_seconds,
             "val_s": self.val_seconds,
             "val_runs": self.val_runs,
