@@ -59,6 +59,68 @@ def owner_of(event: Event, pools: Sequence[PoolRange]) -> str:
     return f"stream {event.get('stream', 0)}"
 
 
+def _pool_reservations(trace: Sequence[Event], pools: Sequence[PoolRange]) -> dict[int, str]:
+    """The reserving events (by index) whose segment is a graph pool's.
+
+    A pool's segments live as long as its graphs, so a pool segment is one that the end-of-fit
+    snapshot lists at that address with that size and that the trace never frees afterwards.
+    """
+    pool_at = {start: (size, name) for start, size, name in pools}
+    open_reservations: dict[int, int] = {}
+    for index, event in enumerate(trace):
+        sign = _RESERVE.get(event["action"], 0)
+        if sign > 0:
+            open_reservations[int(event["addr"])] = index
+        elif sign < 0:
+            open_reservations.pop(int(event["addr"]), None)
+    found = {}
+    for address, index in open_reservations.items():
+        pool = pool_at.get(address)
+        if pool is not None and pool[0] == int(trace[index]["size"]):
+            found[index] = pool[1]
+    return found
+
+
+def event_owners(trace: Sequence[Event], pools: Sequence[PoolRange]) -> list[str]:
+    """Per event, who owned the memory it names at that moment (``""`` for other actions).
+
+    A segment is a graph pool's (:func:`_pool_reservations`) or the stream's it was reserved
+    for; a block is its segment's owner when allocated, and a free its block's. The end-of-fit
+    pool ranges alone would misname earlier blocks: once a segment is freed, a later pool
+    segment may be reserved at the same address. A block in a segment reserved before the trace
+    began falls back to :func:`owner_of`.
+    """
+    pool_reservations = _pool_reservations(trace, pools)
+    owners = [""] * len(trace)
+    starts: list[int] = []
+    segments: dict[int, tuple[int, str]] = {}
+    blocks: dict[int, str] = {}
+    for index, event in enumerate(trace):
+        action, sign = event["action"], _RESERVE.get(event["action"], 0)
+        if sign > 0:
+            address = int(event["addr"])
+            name = pool_reservations.get(index, f"stream {event.get('stream', 0)}")
+            if address not in segments:
+                bisect.insort(starts, address)
+            segments[address] = (int(event["size"]), name)
+            owners[index] = name
+        elif sign < 0:
+            address = int(event["addr"])
+            if address in segments:
+                owners[index] = segments.pop(address)[1]
+                starts.remove(address)
+        elif action == "alloc":
+            address = int(event["addr"])
+            position = bisect.bisect_right(starts, address) - 1
+            start = starts[position] if position >= 0 else -1
+            inside = position >= 0 and address < start + segments[start][0]
+            owners[index] = segments[start][1] if inside else owner_of(event, pools)
+            blocks[address] = owners[index]
+        elif action == "free_completed":
+            owners[index] = blocks.pop(int(event["addr"]), None) or owner_of(event, pools)
+    return owners
+
+
 def _short(frame: dict[str, Any]) -> str:
     filename = str(frame.get("filename", "?"))
     for marker in ("/lucid_yolo/", "/site-packages/", "/tools/"):
@@ -96,60 +158,54 @@ def _step_counter(trace: Sequence[Event], is_marker: Callable[[Event], bool]) ->
     return steps
 
 
-def find_peak(
-    trace: Sequence[Event],
-    counted: Callable[[Event], int],
-    start: int = 0,
-    stop: int | None = None,
-) -> tuple[int, int]:
-    """Index and value of the highest running sum of ``counted`` within ``[start, stop)``.
+def find_peak(deltas: Sequence[int], start: int = 0, stop: int | None = None) -> tuple[int, int]:
+    """Index and value of the highest running sum of ``deltas`` within ``[start, stop)``.
 
     The sum runs from the first event, so blocks alive before ``start`` still count. Returns
     ``(-1, 0)`` for an empty range.
     """
-    stop = len(trace) if stop is None else stop
+    stop = len(deltas) if stop is None else stop
     total, best, best_index = 0, 0, -1
-    for index, event in enumerate(trace[:stop]):
-        total += counted(event)
+    for index, delta in enumerate(deltas[:stop]):
+        total += delta
         if index >= start and (best_index < 0 or total > best):
             best, best_index = total, index
     return best_index, best
 
 
-def live_at(trace: Sequence[Event], index: int) -> list[Event]:
-    """The ``alloc`` events of the blocks still allocated after event ``index``."""
-    live: dict[int, Event] = {}
-    for event in trace[: index + 1]:
+def live_at(trace: Sequence[Event], index: int) -> list[int]:
+    """The indices of the ``alloc`` events whose blocks are still allocated after ``index``."""
+    live: dict[int, int] = {}
+    for position, event in enumerate(trace[: index + 1]):
         action = event["action"]
         if action == "alloc":
-            live[int(event["addr"])] = event
+            live[int(event["addr"])] = position
         elif action == "free_completed":
             live.pop(int(event["addr"]), None)
     return list(live.values())
 
 
-def reserved_at(trace: Sequence[Event], index: int, pools: Sequence[PoolRange]) -> dict[str, int]:
+def reserved_at(trace: Sequence[Event], index: int, owners: Sequence[str]) -> dict[str, int]:
     """Reserved bytes per owner after event ``index`` (segments the trace saw reserved)."""
-    segments: dict[int, Event] = {}
-    for event in trace[: index + 1]:
+    segments: dict[int, int] = {}
+    for position, event in enumerate(trace[: index + 1]):
         sign = _RESERVE.get(event["action"], 0)
         if sign > 0:
-            segments[int(event["addr"])] = event
+            segments[int(event["addr"])] = position
         elif sign < 0:
             segments.pop(int(event["addr"]), None)
-    owners: dict[str, int] = defaultdict(int)
-    for event in segments.values():
-        owners[owner_of(event, pools)] += int(event["size"])
-    return dict(owners)
+    by_owner: dict[str, int] = defaultdict(int)
+    for position in segments.values():
+        by_owner[owners[position]] += int(trace[position]["size"])
+    return dict(by_owner)
 
 
-def group_sites(
-    blocks: Sequence[Event], pools: Sequence[PoolRange], top: int
-) -> list[dict[str, Any]]:
-    """Bytes and block counts per (owner, site), largest first; the rest summed as ``other``."""
+def group_sites(blocks: Sequence[tuple[Event, str]], top: int) -> list[dict[str, Any]]:
+    """Bytes and block counts per (owner, site) of ``(alloc event, owner)`` pairs, largest
+    first; the rest summed as ``other``."""
     groups: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0])
-    for block in blocks:
-        entry = groups[(owner_of(block, pools), site_of(block.get("frames", ())))]
+    for block, owner in blocks:
+        entry = groups[(owner, site_of(block.get("frames", ())))]
         entry[0] += int(block["size"])
         entry[1] += 1
     ranked = sorted(groups.items(), key=lambda item: -item[1][0])
@@ -190,6 +246,7 @@ def attribute(
         top: sites listed per peak before the rest is summed.
     """
     steps = _step_counter(trace, is_marker)
+    owners = event_owners(trace, pools)
 
     def allocated(event: Event) -> int:
         action = event["action"]
@@ -201,21 +258,24 @@ def attribute(
         sign = _RESERVE.get(event["action"], 0)
         return sign * int(event["size"]) if sign else 0
 
-    def outside_pools(event: Event) -> int:
-        change = allocated(event)
-        return change if change and not owner_of(event, pools).startswith("pool") else 0
-
+    allocated_deltas = [allocated(event) for event in trace]
+    outside_deltas = [
+        0 if owner.startswith("pool") else delta
+        for delta, owner in zip(allocated_deltas, owners, strict=True)
+    ]
     markers = [i for i, event in enumerate(trace) if is_marker(event)]
     report: dict[str, Any] = {"events": len(trace), "steps_marked": len(markers)}
-    index, value = find_peak(trace, allocated)
-    report["allocated"] = _describe(trace, steps, pools, index, value, top)
-    index, value = find_peak(trace, reserved)
-    report["reserved"] = _describe(trace, steps, pools, index, value, top)
-    report["reserved"]["reserved_by_owner"] = reserved_at(trace, index, pools) if index >= 0 else {}
+    index, value = find_peak(allocated_deltas)
+    report["allocated"] = _describe(trace, steps, owners, index, value, top)
+    index, value = find_peak([reserved(event) for event in trace])
+    report["reserved"] = _describe(trace, steps, owners, index, value, top)
+    report["reserved"]["reserved_by_owner"] = (
+        reserved_at(trace, index, owners) if index >= 0 else {}
+    )
     if len(markers) >= 2:
-        index, value = find_peak(trace, outside_pools, markers[-2] + 1, markers[-1])
+        index, value = find_peak(outside_deltas, markers[-2] + 1, markers[-1])
         report["outside_pools_last_step"] = _describe(
-            trace, steps, pools, index, value, top, outside_only=True
+            trace, steps, owners, index, value, top, outside_only=True
         )
     return report
 
@@ -223,7 +283,7 @@ def attribute(
 def _describe(
     trace: Sequence[Event],
     steps: Sequence[int],
-    pools: Sequence[PoolRange],
+    owners: Sequence[str],
     index: int,
     value: int,
     top: int,
@@ -232,23 +292,24 @@ def _describe(
     """The peak at event ``index`` (``value`` bytes): its step and the blocks alive then."""
     if index < 0:
         return {"index": -1}
-    blocks = live_at(trace, index)
+    blocks = [(trace[i], owners[i]) for i in live_at(trace, index)]
     if outside_only:
-        blocks = [b for b in blocks if not owner_of(b, pools).startswith("pool")]
+        blocks = [(block, owner) for block, owner in blocks if not owner.startswith("pool")]
     by_owner: dict[str, int] = defaultdict(int)
-    for block in blocks:
-        by_owner[owner_of(block, pools)] += int(block["size"])
+    for block, owner in blocks:
+        by_owner[owner] += int(block["size"])
     return {
         "index": index,
         "step": steps[index],
         "bytes": value,
         "allocated_by_owner": dict(by_owner),
-        "sites": group_sites(blocks, pools, top),
+        "sites": group_sites(blocks, top),
     }
 
 
 __all__ = [
     "attribute",
+    "event_owners",
     "find_peak",
     "group_sites",
     "live_at",

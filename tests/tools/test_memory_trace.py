@@ -80,10 +80,25 @@ def test_owner_of_tells_pool_addresses_from_streams(trace_tools: ModuleType) -> 
 
 
 def test_find_peak_counts_blocks_alive_before_the_range(trace_tools: ModuleType) -> None:
-    sizes = [{"n": 5}, {"n": -2}, {"n": 1}]
-    assert trace_tools.find_peak(sizes, lambda e: e["n"]) == (0, 5)
-    assert trace_tools.find_peak(sizes, lambda e: e["n"], start=1) == (2, 4)
-    assert trace_tools.find_peak(sizes, lambda e: e["n"], start=3) == (-1, 0)
+    deltas = [5, -2, 1]
+    assert trace_tools.find_peak(deltas) == (0, 5)
+    assert trace_tools.find_peak(deltas, start=1) == (2, 4)
+    assert trace_tools.find_peak(deltas, start=3) == (-1, 0)
+
+
+def test_event_owners_follow_a_reused_address_from_a_stream_segment_to_a_pool(
+    trace_tools: ModuleType,
+) -> None:
+    trace = [
+        _event("segment_alloc", 5000, 1000),  # a stream's segment, freed later
+        _event("alloc", 5000, 400, MODEL, RECORD),
+        _event("free_completed", 5000, 400),
+        _event("segment_free", 5000, 1000),
+        _event("segment_alloc", 5000, 1000),  # the pool's, at the same address
+        _event("alloc", 5000, 600, MODEL),
+    ]
+    owners = trace_tools.event_owners(trace, [POOL])
+    assert owners == ["stream 0", "stream 0", "stream 0", "stream 0", POOL[2], POOL[2]]
 
 
 def test_attribute_names_the_blocks_alive_at_the_allocated_peak(trace_tools: ModuleType) -> None:
@@ -119,7 +134,7 @@ def test_attribute_finds_the_last_steps_peak_outside_the_pools(trace_tools: Modu
 
 
 def test_group_sites_sums_what_falls_below_the_top(trace_tools: ModuleType) -> None:
-    blocks = [_event("alloc", 0, 5, MODEL), _event("alloc", 10, 3, DATA), _event("alloc", 20, 1)]
-    rows = trace_tools.group_sites(blocks, [], top=1)
+    events = [_event("alloc", 0, 5, MODEL), _event("alloc", 10, 3, DATA), _event("alloc", 20, 1)]
+    rows = trace_tools.group_sites([(e, "stream 0") for e in events], top=1)
     assert rows[0]["bytes"] == 5
     assert rows[1] == {"owner": "*", "site": "other (2 sites)", "bytes": 4, "blocks": 2}
