@@ -186,7 +186,8 @@ def fit_in_own_session(argv: list[str], log: str) -> None:
     A child of a forkserver inherits ``forkserver`` as its start method, so its loader workers
     would be forked by the forkserver: outside this session (a ``--to-group`` signal would miss
     them) and each started by pickling its loader through the server (30 s more per fit). The
-    child forks them itself, as a script run on Linux does.
+    child forks them itself, as a script run on Linux does up to Python 3.13 (3.14's default is
+    ``forkserver``).
     """
     torch.set_num_threads(1)
     multiprocessing.set_start_method("fork", force=True)
