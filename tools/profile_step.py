@@ -43,6 +43,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from bench_replay_memory import MODELS
 from bench_trainer import step_trainer
+from find_host_syncs import SYNC_WARNING
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -96,7 +97,7 @@ class _Window(Callback):
             self.sync_sites.update(
                 f"{Path(w.filename).name}:{w.lineno}"
                 for w in self._caught
-                if "synchroniz" in str(w.message)
+                if SYNC_WARNING in str(w.message)
             )
             self._catch.__exit__(None, None, None)
         if self.device is not None:

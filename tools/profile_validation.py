@@ -48,6 +48,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from find_host_syncs import SYNC_WARNING
 from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -89,12 +90,6 @@ class PhaseClock(pl.Callback):
     def on_validation_batch_end(self, *args: Any) -> None:
         _sync()
         self._batch_end = time.perf_counter()
-
-
-SYNC_WARNING = "called a synchronizing CUDA operation"
-"""torch's message for each synchronisation under the debug mode. Only this one counts: switching
-the mode on also warns, once per process, that it "does not yet detect all synchronizing
-operations", which a looser match counted as one synchronisation per pass (session 5)."""
 
 
 class SyncCounter(pl.Callback):
