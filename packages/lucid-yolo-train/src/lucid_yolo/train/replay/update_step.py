@@ -1,14 +1,16 @@
 """The optimizer update and the EMA blend as one step, run natively or replayed from a CUDA graph.
 
-After the network, the rest of a YOLO26 training step is the MuSGD update (momentum, batched
-Newton–Schulz orthogonalisation per matrix shape, the blended step) and the EMA blend: hundreds of
-small kernels whose launch cost dominates at small batch. Both are graph-safe by construction
-(hyperparameters and the EMA update count are device tensors, state is created up front), so they
-are recorded together as one update graph (:class:`lucid_yolo.replay.GraphedOptimizer` with a custom
-update), which reads gradients from static buffers that each replay refreshes.
+After the network, the rest of a YOLO26 training step is the gradient clip, the MuSGD update
+(momentum, batched Newton–Schulz orthogonalisation per matrix shape, the blended step) and the EMA
+blend: hundreds of small kernels whose launch cost dominates at small batch. All are graph-safe by
+construction (hyperparameters and the EMA update count are device tensors, state is created up
+front), so they are recorded together as one update graph
+(:class:`lucid_yolo.replay.GraphedOptimizer` with a custom update), which reads gradients from
+static buffers that each replay refreshes and, since the clip changes them, copies back.
 
 The step is installed as :attr:`MuSGD.update_runner`, so it runs exactly where Lightning applies an
-optimizer step: after the closure (forward, backward, gradient clipping), only on accumulation
+optimizer step: after the closure (forward, backward, and Lightning's own clip only when the
+trainer was given one), only on accumulation
 boundaries, and not at all on a step that fp16's GradScaler skips, or that the non-finite loss
 guard leaves out in fp32/bf16 (:mod:`lucid_yolo.train.non_finite_loss`). The EMA therefore blends
 once per applied update, natively and replayed alike.
