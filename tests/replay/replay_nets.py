@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor, nn
+
+from lucid_yolo.replay import ModuleRegion, RegionRecorder, ReplayPool
 
 
 class SmallNet(nn.Module):
@@ -27,7 +31,7 @@ class SmallNet(nn.Module):
         return {"a.box": self.head_a(y), "b.box": self.head_b(y)}
 
 
-def make_net(device: str = "cpu", seed: int = 0, **kwargs: bool) -> SmallNet:
+def make_net(device: str = "cpu", seed: int = 0, **kwargs: int | bool) -> SmallNet:
     """A freshly initialised :class:`SmallNet` with a fixed seed."""
     torch.manual_seed(seed)
     return SmallNet(**kwargs).to(device)
@@ -37,3 +41,26 @@ def loss_of(outputs: dict[str, Tensor], target: Tensor) -> Tensor:
     """Native loss after the region: reads both prediction groups."""
     a, b = outputs["a.box"], outputs["b.box"]
     return ((a - target[:, :4]) ** 2).mean() + nn.functional.softplus(b).mean()
+
+
+def recorded_small_net(device: str) -> tuple[RegionRecorder, ReplayPool]:
+    """A 32-channel :class:`SmallNet` region after three steps on ``device`` (a native warm-up,
+    the recording, one replay) at batch 8, 128 px, and the pool it recorded into."""
+    net = make_net(device, channels=32)
+    pool = ReplayPool(device)
+    recorder = RegionRecorder(ModuleRegion(net), pool=pool)
+    x = torch.randn(8, 3, 128, 128, device=device)
+    target = torch.randn(8, 4, 128, 128, device=device)
+    for _ in range(3):
+        loss_of(recorder(x), target).backward()
+    return recorder, pool
+
+
+def side_stream_segments(pool: ReplayPool) -> list[dict[str, Any]]:
+    """The caching allocator's segments on ``pool``'s side stream outside every graph pool."""
+    side = pool.stream.cuda_stream
+    return [
+        s
+        for s in torch.cuda.memory_snapshot()
+        if s["stream"] == side and tuple(s["segment_pool_id"]) == (0, 0)
+    ]

@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from collections import Counter
-from typing import Any
-
 import torch
+from dispatched_ops import DispatchedOps
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from lucid_yolo.replay._autograd import reached_targets, route
-
-
-class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[str(func.overloadpacket.__name__)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def test_route_first_gradient_keeps_negative_zero() -> None:
@@ -65,7 +52,7 @@ def test_route_copies_every_private_gradient_in_one_foreach_call_per_dtype() -> 
     ]
     weights[2].grad = torch.zeros(1)  # a later micro-batch: handed the static buffer, no copy
     statics = [torch.randn(2, 3), torch.randn(4), torch.randn(1)]
-    with _Ops() as seen:
+    with DispatchedOps() as seen:
         handed = route(weights, [*statics[:2], statics[2]], private=False)
     assert seen.ops["_foreach_copy_"] == 1
     assert seen.ops["copy_"] == 0

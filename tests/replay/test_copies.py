@@ -3,23 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from dispatched_ops import DispatchedOps
 
 from lucid_yolo.replay._copies import copy_grouped
-
-
-class _Ops(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[str(func.overloadpacket.__name__)] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _mixed() -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -45,7 +34,7 @@ def test_copy_grouped_writes_every_source_bitwise() -> None:
 
 def test_copy_grouped_dispatches_one_foreach_copy_per_dtype() -> None:
     destinations, sources = _mixed()
-    with _Ops() as seen:
+    with DispatchedOps() as seen:
         copy_grouped(destinations, sources)
     assert seen.ops == Counter({"_foreach_copy_": 3})
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from replay_nets import SmallNet, loss_of
+from replay_nets import recorded_small_net, side_stream_segments
 from torch import Tensor, nn
 
 from lucid_yolo.replay import ModuleRegion, RegionRecorder, ReplayPool
@@ -64,20 +64,12 @@ def test_gpu_recording_leaves_no_live_block_on_the_side_stream() -> None:
     """Buffers a recording keeps outside the pool (the static gradient outputs) sit on the
     caller's stream: a live block on the side stream would pin its whole segment there, where
     no default-stream work can reuse the rest."""
-    torch.manual_seed(0)
-    net = SmallNet(channels=32).cuda()
-    pool = ReplayPool("cuda")
-    recorder = RegionRecorder(ModuleRegion(net), pool=pool)
-    x = torch.randn(8, 3, 128, 128, device="cuda")
-    target = torch.randn(8, 4, 128, 128, device="cuda")
-    for _ in range(3):  # native warm-up, record, replay
-        loss_of(recorder(x), target).backward()
+    recorder, pool = recorded_small_net("cuda")
     torch.cuda.synchronize()
     assert recorder.telemetry.recordings == 1
-    side = pool.stream.cuda_stream
     live_side_segments = [
         (s["total_size"], s["allocated_size"])
-        for s in torch.cuda.memory_snapshot()
-        if s["stream"] == side and tuple(s["segment_pool_id"]) == (0, 0) and s["allocated_size"] > 0
+        for s in side_stream_segments(pool)
+        if s["allocated_size"] > 0
     ]
     assert live_side_segments == []

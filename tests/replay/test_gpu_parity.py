@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 import torch
-from replay_nets import SmallNet, loss_of, make_net
+from replay_nets import SmallNet, loss_of, make_net, recorded_small_net, side_stream_segments
 from torch import Tensor, nn
 
 from lucid_yolo.replay import (
@@ -409,23 +409,9 @@ def test_gpu_float32_product_under_autocast_matches_native(precision: str) -> No
 )
 def test_gpu_recording_leaves_no_free_segment_on_the_side_stream() -> None:
     """The warm-up's blocks, cached on the side stream, no default-stream step could reuse."""
-    torch.manual_seed(0)
-    net = SmallNet(channels=32).cuda()
-    pool = ReplayPool("cuda")
-    recorder = RegionRecorder(ModuleRegion(net), pool=pool)
-    x = torch.randn(8, 3, 128, 128, device="cuda")
-    target = torch.randn(8, 4, 128, 128, device="cuda")
-    for _ in range(3):  # native warm-up, record, replay
-        loss_of(recorder(x), target).backward()
+    recorder, pool = recorded_small_net("cuda")
     torch.cuda.synchronize()
     assert recorder.telemetry.recordings == 1
     assert recorder.telemetry.replays == 2
-    side = pool.stream.cuda_stream
-    free_side_segments = [
-        s
-        for s in torch.cuda.memory_snapshot()
-        if s["stream"] == side
-        and tuple(s["segment_pool_id"]) == (0, 0)
-        and s["allocated_size"] == 0
-    ]
+    free_side_segments = [s for s in side_stream_segments(pool) if s["allocated_size"] == 0]
     assert free_side_segments == []

@@ -127,23 +127,25 @@ def test_datamodule_accepts_prepared_labels(pose_yaml: Path) -> None:
     assert dm.names == spec.names
 
 
-class _Recorder(L.LightningModule):
-    """Records each training batch's image digest per epoch; learns nothing."""
+class _BatchKeeper(L.LightningModule):
+    """Keeps every training batch the step receives, with its epoch; learns nothing."""
 
     def __init__(self) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.seen: list[tuple[int, int]] = []
+        self.batches: list[Batch] = []
+        self.epochs: list[int] = []
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        self.seen.append((self.current_epoch, int(batch["images"].sum())))
+        self.batches.append(batch)
+        self.epochs.append(self.current_epoch)
         return self.weight.sum() * 0
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-# the recorder has no validation_step and runs in-process on a 2-core CI machine: Lightning's
+# the batch keeper has no validation_step and runs in-process on a 2-core CI machine: Lightning's
 # advice about both is expected here; Lightning 2.6 still calls a torch pytree API that torch 2.15
 # deprecates
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
@@ -151,7 +153,7 @@ class _Recorder(L.LightningModule):
 @pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
 def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> None:
     dm = _module(pose_yaml, close_mosaic=1, augment=AugmentConfig(fliplr=0.0))
-    model = _Recorder()
+    model = _BatchKeeper()
     trainer = L.Trainer(
         max_epochs=3,
         accelerator="cpu",
@@ -162,25 +164,9 @@ def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> Non
         limit_val_batches=0,
     )
     trainer.fit(model, datamodule=dm)
-    assert [epoch for epoch, _ in model.seen] == [0, 1, 2]
-    assert len({digest for _, digest in model.seen}) == 3
+    assert model.epochs == [0, 1, 2]
+    assert len({int(batch["images"].sum()) for batch in model.batches}) == 3
     assert dm.datasets["train"].close_mosaic_epoch == 2
-
-
-class _BatchKeeper(L.LightningModule):
-    """Keeps every training batch the step receives; learns nothing."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.zeros(1))
-        self.batches: list[Batch] = []
-
-    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
-        self.batches.append(batch)
-        return self.weight.sum() * 0
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import pytest
 import torch
@@ -549,17 +550,23 @@ def test_mean_average_precision_padding_rows_change_nothing() -> None:
     assert padded.compute() == cut.compute()
 
 
+def _on_device(
+    preds: list[ImagePredictions], targets: list[ImageTargets], device: str
+) -> tuple[list[ImagePredictions], list[ImageTargets]]:
+    """The same images with every tensor field on ``device``."""
+
+    def moved(record: Any) -> dict[str, Any]:
+        return {k: None if v is None else v.to(device) for k, v in vars(record).items()}
+
+    return [ImagePredictions(**moved(p)) for p in preds], [
+        ImageTargets(**moved(t)) for t in targets
+    ]
+
+
 @pytest.mark.gpu
 def test_mean_average_precision_cuda_records_equal_the_previous_host_path() -> None:
     preds, targets, ids = _padded_scene(4)
-    moved = [
-        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
-        for p in preds
-    ]
-    moved_targets = [
-        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
-        for t in targets
-    ]
+    moved, moved_targets = _on_device(preds, targets, "cuda")
     metric = MeanAveragePrecision(max_dets={"box": 6})
     metric.update(moved, moved_targets, image_ids=torch.tensor(ids).cuda())
     assert metric.compute() == summary(host_box_records(preds, targets, max_dets=6, image_ids=ids))
@@ -568,14 +575,7 @@ def test_mean_average_precision_cuda_records_equal_the_previous_host_path() -> N
 @pytest.mark.gpu
 def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
     preds, targets, ids = _padded_scene(5)
-    moved = [
-        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
-        for p in preds
-    ]
-    moved_targets = [
-        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
-        for t in targets
-    ]
+    moved, moved_targets = _on_device(preds, targets, "cuda")
     metric = MeanAveragePrecision()
     first_ids, other_ids = torch.tensor(ids[:2]).cuda(), torch.tensor(ids[2:]).cuda()
     metric.update(moved[:2], moved_targets[:2], image_ids=first_ids)
@@ -591,14 +591,7 @@ def test_mean_average_precision_update_does_not_wait_for_the_device() -> None:
 @pytest.mark.gpu
 def test_mean_average_precision_obb_update_does_not_wait_for_the_device() -> None:
     preds, targets = _rotated_scene(3)
-    moved = [
-        ImagePredictions(**{k: None if v is None else v.cuda() for k, v in vars(p).items()})
-        for p in preds
-    ]
-    moved_targets = [
-        ImageTargets(**{k: None if v is None else v.cuda() for k, v in vars(t).items()})
-        for t in targets
-    ]
+    moved, moved_targets = _on_device(preds, targets, "cuda")
     metric, reference = MeanAveragePrecision(kinds=("obb",)), MeanAveragePrecision(kinds=("obb",))
     metric.update(moved[:2], moved_targets[:2])
     torch.cuda.synchronize()
