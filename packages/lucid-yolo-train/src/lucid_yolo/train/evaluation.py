@@ -29,7 +29,7 @@ top-k rows with a ``valid`` flag for the confidence cut, the batch's padded targ
 ``valid`` mask), so that neither it nor the metric waits for the device. Masks need each
 image's source size on the host (their buffers are allocated at that size): a mask batch starts
 copying its sizes, instance counts and detection counts to the host and is scored one
-``update`` later, when the copy has long finished (:class:`~lucid_yolo.train.metrics.HostCopy`);
+``update`` later, when the copy has long finished (:class:`~lucid_yolo.train.host_copy.HostCopy`);
 with the counts, segment targets are cut to the real instances. It runs
 with autocast off, so a bf16 validation step decodes and builds masks in float32 as ``predict``
 and a CPU run do (under autocast their matrix products would round to bf16).
@@ -48,8 +48,8 @@ from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterb
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.geometry import SourceShape
+from lucid_yolo.train.host_copy import HostCopy
 from lucid_yolo.train.metrics import (
-    HostCopy,
     ImagePredictions,
     ImageTargets,
     MeanAveragePrecision,

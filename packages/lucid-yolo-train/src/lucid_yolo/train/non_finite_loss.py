@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
+from lucid_yolo.train.host_copy import HostCopy
 
 NonFinitePolicy = Literal["stop", "skip"]
 """What a step whose loss is not finite does: ``stop`` the fit, or ``skip`` its update."""
@@ -60,10 +61,8 @@ class _SealedStep:
 
     step: int
     names: tuple[str, ...]
-    host: Tensor
-    """(T,) bool, pinned on CUDA: filled by a copy that nothing waits for."""
-    copied: torch.cuda.Event | None
-    """Recorded after the copy on CUDA; ``None`` on the CPU, where the copy is done at once."""
+    flags: HostCopy
+    """(T,) bool: each term's (and the total's) finiteness, copied without waiting."""
 
 
 class NonFiniteLossGuard:
@@ -107,8 +106,6 @@ class NonFiniteLossGuard:
         self._names: tuple[str, ...] = ()
         self._finite: Tensor | None = None
         self._sealed: _SealedStep | None = None
-        self._host: Tensor | None = None
-        self._copied: torch.cuda.Event | None = None
 
     def observe(self, total: Tensor, terms: dict[str, Tensor]) -> None:
         """Note whether one micro-batch's loss and each of its terms are finite.
@@ -154,10 +151,10 @@ class NonFiniteLossGuard:
     def seal(self, step: int) -> None:
         """Close optimizer step ``step``'s observations and send its flags to the host.
 
-        Nothing waits: on CUDA the flags go to pinned memory by an asynchronous copy followed
-        by an event. Call it right before an update that backs up the state it writes; the
-        verdict is read by :meth:`settle`. A step with nothing observed seals nothing (and
-        leaves an earlier sealed step pending).
+        Nothing waits: on CUDA the flags go to pinned memory by an asynchronous copy
+        (:class:`~lucid_yolo.train.host_copy.HostCopy`). Call it right before an update that
+        backs up the state it writes; the verdict is read by :meth:`settle`. A step with nothing
+        observed seals nothing (and leaves an earlier sealed step pending).
 
         Args:
             step: the 1-based optimizer step about to be applied.
@@ -170,15 +167,7 @@ class NonFiniteLossGuard:
                 f"step {step} was sealed while step {self._sealed.step} awaits its check; "
                 "call settle() before the next step's forward"
             )
-        host = self._host_buffer(finite)
-        host.copy_(finite, non_blocking=True)
-        copied = None
-        if finite.is_cuda:
-            if self._copied is None:
-                self._copied = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            copied = self._copied
-            copied.record()
-        self._sealed = _SealedStep(step, self._names, host, copied)
+        self._sealed = _SealedStep(step, self._names, HostCopy(finite))
 
     def settle(self, undo: Callable[[], None], *, failing: bool = False) -> None:
         """Read the sealed step's verdict; on a non-finite step ``undo`` its update, then decide.
@@ -198,22 +187,14 @@ class NonFiniteLossGuard:
         sealed, self._sealed = self._sealed, None
         if sealed is None:
             return
-        if sealed.copied is not None and not sealed.copied.query():  # type: ignore[no-untyped-call]
+        if not sealed.flags.ready():
             self.waits += 1
-            sealed.copied.synchronize()
         try:
-            self._decide(
-                sealed.step, sealed.names, sealed.host.tolist(), agree=not failing, undo=undo
-            )
+            flags = sealed.flags.read().tolist()
+            self._decide(sealed.step, sealed.names, flags, agree=not failing, undo=undo)
         except NonFiniteLossError:
             if not failing:
                 raise
-
-    def _host_buffer(self, finite: Tensor) -> Tensor:
-        """The host tensor a step's flags are copied into, reused while the terms stay."""
-        if self._host is None or self._host.shape != finite.shape:
-            self._host = torch.empty(finite.shape, dtype=torch.bool, pin_memory=finite.is_cuda)
-        return self._host
 
     def _decide(
         self,

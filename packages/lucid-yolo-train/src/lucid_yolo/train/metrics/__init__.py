@@ -9,7 +9,6 @@ from lucid_yolo.train.metrics.coco_matching import (
     match_images,
 )
 from lucid_yolo.train.metrics.distributed import gather_across_ranks
-from lucid_yolo.train.metrics.host_copy import HostCopy
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
@@ -50,7 +49,6 @@ __all__ = [
     # distributed evaluation
     "gather_across_ranks",
     # device results read on the host without waiting for the queue
-    "HostCopy",
     # overlaps
     "box_overlaps",
     "mask_overlaps",

@@ -26,8 +26,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from lucid_yolo.train.host_copy import HostCopy
 from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, match_extent
-from lucid_yolo.train.metrics.host_copy import HostCopy
 from lucid_yolo.train.metrics.image_instances import MetricsInputError
 from lucid_yolo.train.metrics.precision_curves import MatchedPredictions
 

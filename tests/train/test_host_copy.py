@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lucid_yolo.train.metrics import HostCopy
+from lucid_yolo.train.host_copy import HostCopy
 
 
 def test_host_copy_of_a_cpu_tensor_is_the_tensor() -> None:
@@ -26,3 +26,7 @@ def test_host_copy_starts_without_waiting_and_reads_the_device_values() -> None:
     assert host.device.type == "cpu"
     assert host.is_pinned()
     assert host.tolist() == [0, 7, 14, 21, 28]
+
+
+def test_host_copy_of_a_cpu_tensor_is_ready_at_once() -> None:
+    assert HostCopy(torch.tensor([True, False])).ready()

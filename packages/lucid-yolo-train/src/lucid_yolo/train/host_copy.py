@@ -1,7 +1,8 @@
 """A device tensor's copy on the host, started behind the queued work and read later.
 
 Reading a GPU tensor on the host (``.tolist()``, ``.cpu()``) waits until the device has run
-everything queued before it, so the next batch's work cannot be queued meanwhile (issue 11).
+everything queued before it, so the next batch's (or step's) work cannot be queued meanwhile
+(issue 11).
 Started early into pinned memory, the copy runs in the device's order, behind the work that
 produces the tensor; read one batch later, it has long finished, and the host waits for that
 copy alone (its event), never for the work queued after it.
@@ -30,6 +31,10 @@ class HostCopy:
             self._ready.record()
             tensor = host
         self._tensor = tensor
+
+    def ready(self) -> bool:
+        """Whether the copy has landed, so that :meth:`read` will not wait."""
+        return self._ready is None or bool(self._ready.query())  # type: ignore[no-untyped-call]
 
     def read(self) -> Tensor:
         """The host tensor, after waiting for its copy (not for later work)."""
