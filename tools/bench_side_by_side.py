@@ -19,6 +19,15 @@ Every fit also keeps its per-epoch validation metrics (lucid-yolo through
 fit is cut by ``--timeout``. ``--lucid-args`` appends flags to every lucid-yolo fit (for example
 ``--model.grad_clip_norm 0``).
 
+Before the first timed fit the tool warms the machine for both tools alike (``--no-warm-up`` skips
+it): one untimed process imports torch, initialises CUDA and imports both trainers, so the first
+fit of a call does not pay alone for reading the libraries from a cold disk. With
+``--bytecode-cache DIR`` every process (the warm-up and each fit) keeps compiled bytecode under
+``DIR`` (``PYTHONPYCACHEPREFIX``, and ``PYTHONDONTWRITEBYTECODE`` dropped), and the warm-up compiles
+every module on the import path into it first: an installed package has its bytecode, but the GPU
+machine's environment sets ``PYTHONDONTWRITEBYTECODE=1`` over sources without any, so without the
+cache each process would compile some two thousand modules before its first line of work.
+
 ``--accuracy`` is the accuracy side-by-side of issue 13: every fit starts at once, Ultralytics on
 the first visible GPU and lucid-yolo on the second (when there are two), the loader workers split
 over the CPU cores, and the report is each tool's mAP50-95 of every metric kind at its last epoch
@@ -227,6 +236,50 @@ def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> li
     return rows
 
 
+def child_environment(args: argparse.Namespace) -> dict[str, str]:
+    """The environment of every process the tool starts: tools on the path, the bytecode cache."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+    if args.bytecode_cache is not None:
+        env["PYTHONPYCACHEPREFIX"] = str(args.bytecode_cache)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+WARM_UP_IMPORTS = {
+    "ultralytics": "import ultralytics",
+    "replay": "import lightning.pytorch, lucid_yolo.train",
+    "native": "import lightning.pytorch, lucid_yolo.train",
+}
+"""What the warm-up process imports for each tool of the run."""
+
+
+def warm_up(tools: list[str], args: argparse.Namespace) -> float:
+    """Warm the machine for every tool alike before the first timed fit; returns its seconds.
+
+    With ``--bytecode-cache`` it first compiles every module on the child's import path into the
+    cache (``compileall`` over all cores). Then one process imports torch, initialises CUDA (when
+    the run uses it) and imports each tool's trainer, which reads their libraries into the page
+    cache.
+    """
+    started = time.time()
+    env = child_environment(args)
+    if args.bytecode_cache is not None:
+        paths = subprocess.run(
+            [sys.executable, "-c", "import sys; print('\\n'.join(sys.path))"],
+            env=env, capture_output=True, text=True, check=True,
+        ).stdout.split()  # fmt: skip
+        folders = [p for p in dict.fromkeys(paths) if Path(p).is_dir()]
+        subprocess.run(
+            [sys.executable, "-m", "compileall", "-q", "-j", "0", *folders],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+    cuda = "torch.zeros(1, device='cuda')" if args.device == "cuda" else "None"
+    imports = "; ".join(dict.fromkeys(WARM_UP_IMPORTS[t] for t in tools if t in WARM_UP_IMPORTS))
+    subprocess.run([sys.executable, "-c", f"import torch; {cuda}; {imports}"], env=env, check=True)
+    return time.time() - started
+
+
 def run_one(
     task: str, tool: str, data: Path, args: argparse.Namespace, index: int
 ) -> dict[str, Any]:
@@ -237,9 +290,9 @@ def run_one(
     run_dir.mkdir(parents=True, exist_ok=True)
     epochs_file.unlink(missing_ok=True)
     spawned = time.time()
-    env = dict(os.environ, LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
+    env = child_environment(args)
+    env.update(LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
     env["LUCID_EPOCH_METRICS"] = str(epochs_file)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
     if args.split_gpus:
         env["CUDA_VISIBLE_DEVICES"] = _visible_device(0 if tool == "ultralytics" else 1)
     if tool == "ultralytics":
@@ -553,6 +606,18 @@ def main() -> None:
         "--lucid-args", default="", help="extra flags for every lucid-yolo fit, one string"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fit")
+    parser.add_argument(
+        "--bytecode-cache",
+        type=Path,
+        default=None,
+        help="keep every process's compiled bytecode here (compiled first by the warm-up)",
+    )
+    parser.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="skip the untimed warm-up process before the first fit",
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "bench-out")))
     parser.add_argument("--data-root", type=Path, default=Path("/tmp/lucid-bench-data"))
     parser.add_argument(
@@ -592,6 +657,8 @@ def main() -> None:
     ]
     records = merged_runs(args.merge, args)
     result = args.out / "side_by_side.json"
+    if args.warm_up:
+        print(f"warm-up: {warm_up(tools, args):.1f} s (untimed)", flush=True)
 
     def save() -> None:
         rows = summarise(records)

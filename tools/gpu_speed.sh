@@ -12,6 +12,10 @@
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
+# Every call first warms the machine for both tools alike (untimed): compiled bytecode for every
+# module on the import path in /tmp/lucid-bench-pyc (the GPU machine sets PYTHONDONTWRITEBYTECODE=1
+# over sources without bytecode; an installed package has it), then one process imports torch,
+# CUDA and both trainers.
 # Usage (repository root, Ultralytics wheels on PYTHONPATH, the machine to itself):
 #   ROW=detect-b16 ROUND=1 MERGE=prev/side_by_side.json OUT=... bash tools/gpu_speed.sh
 set -u
@@ -28,4 +32,4 @@ merge=()
 [ -n "${MERGE:-}" ] && read -r -a merge <<< "--merge $MERGE"
 python3 tools/bench_side_by_side.py "${row[@]}" --imgsz 640 --images 512 --val-images 128 \
     --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" \
-    --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"
+    --bytecode-cache /tmp/lucid-bench-pyc --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"

@@ -123,3 +123,23 @@ def test_merge_refuses_a_file_that_is_not_a_report(tmp_path: Path, tool: ModuleT
     path.write_text("{not json")
     with pytest.raises(SystemExit, match=r"broken\.json: not a side_by_side\.json"):
         tool.merged_runs([path], _settings())
+
+
+def test_bytecode_cache_is_shared_by_every_child_and_overrides_dont_write(
+    tmp_path: Path, tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    env = tool.child_environment(argparse.Namespace(bytecode_cache=tmp_path / "pyc"))
+    assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc")
+    assert "PYTHONDONTWRITEBYTECODE" not in env
+    assert env["PYTHONPATH"].split(":")[0] == str(tool.TOOLS_DIR)
+
+
+def test_without_a_bytecode_cache_children_keep_the_callers_bytecode_settings(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
+    env = tool.child_environment(argparse.Namespace(bytecode_cache=None))
+    assert env["PYTHONDONTWRITEBYTECODE"] == "1"
+    assert "PYTHONPYCACHEPREFIX" not in env
