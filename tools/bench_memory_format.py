@@ -1,0 +1,101 @@
+"""GPU time of a YOLO26 forward+backward in NCHW against channels-last, both graphed.
+
+A replayed step at batch 16 is bound by the GPU's own work (issue 11: 42 ms of a 45 ms step),
+so the kernels themselves decide what is left to gain there. Channels-last changes which
+convolution kernels run, not what the model computes; a native and a replayed fit that share
+the layout stay bitwise equal (the parity matrix runs both layouts). This tool measures whether
+the layout pays: each layout's forward and backward (bf16 autocast, a sum of the raw outputs as
+the loss) is captured in a CUDA graph, so the host does not set the pace, and the two graphs are
+replayed in alternating rounds; it prints the median and range of milliseconds per step.
+
+Run (GPU machine, from source)::
+
+    python3 tools/bench_memory_format.py --models yolo26n yolo26n-seg --batch 16 4 --out $OUT
+
+A benchmark, never a test (DESIGN.md §7). It needs CUDA.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from lucid_yolo.models import create_model
+
+LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
+    """A callable that replays one captured forward+backward of ``name`` in ``layout``."""
+    model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
+    images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
+
+    def step() -> None:
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            outputs = model(images)
+        loss = torch.stack([o.float().sum() for o in outputs.values() if o.requires_grad]).sum()
+        torch.autograd.backward(loss)
+
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model.zero_grad(set_to_none=False)
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
+
+
+def _round_ms(replay: Callable[[], None], steps: int) -> float:
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        replay()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
+    parser.add_argument("--batch", type=int, nargs="+", default=[16, 4])
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--steps", type=int, default=20, help="replays per round")
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for name in args.models:
+        for batch in args.batch:
+            steps = {layout: _graphed_step(name, batch, args.imgsz, layout) for layout in LAYOUTS}
+            times: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+            for r in range(args.rounds):
+                order = list(LAYOUTS) if r % 2 == 0 else list(reversed(LAYOUTS))
+                for layout in order:
+                    times[layout].append(_round_ms(steps[layout], args.steps))
+            row = {"model": name, "batch": batch, "imgsz": args.imgsz}
+            for layout, values in times.items():
+                row[layout] = {
+                    "median_ms": statistics.median(values),
+                    "min_ms": min(values),
+                    "max_ms": max(values),
+                }
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            del steps
+            torch.cuda.empty_cache()
+    (args.out / "memory_format.json").write_text(json.dumps(rows, indent=2))
+
+
+if __name__ == "__main__":
+    main()
