@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from lucid_yolo.models import create_model, model_spec, model_summary
+from lucid_yolo.models import ModelConfigError, create_model, model_spec, model_summary
 
 # name: (params M, GFLOPs) of the published inference models; OBB at 1024 px, others at 640 px.
 PUBLISHED = {
@@ -65,6 +65,23 @@ def test_model_summary_flops_agree_with_torch_flop_counter() -> None:
     assert summary.train_gflops == pytest.approx(counter.get_total_flops() / 1e9, rel=1e-9)
 
 
+@pytest.mark.parametrize("name", ["yolo26n", "yolo26n-seg", "yolo26n-pose", "yolo26n-obb"])
+def test_model_summary_scaled_count_equals_full_size_forward(name: str) -> None:
+    # the summary counts at 32 px and scales; a full-size forward on the meta device is the truth
+    size = model_spec(name).image_size
+    with torch.device("meta"):
+        model = create_model(name, num_classes=7, seed=None)
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.empty(1, 3, size, size, device="meta"))
+    summary = model_summary(model, size)
+    assert summary.train_gflops == pytest.approx(counter.get_total_flops() / 1e9, rel=1e-9)
+
+
+def test_model_summary_rejects_size_off_the_stride_grid() -> None:
+    with pytest.raises(ModelConfigError, match=r"image_size=600 is not a positive multiple of 32"):
+        model_summary(create_model("yolo26n"), 600)
+
+
 def test_model_summary_inference_drops_o2m_head_and_semantic() -> None:
     summary = model_summary(create_model("yolo26n-seg"), 640)
     dropped = {row.name for row in summary.layers if row.training_only}
@@ -76,6 +93,14 @@ def test_model_summary_leaves_model_on_its_device() -> None:
     model = create_model("yolo26n")
     model_summary(model, 64)
     assert next(model.parameters()).device.type == "cpu"
+
+
+def test_model_summary_leaves_weights_and_batchnorm_statistics_unchanged() -> None:
+    model = create_model("yolo26n").train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    model_summary(model, 64)
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)
 
 
 def test_model_summary_format_reports_both_counts() -> None:

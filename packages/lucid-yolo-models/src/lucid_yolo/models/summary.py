@@ -12,13 +12,20 @@ Conventions (chosen because they reproduce the published YOLO26 table, see
   (one-to-many head, semantic branch) removed.
 * The *training* model is the module as built: every parameter, every module.
 
-Counting runs on the ``meta`` device (shapes only), so it allocates nothing and takes
-milliseconds even for ``x`` models at 1024 px.
+Counting runs one forward of a copy with zero weights on the CPU at the smallest size the net
+takes, one cell at the coarsest stride (32 px), and scales each layer's count to the asked size:
+every side of every feature map is proportional to the input side when that is a multiple of the
+largest stride, so a convolution's count grows with the square of the scale and an attention
+product's (cells × cells) with its fourth power. That is exact (a test checks it against a
+full-size count for every task) and about ten times quicker than a full-size forward on the
+``meta`` device, whose per-operator cost, not the image size, dominated ``fit``'s start-up
+(``docs/engineering/whole-fit-speed.md``, start-up).
 """
 
 from __future__ import annotations
 
 import copy
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -26,7 +33,11 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from lucid_yolo.models.attention import Attention
+from lucid_yolo.models.exceptions import ModelConfigError
 from lucid_yolo.models.model import YOLO26
+
+COUNTED = (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, Attention)
+"""The layers whose multiply-accumulates are counted (module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +101,18 @@ class ModelSummary:
         ]
 
 
-def _macs(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> int:
+def _macs(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor, scale: int) -> int:
+    """Multiply-accumulates of one call of ``module`` per image, measured on a probe batch at a
+    size ``scale`` times smaller than the one it is counted for (module docstring)."""
+    batch = output.shape[0]
+    if isinstance(module, Attention):
+        _, _, H, W = output.shape
+        tokens = H * W * scale**2
+        return module.num_heads * tokens * tokens * (module.key_dim + module.head_dim)
+    return _probe_macs(module, inputs, output) // batch * scale**2
+
+
+def _probe_macs(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> int:
     if isinstance(module, nn.Conv2d):
         kh, kw = module.kernel_size
         return output.numel() * (module.in_channels // module.groups) * kh * kw
@@ -99,11 +121,18 @@ def _macs(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> int:
         return inputs[0].numel() * (module.out_channels // module.groups) * kh * kw
     if isinstance(module, nn.Linear):
         return output.numel() * module.in_features
-    if isinstance(module, Attention):
-        B, _, H, W = output.shape
-        tokens = H * W
-        return B * module.num_heads * tokens * tokens * (module.key_dim + module.head_dim)
     return 0
+
+
+def _zero_weight_copy(model: YOLO26) -> YOLO26:
+    """A copy of ``model`` on the CPU whose parameters and buffers are zeros of the same shapes
+    and dtypes: the counts need shapes only, and zeros cost no device copy of the weights."""
+    memo: dict[int, object] = {}
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        zeros = torch.zeros(tensor.shape, dtype=tensor.dtype)
+        is_param = isinstance(tensor, nn.Parameter)
+        memo[id(tensor)] = nn.Parameter(zeros, tensor.requires_grad) if is_param else zeros
+    return copy.deepcopy(model, memo)
 
 
 def _folded_params(module: nn.Module) -> int:
@@ -131,27 +160,37 @@ def model_summary(model: YOLO26, image_size: int) -> ModelSummary:
     """Count parameters and FLOPs of ``model`` for training and for export.
 
     Args:
-        model: the network (left unchanged; a shape-only copy is measured).
-        image_size: square input size in pixels (640 for the published detect/segment/pose
-            tables, 1024 for OBB).
+        model: the network, on any device (left unchanged; a zero-weight copy is measured).
+        image_size: square input size in pixels, a multiple of the largest stride (640 for the
+            published detect/segment/pose tables, 1024 for OBB).
 
     Returns:
         The totals and a per-submodule table.
+
+    Raises:
+        ModelConfigError: ``image_size`` is not a positive multiple of the largest stride.
     """
-    probe = copy.deepcopy(model).to("meta").train()
+    probe_size = max(model.strides)
+    if image_size <= 0 or image_size % probe_size:
+        raise ModelConfigError(
+            f"image_size={image_size!r} is not a positive multiple of {probe_size}; the network "
+            f"takes square inputs whose side is a multiple of its largest stride ({probe_size})"
+        )
+    scale = image_size // probe_size
+    probe = _zero_weight_copy(model).train()
     macs: dict[nn.Module, int] = {}
 
     def hook(module: nn.Module, inputs: tuple[Tensor, ...], output: Tensor) -> None:
-        macs[module] = macs.get(module, 0) + _macs(module, inputs, output)
+        macs[module] = macs.get(module, 0) + _macs(module, inputs, output, scale)
 
     handles: list[RemovableHandle] = [
-        m.register_forward_hook(hook)
-        for m in probe.modules()
-        if isinstance(m, nn.Conv2d | nn.ConvTranspose2d | nn.Linear | Attention)
+        m.register_forward_hook(hook) for m in probe.modules() if isinstance(m, COUNTED)
     ]
     try:
         with torch.no_grad():
-            probe(torch.empty(1, 3, image_size, image_size, device="meta"))
+            # two images: training-mode BatchNorm needs more than one value per channel, and
+            # the coarsest map has one cell per image
+            probe(torch.zeros(2, 3, probe_size, probe_size))
     finally:
         for handle in handles:
             handle.remove()
