@@ -1,0 +1,387 @@
+"""Where `lucid-yolo fit` spends its start-up: process start to the first training batch.
+
+Issue 11 reports the start-up seconds apart from the fit. This tool splits them. It runs a short
+`lucid-yolo fit` (the same command line as ``tools/bench_side_by_side.py``: packaged ``<task>-n``
+config, the data module's defaults, progress bar off) in a fresh process whose start the parent
+stamps, and times, with wall clocks and no profiler:
+
+* the interpreter's own start-up (spawn to the first line of the child);
+* the imports of the CLI (torch, Lightning and everything they pull in, lucid-yolo);
+* the CLI: parser built, command line parsed, classes instantiated (model, data module, trainer);
+* the fit's set-up: the data module's ``setup`` (labels read, RAM or disk cache filled), the
+  strategy's set-up (model to the device, optimizers), the model summary, the sanity check;
+* each of the first training steps (device synchronised at each step's end), so the steps that
+  record CUDA graphs stand out from the replayed ones after them.
+
+Each timed call is a wrapper put around a class attribute in the child before the command runs;
+nothing the fit computes changes. A second run under ``python -X importtime`` gives the import
+seconds per top-level package (own time, whoever imported it) and the cumulative seconds of the
+heavy imports that matter here (Lightning's ``torchmetrics`` and what it pulls in).
+
+Run (GPU machine; ``tools/`` and the packages' ``src`` on ``PYTHONPATH``)::
+
+    python3 tools/profile_startup.py --replay --out $OUT/startup
+
+CPU smoke run (dev machine)::
+
+    uv run python tools/profile_startup.py --images 16 --val-images 8 --imgsz 128 \\
+        --steps 2 --out /tmp/startup
+
+Writes ``startup.json`` (every mark and step, the import table) and ``startup.md`` (the tables)
+into ``--out``. Python compiles every module it imports when it has no ``.pyc`` to read (a fresh
+virtual environment, ``PYTHONDONTWRITEBYTECODE=1``): run once to warm the cache first
+(``--warm``), as an installed user's second run would find it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from bench_side_by_side import REPLAY_FLAGS, SEGMENT_HEADS_FLAGS
+
+SPAWN_ENV = "LUCID_STARTUP_SPAWN"
+"""Environment variable holding the parent's ``time.time()`` just before it started the child."""
+CHILD_FLAG = "--child"
+"""First argument of the child process: ``--child <marks.json> <fit arguments>``."""
+HEAVY_IMPORTS = (
+    "torch",
+    "lightning",
+    "lightning.fabric.utilities.imports",
+    "torchmetrics.functional",
+    "transformers",
+    "torchvision",
+    "torch._dynamo",
+    "scipy.signal",
+    "sklearn",
+    "pandas",
+    "mpi4py.MPI",
+    "jsonargparse",
+    "lucid_yolo.models",
+    "lucid_yolo.train",
+    "lucid_yolo.cli.lightning_cli",
+)
+"""Modules whose cumulative import seconds the table lists where the run imports them."""
+
+SHOWN_STEPS = 8
+"""Training steps listed one by one in the table (recording happens in the first few)."""
+
+# (label, module, class, attribute, parent label); a parent's time includes its children's
+TIMED = (
+    ("CLI parser built", "lightning.pytorch.cli", "LightningCLI", "setup_parser", ""),
+    ("command line parsed", "lightning.pytorch.cli", "LightningCLI", "parse_arguments", ""),
+    ("classes instantiated", "lightning.pytorch.cli", "LightningCLI", "instantiate_classes", ""),
+    ("model built", "lucid_yolo.train", "YoloModule", "__init__", "classes instantiated"),
+    ("data module built", "lucid_yolo.train", "YoloDataModule", "__init__", "classes instantiated"),
+    ("trainer built", "lightning.pytorch", "Trainer", "__init__", "classes instantiated"),
+    ("data set-up", "lucid_yolo.train", "YoloDataModule", "setup", ""),
+    ("RAM cache filled", "lucid_yolo.train.data.cache", "ImageCache", "fill", "data set-up"),
+    ("disk cache", "lucid_yolo.train.data.disk_cache", "DiskImageCache", "__init__", "data set-up"),
+    ("strategy set-up", "lightning.pytorch.strategies", "Strategy", "setup", ""),
+    ("model summary", "lucid_yolo.cli.fit_summary", "FitModelSummary", "on_fit_start", ""),
+    ("sanity check", "lightning.pytorch", "Trainer", "_run_sanity_check", ""),
+    (
+        "evaluation loop (sanity check, then validations)",
+        "lightning.pytorch.loops.evaluation_loop",
+        "_EvaluationLoop",
+        "run",
+        "",
+    ),
+)
+
+
+# --------------------------------------------------------------------------- child: timing
+
+
+class _Clock:
+    """First start, last end and total seconds of each timed call, from the process's spawn."""
+
+    def __init__(self, spawned: float) -> None:
+        self.spawned = spawned
+        self.calls: dict[str, dict[str, Any]] = {}
+        self.steps: list[float] = []
+        self.first_batch = 0.0
+        self._step_began = 0.0
+
+    def wrap(self, label: str, function: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.time()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                ended = time.time()
+                call = self.calls.setdefault(label, {"start_s": began - self.spawned, "each_s": []})
+                call["each_s"].append(ended - began)
+
+        return timed
+
+    def batch_start(self) -> None:
+        self._step_began = time.time()
+        if not self.first_batch:
+            self.first_batch = self._step_began - self.spawned
+
+    def batch_end(self) -> None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.steps.append(time.time() - self._step_began)
+
+
+def _wrap(clock: _Clock, entry: tuple[str, str, str, str, str]) -> None:
+    import importlib
+
+    label, module, owner, attribute, _ = entry
+    cls = getattr(importlib.import_module(module), owner)
+    setattr(cls, attribute, clock.wrap(label, getattr(cls, attribute)))
+
+
+def _install(clock: _Clock) -> None:
+    """Put a timing wrapper around every attribute of :data:`TIMED` and the batch hooks."""
+    from lightning.pytorch.cli import LightningCLI
+
+    from lucid_yolo.train import YoloModule
+
+    for entry in TIMED:
+        if entry[3] != "__init__":
+            _wrap(clock, entry)
+    # jsonargparse builds the parser from the constructors' signatures: wrap them once it is built
+    instantiate = LightningCLI.instantiate_classes
+
+    def instantiate_classes(self: LightningCLI) -> None:
+        for entry in TIMED:
+            if entry[3] == "__init__":
+                _wrap(clock, entry)
+        instantiate(self)
+
+    LightningCLI.instantiate_classes = instantiate_classes  # type: ignore[method-assign]
+    start, end = YoloModule.on_train_batch_start, YoloModule.on_train_batch_end
+
+    def on_train_batch_start(self: Any, *args: Any) -> Any:
+        clock.batch_start()
+        return start(self, *args)
+
+    def on_train_batch_end(self: Any, *args: Any) -> None:
+        end(self, *args)
+        clock.batch_end()
+
+    YoloModule.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
+    YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
+
+
+def run_child(record: Path, fit_args: list[str]) -> None:
+    """Import the CLI, install the timers, run ``lucid-yolo fit``; write the marks to ``record``."""
+    spawned = float(os.environ.get(SPAWN_ENV, time.time()))
+    began = time.time()
+    import lucid_yolo.cli.lightning_cli  # noqa: F401  (the import is what is timed)
+
+    imported = time.time()
+    clock = _Clock(spawned)
+    _install(clock)
+    from lucid_yolo.cli.main import main
+
+    code = main(["fit", *fit_args])
+    ended = time.time()
+    result = {
+        "interpreter_s": began - spawned,
+        "imports_s": imported - began,
+        "calls": clock.calls,
+        "first_batch_s": clock.first_batch,
+        "steps_s": clock.steps,
+        "exit_s": ended - spawned,
+        "exit_code": code,
+    }
+    record.write_text(json.dumps(result, indent=2))
+
+
+# --------------------------------------------------------------------------- import times
+
+
+def import_times(log: str) -> dict[str, Any]:
+    """Own seconds per top-level package and cumulative seconds of :data:`HEAVY_IMPORTS`, read
+    from the ``-X importtime`` lines of ``log`` (a module is listed once, where it is first
+    imported, so each package's own seconds add up to what the process spent on it)."""
+    own: dict[str, float] = defaultdict(float)
+    cumulative: dict[str, float] = {}
+    total = 0.0
+    for line in log.splitlines():
+        if not line.startswith("import time:") or "|" not in line:
+            continue
+        fields = line.removeprefix("import time:").split("|")
+        if not fields[0].strip().isdigit():
+            continue  # the header line
+        self_us, cumulative_us, name = int(fields[0]), int(fields[1]), fields[2].strip()
+        own[name.split(".")[0]] += self_us / 1e6
+        total += self_us / 1e6
+        if name in HEAVY_IMPORTS and name not in cumulative:
+            cumulative[name] = cumulative_us / 1e6
+    return {
+        "total_s": total,
+        "own_by_package_s": dict(sorted(own.items(), key=lambda kv: -kv[1])),
+        "cumulative_s": cumulative,
+    }
+
+
+# --------------------------------------------------------------------------- report
+
+
+def _phase_rows(calls: dict[str, dict[str, Any]]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The timed calls in the order they first started, children indented under parents."""
+    parents = {label: parent for label, *_, parent in TIMED}
+    for label, call in sorted(calls.items(), key=lambda kv: kv[1]["start_s"]):
+        indent = "  " if parents.get(label) else ""
+        yield indent + label, call
+
+
+def steady_step(steps: list[float]) -> float:
+    """The median of the last half of the steps: a replayed step, once recording is over."""
+    return statistics.median(steps[len(steps) // 2 :]) if steps else 0.0
+
+
+def report(marks: dict[str, Any], imports: dict[str, Any] | None) -> str:
+    """Markdown tables: start-up phases, first steps, import seconds."""
+    lines = [
+        "| phase | starts at s | seconds |",
+        "|---|---|---|",
+        f"| interpreter start-up | 0.00 | {marks['interpreter_s']:.2f} |",
+        f"| imports (CLI, torch, Lightning, lucid-yolo) | {marks['interpreter_s']:.2f} | "
+        f"{marks['imports_s']:.2f} |",
+    ]
+    for label, call in _phase_rows(marks["calls"]):
+        each = call["each_s"]
+        calls = f" ({' + '.join(f'{s:.2f}' for s in each)})" if len(each) > 1 else ""
+        lines.append(f"| {label}{calls} | {call['start_s']:.2f} | {sum(each):.2f} |")
+    lines += [f"| **first training batch starts** | {marks['first_batch_s']:.2f} | |", ""]
+    steps = marks["steps_s"]
+    if steps:
+        steady = steady_step(steps)
+        extra = sum(s - steady for s in steps[: len(steps) // 2])
+        lines += [
+            f"{len(steps)} training steps (the first {min(len(steps), SHOWN_STEPS)} listed):",
+            "",
+            "| step | seconds |",
+            "|---|---|",
+            *(f"| {i + 1} | {s:.3f} |" for i, s in enumerate(steps[:SHOWN_STEPS])),
+            f"| median of the last half | {steady:.3f} |",
+            f"| first half's seconds above that median (recording, warm-up) | {extra:.2f} |",
+            "",
+        ]
+    if imports is not None:
+        lines += [
+            f"Import seconds under `-X importtime` (total own time {imports['total_s']:.2f} s):",
+            "",
+            "| module (cumulative, where first imported) | seconds |",
+            "|---|---|",
+            *(f"| {name} | {s:.2f} |" for name, s in imports["cumulative_s"].items()),
+            "",
+            "| package (own time of all its modules) | seconds |",
+            "|---|---|",
+            *(f"| {n} | {s:.2f} |" for n, s in list(imports["own_by_package_s"].items())[:15]),
+        ]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- parent
+
+
+def fit_args(args: argparse.Namespace, data: Path, runs: Path) -> list[str]:
+    """The ``lucid-yolo fit`` arguments of the profiled run (bench_side_by_side's, shortened)."""
+    command = [
+        "--config", f"{args.task}-n",
+        "--data.yaml", str(data),
+        "--data.batch_size", str(args.batch),
+        "--data.imgsz", str(args.imgsz),
+        "--trainer.max_epochs", str(args.epochs),
+        "--trainer.default_root_dir", str(runs),
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    if args.steps is not None:
+        command += ["--trainer.max_steps", str(args.steps)]
+    if args.replay:
+        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if args.task == "segment" else [])
+    if args.cpu:
+        command += ["--trainer.accelerator", "cpu"]
+    return command + args.lucid_args
+
+
+def _spawn(python_flags: list[str], child_args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, SPAWN_ENV: repr(time.time())}
+    command = [sys.executable, *python_flags, __file__, *child_args]
+    with log.open("wb") as out:
+        return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def _run(python_flags: list[str], child_args: list[str], log: Path) -> None:
+    code = _spawn(python_flags, child_args, log).wait()
+    if code != 0:
+        raise SystemExit(f"profile_startup: the fit failed with exit code {code}; see {log}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True, help="folder for the JSON and tables")
+    parser.add_argument("--data", type=Path, help="dataset YAML (default: a synthetic set)")
+    parser.add_argument("--task", default="detect", choices=("detect", "segment", "pose", "obb"))
+    parser.add_argument("--images", type=int, default=512, help="synthetic training images")
+    parser.add_argument("--val-images", type=int, default=128, help="synthetic validation images")
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument(
+        "--steps", type=int, help="stop after this many steps (--trainer.max_steps)"
+    )
+    parser.add_argument("--replay", action="store_true", help="every replay region of the task")
+    parser.add_argument("--cpu", action="store_true", help="--trainer.accelerator cpu")
+    parser.add_argument("--warm", action="store_true", help="one unmeasured fit first (.pyc)")
+    parser.add_argument("--no-importtime", action="store_true", help="skip the -X importtime run")
+    parser.add_argument("--lucid-args", nargs=argparse.REMAINDER, default=[], help="more flags")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    data = args.data
+    if data is None:
+        from lucid_yolo.train.data.synthetic import generate_synthetic
+
+        data = generate_synthetic(
+            args.out / "data",
+            task=args.task,
+            num_train=args.images,
+            num_val=args.val_images,
+            imgsz=args.imgsz,
+        )
+    command = fit_args(args, data, args.out / "runs")
+    marks_file = args.out / "marks.json"
+    if args.warm:
+        _run([], [CHILD_FLAG, str(marks_file), *command], args.out / "warm.log")
+    _run([], [CHILD_FLAG, str(marks_file), *command], args.out / "fit.log")
+    marks = json.loads(marks_file.read_text())
+    imports = None
+    if not args.no_importtime:
+        log = args.out / "importtime.log"
+        _run(
+            ["-X", "importtime"],
+            [CHILD_FLAG, str(args.out / "marks_importtime.json"), *command],
+            log,
+        )
+        imports = import_times(log.read_text())
+    (args.out / "startup.json").write_text(
+        json.dumps({"command": command, "marks": marks, "imports": imports}, indent=2)
+    )
+    table = report(marks, imports)
+    (args.out / "startup.md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == [CHILD_FLAG]:
+        run_child(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        main()
