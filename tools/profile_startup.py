@@ -16,15 +16,17 @@ stamps, and times, with wall clocks and no profiler:
 Each timed call is a wrapper put around a class attribute in the child before the command runs;
 nothing the fit computes changes. A second run under ``python -X importtime`` gives the import
 seconds per top-level package (own time, whoever imported it) and the cumulative seconds of the
-heavy imports that matter here (Lightning's ``torchmetrics`` and what it pulls in).
+heavy imports that matter here (Lightning's ``torchmetrics`` and what it pulls in); that run and
+the warm-up run (``--warm``) stop after two training and two validation batches.
 
-Run (GPU machine; ``tools/`` and the packages' ``src`` on ``PYTHONPATH``)::
+Run (GPU machine; ``tools/`` and the packages' ``src`` on ``PYTHONPATH``; the synthetic images
+are written under ``--out``, so keep it off a results folder meant for small files)::
 
-    python3 tools/profile_startup.py --replay --out $OUT/startup
+    python3 tools/profile_startup.py --replay --warm --out /tmp/startup
 
 CPU smoke run (dev machine)::
 
-    uv run python tools/profile_startup.py --images 16 --val-images 8 --imgsz 128 \\
+    uv run python tools/profile_startup.py --cpu --images 16 --val-images 8 --imgsz 128 \\
         --steps 2 --out /tmp/startup
 
 Writes ``startup.json`` (every mark and step, the import table) and ``startup.md`` (the tables)
@@ -72,6 +74,8 @@ HEAVY_IMPORTS = (
 )
 """Modules whose cumulative import seconds the table lists where the run imports them."""
 
+SHORT_RUN = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"]
+"""Added to the warm-up and ``-X importtime`` runs: training and validation both run, briefly."""
 SHOWN_STEPS = 8
 """Training steps listed one by one in the table (recording happens in the first few)."""
 
@@ -359,8 +363,10 @@ def main() -> None:
         )
     command = fit_args(args, data, args.out / "runs")
     marks_file = args.out / "marks.json"
+    # the warm-up and -X importtime runs import what the measured one does, in a few batches
+    short = [*command, *SHORT_RUN]
     if args.warm:
-        _run([], [CHILD_FLAG, str(marks_file), *command], args.out / "warm.log")
+        _run([], [CHILD_FLAG, str(args.out / "marks_warm.json"), *short], args.out / "warm.log")
     _run([], [CHILD_FLAG, str(marks_file), *command], args.out / "fit.log")
     marks = json.loads(marks_file.read_text())
     imports = None
@@ -368,7 +374,7 @@ def main() -> None:
         log = args.out / "importtime.log"
         _run(
             ["-X", "importtime"],
-            [CHILD_FLAG, str(args.out / "marks_importtime.json"), *command],
+            [CHILD_FLAG, str(args.out / "marks_importtime.json"), *short],
             log,
         )
         imports = import_times(log.read_text())
