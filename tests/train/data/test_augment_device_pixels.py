@@ -8,13 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels
+from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels, HsvTables, hsv_on_device
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import Task, load_dataset_yaml
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.exceptions import TrainConfigError
 
 IMGSZ = 96
 ITEMS = [(epoch, index) for epoch in range(2) for index in range(6)]
@@ -62,6 +63,31 @@ def test_device_pixels_labels_flip_in_the_worker(tmp_path: Path) -> None:
     for item in flipped:
         assert (deferred[item].boxes == cpu[item].boxes).all()
         assert not (deferred[item].image == cpu[item].image).all()
+
+
+@pytest.mark.parametrize("images_per_chunk", [1, 5])
+def test_device_pixels_in_chunks_equal_the_whole_batch_bitwise(
+    tmp_path: Path, images_per_chunk: int
+) -> None:
+    _, deferred = _pair(tmp_path, "detect", AugmentConfig())
+    batch = collate([deferred[item] for item in ITEMS])
+    images, gains, flips = batch["images"], batch["deferred_hsv"], batch["deferred_flip"]
+    jittered = hsv_on_device(images, gains, HsvTables.on(images.device))
+    whole = torch.where(flips[:, None, None, None], jittered.flip(-1), jittered)
+    pixels = DevicePixels(chunk_pixels=images_per_chunk * IMGSZ * IMGSZ)
+    assert torch.equal(pixels(batch)["images"], whole)
+
+
+def test_device_pixels_finish_the_images_in_place(tmp_path: Path) -> None:
+    _, deferred = _pair(tmp_path, "detect", AugmentConfig())
+    batch = collate([deferred[item] for item in ITEMS])
+    images = batch["images"]
+    assert DevicePixels()(batch)["images"] is images
+
+
+def test_device_pixels_reject_an_empty_chunk() -> None:
+    with pytest.raises(TrainConfigError, match=r"chunk_pixels=0 must be at least 1"):
+        DevicePixels(chunk_pixels=0)
 
 
 def test_device_pixels_without_hsv_flips_only(tmp_path: Path) -> None:

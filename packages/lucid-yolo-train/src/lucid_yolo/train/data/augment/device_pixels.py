@@ -26,39 +26,70 @@ from torch import Tensor
 from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_on_device
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.exceptions import TrainConfigError
+
+CHUNK_PIXELS = 1 << 20
+"""Pixels :class:`DevicePixels` finishes at once by default: two 640 px images, whose HSV
+temporaries come to about 18 MB (22 bytes per pixel, :func:`hsv_on_device`)."""
 
 
 class DevicePixels:
     """Applies a batch's deferred HSV gains and flips to its images, on the images' device.
 
+    The images are finished in place, a few at a time (``chunk_pixels``). Why (issue 11,
+    memory): natively the data path's temporaries reuse blocks the previous step's activations
+    freed, but in a replayed fit those activations stay in the graph pool, so the temporaries
+    add to what the fit reserves (docs/engineering/replay-memory.md, item 10). Whole-batch HSV
+    held about 13 bytes per image byte (244 MiB at 16 x 640 px); a chunk holds a bounded slice
+    of that. Each pixel's result depends on that pixel's bytes and its image's draws alone, so
+    chunks give the whole batch's bits (``tests/train/data/test_augment_device_pixels.py``).
+
     The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 83 MB) are
     built at the first batch that needs them and kept for the device.
+
+    Args:
+        chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W))`` at a time.
 
     Example:
         ``batch = DevicePixels()(batch)`` after the batch was moved to the device.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, chunk_pixels: int = CHUNK_PIXELS) -> None:
+        if chunk_pixels < 1:
+            raise TrainConfigError(
+                f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
+                f"{CHUNK_PIXELS}, finishes two 640 px images at a time"
+            )
+        self.chunk_pixels = chunk_pixels
         self._tables: HsvTables | None = None
 
     def __call__(self, batch: Batch) -> Batch:
         """``batch`` with its images and masks finished and the ``deferred_*`` keys removed.
 
-        A batch without deferred work (evaluation, or pixels finished in the workers) is
-        returned untouched.
+        The images are written in place: the batch owns them (the copy Lightning made on the
+        device). A batch without deferred work (evaluation, or pixels finished in the workers)
+        is returned untouched.
         """
         gains = batch.pop("deferred_hsv", None)
-        if gains is not None:
-            images = batch["images"]
-            batch["images"] = hsv_on_device(images, gains, self._tables_on(images.device))
-        flip = batch.pop("deferred_flip", None)
-        if flip is not None:
-            images = batch["images"]
-            batch["images"] = torch.where(flip[:, None, None, None], images.flip(-1), images)
+        flips = batch.pop("deferred_flip", None)
+        if gains is not None or flips is not None:
+            self._finish_images(batch["images"], gains, flips)
         packed = batch.pop("deferred_masks", None)
         if packed is not None:
             batch["masks"] = _unpack_bits(packed, batch["images"].shape[-1] // MASK_STRIDE)
         return batch
+
+    def _finish_images(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> None:
+        """HSV, then the mirror (the CPU path's order), chunk by chunk into ``images``."""
+        step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
+        for start in range(0, images.shape[0], step):
+            chunk = slice(start, start + step)
+            finished = images[chunk]
+            if gains is not None:
+                finished = hsv_on_device(finished, gains[chunk], self._tables_on(images.device))
+            if flips is not None:
+                finished = torch.where(flips[chunk, None, None, None], finished.flip(-1), finished)
+            images[chunk] = finished
 
     def _tables_on(self, device: torch.device) -> HsvTables:
         if self._tables is None or self._tables.to_hsv.device != device:
@@ -68,9 +99,10 @@ class DevicePixels:
 
 def _unpack_bits(packed: Tensor, width: int) -> Tensor:
     """``np.packbits(..., axis=-1)`` undone: (..., ceil(width / 8)) uint8, the first pixel in
-    each byte's high bit -> (..., width) uint8 0/1."""
+    each byte's high bit -> (..., width) uint8 0/1. One tensor of the unpacked size is
+    allocated (two when ``width`` is not a multiple of 8: the trimmed copy)."""
     shifts = torch.arange(7, -1, -1, dtype=torch.uint8, device=packed.device)
-    bits = (packed[..., None] >> shifts) & 1  # (..., bytes, 8)
+    bits = (packed[..., None] >> shifts).bitwise_and_(1)  # (..., bytes, 8)
     return bits.flatten(-2)[..., :width].contiguous()
 
 

@@ -91,7 +91,10 @@ class HsvTables:
 def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     """Jitter a batch in HSV space on its own device, :func:`hsv_cpu` per image.
 
-    No host synchronisation: every step is a gather or an elementwise op on the device.
+    No host synchronisation: every step is a gather or an elementwise op on the device. Pixels
+    travel as one int32 code per pixel, built and rebuilt in place, so the temporaries come to
+    about 22 bytes per pixel; :class:`~lucid_yolo.train.data.augment.DevicePixels` calls it a
+    few images at a time to keep them small.
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
@@ -107,13 +110,23 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     luts = torch.cat(
         [torch.remainder(scaled[:, 0:1], HUE_LEVELS), scaled[:, 1:3].clamp(0, 255)], dim=1
     ).to(torch.uint8)  # truncates, as numpy's astype
-    rgb = images.int()
-    hsv = tables.to_hsv[(rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2]]  # (B, H, W, 3)
+    codes = _pixel_codes(images.unbind(1))  # (B, H, W) int32 RGB codes
+    hsv = tables.to_hsv[codes]  # (B, H, W, 3)
     # row (b * 3 + c) of the flattened tables is image b's table of channel c
     rows = torch.arange(B * 3, dtype=torch.int32, device=images.device).view(B, 1, 1, 3)
-    h, s, v = luts.view(-1)[rows * 256 + hsv].int().unbind(-1)  # 3 x (B, H, W)
-    out = tables.to_rgb[(h << 16) | (s << 8) | v]  # (B, H, W, 3)
+    jittered = luts.view(-1)[hsv.int().add_(rows * 256)]  # (B, H, W, 3)
+    del hsv
+    out = tables.to_rgb[_pixel_codes(jittered.unbind(-1), into=codes)]  # (B, H, W, 3)
     return out.permute(0, 3, 1, 2).contiguous()
+
+
+def _pixel_codes(channels: tuple[Tensor, ...], into: Tensor | None = None) -> Tensor:
+    """``c0 << 16 | c1 << 8 | c2`` as int32 from three uint8 planes of one shape, built in
+    ``into`` (int32, that shape) when given: the row of a pixel in :class:`HsvTables`."""
+    first, second, third = channels
+    codes = first.int() if into is None else into.copy_(first)
+    codes.bitwise_left_shift_(8).bitwise_or_(second)
+    return codes.bitwise_left_shift_(8).bitwise_or_(third)
 
 
 def _opencv_tables() -> tuple[UInt8Array, UInt8Array]:
