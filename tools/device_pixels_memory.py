@@ -43,7 +43,8 @@ MIB = 2**20
 
 class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
     """``with LiveBytes(*inputs) as held: ...`` then ``held.peak``: the most bytes that tensors
-    created inside the block held at once.
+    created inside the block held at once; ``held.operators``: the operators it ran that are not
+    views (on CUDA, about one kernel launch each).
 
     Every operator's outputs are looked at once they return: a storage not seen before counts
     its bytes until Python frees it. Views and in-place results share a storage already seen,
@@ -54,10 +55,13 @@ class LiveBytes(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch st
         super().__init__()  # type: ignore[no-untyped-call]
         self.live = 0
         self.peak = 0
+        self.operators = 0
         self._seen = {tensor.untyped_storage().data_ptr() for tensor in inputs}
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
+        if not func.is_view:
+            self.operators += 1
         for leaf in tree_leaves(out):
             if isinstance(leaf, torch.Tensor):
                 self._count(leaf.untyped_storage())
@@ -97,8 +101,8 @@ def synthetic_batch(
 
 
 def measure(pixels: DevicePixels, batch: Batch) -> dict[str, int | None]:
-    """Peak bytes :class:`LiveBytes` counts while ``pixels`` finishes ``batch``, and on CUDA
-    the allocator's peak allocated bytes above those allocated before the call."""
+    """Peak bytes and operators :class:`LiveBytes` counts while ``pixels`` finishes ``batch``,
+    and on CUDA the allocator's peak allocated bytes above those allocated before the call."""
     inputs = [value for value in batch.values() if isinstance(value, torch.Tensor)]
     device = inputs[0].device
     cuda = device.type == "cuda"
@@ -111,7 +115,11 @@ def measure(pixels: DevicePixels, batch: Batch) -> dict[str, int | None]:
     if cuda:
         torch.cuda.synchronize(device)
     allocated = torch.cuda.max_memory_allocated(device) - before if cuda else None
-    return {"live_peak_bytes": held.peak, "cuda_peak_allocated_bytes": allocated}
+    return {
+        "live_peak_bytes": held.peak,
+        "operators": held.operators,
+        "cuda_peak_allocated_bytes": allocated,
+    }
 
 
 def main() -> None:

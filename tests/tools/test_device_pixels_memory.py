@@ -10,7 +10,7 @@ from tool_modules import load_tool
 
 from lucid_yolo.train.data.augment import DevicePixels
 
-IMGSZ = 64
+IMGSZ = 160  # large enough that pixels, not the per-image tables, set the peak
 
 
 @pytest.fixture
@@ -29,6 +29,7 @@ def test_live_bytes_peak_counts_tensors_alive_together(memory_tool: ModuleType) 
         del doubled
     assert held.peak == 8000
     assert held.live == narrow.nbytes
+    assert held.operators == 4
 
 
 def test_live_bytes_never_counts_its_inputs_or_their_views(memory_tool: ModuleType) -> None:
@@ -38,7 +39,9 @@ def test_live_bytes_never_counts_its_inputs_or_their_views(memory_tool: ModuleTy
     assert held.peak == 0
 
 
-def test_device_pixels_in_chunks_hold_what_one_image_holds(memory_tool: ModuleType) -> None:
+def test_device_pixels_in_chunks_hold_what_one_image_holds_plus_its_tables(
+    memory_tool: ModuleType,
+) -> None:
     def peak(pixels: DevicePixels, images: int) -> int:
         batch = memory_tool.synthetic_batch(images, IMGSZ, 0, torch.device("cpu"))
         measured = memory_tool.measure(pixels, batch)
@@ -48,7 +51,7 @@ def test_device_pixels_in_chunks_hold_what_one_image_holds(memory_tool: ModuleTy
     pixels = DevicePixels(chunk_pixels=IMGSZ * IMGSZ)
     peak(pixels, 1)  # builds the tables
     one = peak(pixels, 1)
-    assert peak(pixels, 8) == one
+    assert peak(pixels, 8) <= one + 8 * 3 * 256  # one uint8 table per image and channel
     pixels.chunk_pixels = 8 * IMGSZ * IMGSZ
     assert peak(pixels, 8) > 4 * one
 

@@ -10,7 +10,14 @@ from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.device_pixels import DevicePixels
 from lucid_yolo.train.data.augment.flip import flip_lr
 from lucid_yolo.train.data.augment.geometry import KeepRule, clip_polygon
-from lucid_yolo.train.data.augment.hsv import HsvTables, draw_hsv_gains, hsv_cpu, hsv_on_device
+from lucid_yolo.train.data.augment.hsv import (
+    HsvTables,
+    draw_hsv_gains,
+    hsv_cpu,
+    hsv_lookup,
+    hsv_luts,
+    hsv_on_device,
+)
 from lucid_yolo.train.data.augment.letterbox import (
     fit_size,
     letterbox,
@@ -73,6 +80,8 @@ __all__ = [
     "HsvTables",
     "draw_hsv_gains",
     "hsv_cpu",
+    "hsv_lookup",
+    "hsv_luts",
     "hsv_on_device",
     # pixel passes finished on the training device
     "DevicePixels",

@@ -23,14 +23,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_on_device
+from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, hsv_luts
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
 CHUNK_PIXELS = 1 << 20
 """Pixels :class:`DevicePixels` finishes at once by default: two 640 px images, whose HSV
-temporaries come to about 18 MB (22 bytes per pixel, :func:`hsv_on_device`)."""
+temporaries come to about 18 MB (22 bytes per pixel, :func:`hsv_lookup`)."""
 
 
 class DevicePixels:
@@ -82,14 +82,17 @@ class DevicePixels:
     def _finish_images(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> None:
         """HSV, then the mirror (the CPU path's order), chunk by chunk into ``images``."""
         step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
+        luts = None if gains is None else hsv_luts(gains)
         for start in range(0, images.shape[0], step):
             chunk = slice(start, start + step)
             finished = images[chunk]
-            if gains is not None:
-                finished = hsv_on_device(finished, gains[chunk], self._tables_on(images.device))
-            if flips is not None:
-                finished = torch.where(flips[chunk, None, None, None], finished.flip(-1), finished)
-            images[chunk] = finished
+            if luts is not None:
+                finished = hsv_lookup(finished, luts[chunk], self._tables_on(images.device))
+            if flips is None:
+                images[chunk] = finished
+            else:
+                mirror = flips[chunk, None, None, None]
+                torch.where(mirror, finished.flip(-1), finished, out=images[chunk])
 
     def _tables_on(self, device: torch.device) -> HsvTables:
         if self._tables is None or self._tables.to_hsv.device != device:

@@ -91,10 +91,9 @@ class HsvTables:
 def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     """Jitter a batch in HSV space on its own device, :func:`hsv_cpu` per image.
 
-    No host synchronisation: every step is a gather or an elementwise op on the device. Pixels
-    travel as one int32 code per pixel, built and rebuilt in place, so the temporaries come to
-    about 22 bytes per pixel; :class:`~lucid_yolo.train.data.augment.DevicePixels` calls it a
-    few images at a time to keep them small.
+    No host synchronisation: every step is a gather or an elementwise op on the device. The
+    whole batch at once; :class:`~lucid_yolo.train.data.augment.DevicePixels` runs the same two
+    steps (:func:`hsv_luts`, :func:`hsv_lookup`) a few images at a time.
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
@@ -102,22 +101,49 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
         tables: the conversions on ``images.device``.
 
     Returns:
-        (B, 3, H, W) uint8 RGB.
+        (B, 3, H, W) uint8 RGB, contiguous.
     """
-    B = images.shape[0]
-    levels = torch.arange(256, dtype=torch.float64, device=images.device)
-    scaled = levels * gains[:, :, None]  # (B, 3, 256), as hsv_cpu's tables
-    luts = torch.cat(
+    return hsv_lookup(images, hsv_luts(gains), tables).contiguous()
+
+
+def hsv_luts(gains: Tensor) -> Tensor:
+    """Each image's channel tables, as :func:`hsv_cpu` builds them.
+
+    Args:
+        gains: (B, 3) float64 (h, s, v) gains per image.
+
+    Returns:
+        (B, 3, 256) uint8: row ``c`` of image ``b`` maps a value of channel ``c``.
+    """
+    levels = torch.arange(256, dtype=torch.float64, device=gains.device)
+    scaled = levels * gains[:, :, None]  # (B, 3, 256)
+    return torch.cat(
         [torch.remainder(scaled[:, 0:1], HUE_LEVELS), scaled[:, 1:3].clamp(0, 255)], dim=1
     ).to(torch.uint8)  # truncates, as numpy's astype
+
+
+def hsv_lookup(images: Tensor, luts: Tensor, tables: HsvTables) -> Tensor:
+    """RGB -> HSV, each channel through its image's table, HSV -> RGB: three table lookups.
+
+    Pixels travel as one int32 code each, built and rebuilt in place in one buffer, so the
+    temporaries come to about 22 bytes per pixel.
+
+    Args:
+        images: (B, 3, H, W) uint8 RGB.
+        luts: (B, 3, 256) uint8 contiguous, from :func:`hsv_luts`.
+        tables: the conversions on ``images.device``.
+
+    Returns:
+        (B, 3, H, W) uint8 RGB in ``torch.channels_last`` layout (a view of the last lookup).
+    """
     codes = _pixel_codes(images.unbind(1))  # (B, H, W) int32 RGB codes
     hsv = tables.to_hsv[codes]  # (B, H, W, 3)
-    # row (b * 3 + c) of the flattened tables is image b's table of channel c
-    rows = torch.arange(B * 3, dtype=torch.int32, device=images.device).view(B, 1, 1, 3)
-    jittered = luts.view(-1)[hsv.int().add_(rows * 256)]  # (B, H, W, 3)
+    # element (b * 3 + c) * 256 + value of the flattened tables: image b's channel c
+    offsets = torch.arange(0, luts.numel(), 256, dtype=torch.int32, device=luts.device)
+    jittered = luts.view(-1)[hsv.int().add_(offsets.view(-1, 1, 1, 3))]  # (B, H, W, 3)
     del hsv
-    out = tables.to_rgb[_pixel_codes(jittered.unbind(-1), into=codes)]  # (B, H, W, 3)
-    return out.permute(0, 3, 1, 2).contiguous()
+    rgb = tables.to_rgb[_pixel_codes(jittered.unbind(-1), into=codes)]  # (B, H, W, 3)
+    return rgb.permute(0, 3, 1, 2)
 
 
 def _pixel_codes(channels: tuple[Tensor, ...], into: Tensor | None = None) -> Tensor:
@@ -143,4 +169,12 @@ def _opencv_tables() -> tuple[UInt8Array, UInt8Array]:
     return np.asarray(to_hsv, np.uint8).reshape(-1, 3), np.asarray(to_rgb, np.uint8).reshape(-1, 3)
 
 
-__all__ = ["HUE_LEVELS", "HsvTables", "draw_hsv_gains", "hsv_cpu", "hsv_on_device"]
+__all__ = [
+    "HUE_LEVELS",
+    "HsvTables",
+    "draw_hsv_gains",
+    "hsv_cpu",
+    "hsv_lookup",
+    "hsv_luts",
+    "hsv_on_device",
+]
