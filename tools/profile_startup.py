@@ -9,7 +9,9 @@ stamps, and times, with wall clocks and no profiler:
 * the imports of the CLI (torch, Lightning and everything they pull in, lucid-yolo);
 * the CLI: parser built, command line parsed, classes instantiated (model, data module, trainer);
 * the fit's set-up: the data module's ``setup`` (labels read, RAM or disk cache filled), the
-  strategy's set-up (model to the device, optimizers), the model summary, the sanity check;
+  strategy's set-up (model to the device, optimizers), the model summary, the sanity check (and
+  in it, as in each validation: the loader's iterator started, which forks its workers the first
+  time, the validation steps, the metrics at the epoch's end);
 * each of the first training steps (device synchronised at each step's end), so the steps that
   record CUDA graphs stand out from the replayed ones after them.
 
@@ -76,6 +78,8 @@ HEAVY_IMPORTS = (
 
 SHORT_RUN = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"]
 """Added to the warm-up and ``-X importtime`` runs: training and validation both run, briefly."""
+MAX_LISTED_CALLS = 4
+"""A phase called more often shows its call count instead of each call's seconds."""
 SHOWN_STEPS = 8
 """Training steps listed one by one in the table (recording happens in the first few)."""
 
@@ -100,6 +104,9 @@ TIMED = (
         "run",
         "",
     ),
+    ("loader iterator started", "torch.utils.data", "DataLoader", "__iter__", ""),
+    ("validation steps", "lucid_yolo.train", "YoloModule", "validation_step", ""),
+    ("validation metrics", "lucid_yolo.train", "YoloModule", "on_validation_epoch_end", ""),
 )
 
 
@@ -262,7 +269,11 @@ def report(marks: dict[str, Any], imports: dict[str, Any] | None) -> str:
     ]
     for label, call in _phase_rows(marks["calls"]):
         each = call["each_s"]
-        calls = f" ({' + '.join(f'{s:.2f}' for s in each)})" if len(each) > 1 else ""
+        calls = ""
+        if 1 < len(each) <= MAX_LISTED_CALLS:
+            calls = f" ({' + '.join(f'{s:.2f}' for s in each)})"
+        elif len(each) > MAX_LISTED_CALLS:
+            calls = f" ({len(each)} calls)"
         lines.append(f"| {label}{calls} | {call['start_s']:.2f} | {sum(each):.2f} |")
     lines += [f"| **first training batch starts** | {marks['first_batch_s']:.2f} | |", ""]
     steps = marks["steps_s"]
