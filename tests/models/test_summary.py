@@ -108,3 +108,10 @@ def test_model_summary_format_reports_both_counts() -> None:
     assert "training:" in text
     assert "inference: 2,4" in text
     assert "backbone.stage5" in text
+
+
+@pytest.mark.gpu
+def test_model_summary_of_a_cuda_model_equals_the_cpu_models() -> None:
+    model = create_model("yolo26n-seg", num_classes=3)
+    on_cpu = model_summary(model, 640)
+    assert model_summary(model.cuda(), 640) == on_cpu
