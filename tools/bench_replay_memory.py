@@ -23,6 +23,9 @@ update and EMA blend). It records:
   step, the blocks alive then by owner and allocation site, which names the code path (warm-up,
   capture, replayed backward, data path) that held the bytes.
 
+The Markdown report (``replay_memory.md``) also splits each replayed peak reserved into the graph
+pool and the rest, beside what the 1.10 goal leaves outside that pool (:func:`budget`).
+
 ``--jobs`` runs that many fits at once: each is its own process, so memory numbers do not depend
 on the others (times do, and this tool reports none).
 
@@ -70,6 +73,8 @@ STATS = (
 )
 """``torch.cuda.memory_stats`` keys kept in the JSON."""
 GIB = 2**30
+GOAL = 1.10
+"""Issue 11: a replayed fit's peak reserved memory at most this many times native's."""
 
 
 # ---------------------------------------------------------------------------- one fit (child)
@@ -303,6 +308,49 @@ def table(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def budget(native: dict[str, Any], replay: dict[str, Any]) -> dict[str, Any] | None:
+    """Where the replayed fit's peak reserved bytes sit, against what :data:`GOAL` allows.
+
+    The graph pool is read from the allocator trace at the peak when there is one, else from
+    the replay telemetry's ``pool_bytes`` (the pool at the end of the fit, which stops growing
+    after the last recording). ``allowed_outside_pool`` is what the goal leaves beside that
+    pool; ``step`` is the first step whose running peak reached the fit's peak. ``None``
+    without CUDA numbers.
+    """
+    native_peak, replay_peak = native.get("peak_reserved"), replay.get("peak_reserved")
+    if not native_peak or replay_peak is None:
+        return None
+    owners = ((replay.get("attribution") or {}).get("reserved") or {}).get("reserved_by_owner")
+    if owners:
+        pool = sum(v for owner, v in owners.items() if owner.startswith("pool"))
+    else:
+        pool = replay["telemetry"]["pool_bytes"]
+    steps = [i + 1 for i, m in enumerate(replay["per_step"]) if m["peak_reserved"] >= replay_peak]
+    return {
+        "step": steps[0] if steps else None,
+        "pool": pool,
+        "outside_pool": replay_peak - pool,
+        "allowed_outside_pool": int(GOAL * native_peak) - pool,
+    }
+
+
+def budget_table(cases: list[dict[str, Any]]) -> str:
+    """Markdown: per case, the replayed peak split into the graph pool and the rest."""
+    lines = [
+        f"| case | step of the replayed peak | graph pool GiB | outside the pool GiB "
+        f"| allowed outside the pool at {GOAL}x GiB |",
+        "|---|---|---|---|---|",
+    ]
+    for case in cases:
+        found = budget(case["native"], case["replay"])
+        if found is not None:
+            lines.append(
+                f"| {case['task']} b{case['batch']} | {found['step']} | {_gib(found['pool'])} "
+                f"| {_gib(found['outside_pool'])} | {_gib(found['allowed_outside_pool'])} |"
+            )
+    return "\n".join(lines) + "\n" if len(lines) > 2 else ""
+
+
 def site_tables(cases: list[dict[str, Any]], rows: int = 10) -> str:
     """Markdown: per fit with ``--history``, the largest allocation sites at each peak."""
     parts = []
@@ -361,8 +409,9 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
         )
     report = {"imgsz": args.imgsz, "steps": args.steps, "device": args.device, "cases": cases}
     (args.out / "replay_memory.json").write_text(json.dumps(report, indent=1))
-    (args.out / "replay_memory.md").write_text(table(cases) + "\n" + site_tables(cases))
-    print(table(cases), flush=True)
+    summary = table(cases) + "\n\n" + budget_table(cases)
+    (args.out / "replay_memory.md").write_text(summary + site_tables(cases))
+    print(summary, flush=True)
     return report
 
 

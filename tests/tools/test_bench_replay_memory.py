@@ -42,6 +42,44 @@ def test_ratios_are_replay_over_native_and_none_without_cuda_numbers(bench: Modu
     assert bench.ratios(cpu, cpu) == {"peak_reserved": None, "peak_allocated": None}
 
 
+def _replay_fit(peaks: list[int], pool_bytes: int) -> dict[str, object]:
+    per_step = [{"peak_reserved": peak} for peak in peaks]
+    return {
+        "peak_reserved": peaks[-1],
+        "per_step": per_step,
+        "telemetry": {"pool_bytes": pool_bytes},
+        "attribution": None,
+    }
+
+
+def test_budget_splits_the_replayed_peak_at_the_pool(bench: ModuleType) -> None:
+    native = {"peak_reserved": 1000}
+    replay = _replay_fit([500, 1200, 1300, 1300], pool_bytes=900)
+    assert bench.budget(native, replay) == {
+        "step": 3,
+        "pool": 900,
+        "outside_pool": 400,
+        "allowed_outside_pool": 200,
+    }
+
+
+def test_budget_reads_the_pool_at_the_peak_from_the_trace(bench: ModuleType) -> None:
+    replay = _replay_fit([1300], pool_bytes=900)
+    owners = {"pool (0, 1)": 700, "pool (0, 2)": 100, "stream 0": 500}
+    replay["attribution"] = {"reserved": {"reserved_by_owner": owners}}
+    found = bench.budget({"peak_reserved": 1000}, replay)
+    assert (found["pool"], found["outside_pool"], found["allowed_outside_pool"]) == (800, 500, 300)
+
+
+def test_budget_table_has_a_row_per_case_with_cuda_numbers(bench: ModuleType) -> None:
+    gpu = {"native": {"peak_reserved": 2**30}, "replay": _replay_fit([2**31], pool_bytes=2**30)}
+    cpu = {"native": {"peak_reserved": None}, "replay": {"peak_reserved": None}}
+    cases = [{"task": "detect", "batch": 16, **gpu}, {"task": "detect", "batch": 4, **cpu}]
+    rows = bench.budget_table(cases).splitlines()[2:]
+    assert rows == ["| detect b16 | 1 | 1.000 | 1.000 | 0.100 |"]
+    assert bench.budget_table(cases[1:]) == ""
+
+
 @pytest.mark.slow
 def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: Path) -> None:
     bench.main(
