@@ -26,7 +26,8 @@ Event = dict[str, Any]
 PoolRange = tuple[int, int, str]
 """A graph pool's segment: start address, size, owner name (``"pool (a, b)"``)."""
 
-_PROJECT_PARTS = ("/lucid_yolo/", "/tools/")
+_TOOLS_PART = "/tools/"
+_PROJECT_PARTS = ("/lucid_yolo/", _TOOLS_PART)
 _REPLAY_PART = "/lucid_yolo/replay/"
 _RESERVE = {"segment_alloc": 1, "segment_map": 1, "segment_free": -1, "segment_unmap": -1}
 
@@ -134,6 +135,10 @@ def site_of(frames: Sequence[dict[str, Any]]) -> str:
     """Where a block was allocated: the innermost project frame (else the innermost frame),
     followed by ``" < "`` and the innermost replay-library frame when that is another one.
 
+    When the innermost project frame is a tool's (a block Lightning or torch allocated inside
+    ``trainer.fit``), the innermost frame of another library (Lightning, torchmetrics; not torch)
+    comes first, so ``_fit``'s blocks read apart by the code that allocated them.
+
     A dispatch mode's ``__torch_dispatch__`` (the recorder's capture trail runs every captured
     op through one) is skipped: it would name itself for every block of a capture.
     """
@@ -142,10 +147,19 @@ def site_of(frames: Sequence[dict[str, Any]]) -> str:
         return "?"
     project = [f for f in frames if any(p in str(f.get("filename", "")) for p in _PROJECT_PARTS)]
     inner = project[0] if project else frames[0]
+    if _TOOLS_PART in str(inner.get("filename", "")):
+        library = next((f for f in frames[: frames.index(inner)] if _is_library(f)), None)
+        if library is not None:
+            return f"{_short(library)} < {_short(inner)}"
     replay = next((f for f in frames if _REPLAY_PART in str(f.get("filename", ""))), None)
     if replay is None or replay is inner:
         return _short(inner)
     return f"{_short(inner)} < {_short(replay)}"
+
+
+def _is_library(frame: dict[str, Any]) -> bool:
+    filename = str(frame.get("filename", ""))
+    return "/site-packages/" in filename and "/site-packages/torch/" not in filename
 
 
 def _step_counter(trace: Sequence[Event], is_marker: Callable[[Event], bool]) -> list[int]:

@@ -66,6 +66,23 @@ def test_site_of_names_the_project_frame_and_the_replay_frame_that_led_there(
     )
 
 
+def test_site_of_names_the_library_that_allocated_inside_a_tool_frame(
+    trace_tools: ModuleType,
+) -> None:
+    fit = {"filename": "/repo/tools/bench_replay_memory.py", "line": 206, "name": "_fit"}
+    strategy = {
+        "filename": "/venv/site-packages/lightning/pytorch/strategies/single_device.py",
+        "line": 80,
+        "name": "model_to_device",
+    }
+    assert trace_tools.site_of([TORCH, strategy, fit]) == (
+        "lightning/pytorch/strategies/single_device.py:80 model_to_device"
+        " < bench_replay_memory.py:206 _fit"
+    )
+    assert trace_tools.site_of([TORCH, fit]) == "bench_replay_memory.py:206 _fit"
+    assert trace_tools.site_of([TORCH, DATA, strategy, fit]) == "train/data/hsv.py:7 hsv_on_device"
+
+
 def test_owner_of_tells_pool_addresses_from_streams(trace_tools: ModuleType) -> None:
     pools = trace_tools.pool_ranges(
         [
