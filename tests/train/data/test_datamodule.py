@@ -13,8 +13,10 @@ from torch import Tensor
 
 from lucid_yolo.train.data.augment import AugmentConfig
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.cache import ImageCache
 from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
+from lucid_yolo.train.data.disk_cache import DiskImageCache
 from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.prepared import PreparedDataset
@@ -299,6 +301,27 @@ def test_datamodule_disk_cache_changes_no_sample(pose_yaml: Path, tmp_path: Path
     for a, b in zip(on_disk.train_dataloader(), decoded.train_dataloader(), strict=True):
         assert torch.equal(a["images"], b["images"])
         assert torch.equal(a["keypoints"], b["keypoints"])
+
+
+def test_datamodule_automatic_cache_reuses_an_earlier_runs_disk_cache(
+    pose_yaml: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _module(pose_yaml, cache="disk", cache_dir=tmp_path / "images").setup("validate")
+    capsys.readouterr()
+    automatic = _module(pose_yaml, cache=None, cache_dir=tmp_path / "images")
+    automatic.setup("validate")
+    cache = automatic.datasets["val"].cache
+    assert isinstance(cache, DiskImageCache)
+    assert cache.reused
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("data: ")]
+    assert lines[0].startswith("data: val: 3 images, disk cache of an earlier run reused")
+
+
+def test_datamodule_automatic_cache_writes_no_disk_cache(pose_yaml: Path, tmp_path: Path) -> None:
+    automatic = _module(pose_yaml, cache=None, cache_dir=tmp_path / "images")
+    automatic.setup("validate")
+    assert isinstance(automatic.datasets["val"].cache, ImageCache)
+    assert not (tmp_path / "images").exists()
 
 
 @pytest.mark.usefixtures("progress_every_item")

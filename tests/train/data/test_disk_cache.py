@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lucid_yolo.train.data.cache import load_image
-from lucid_yolo.train.data.disk_cache import DiskImageCache, fingerprint
+from lucid_yolo.train.data.disk_cache import DiskImageCache, fingerprint, has_disk_cache
 from lucid_yolo.train.data.errors import DatasetConfigError, ImageReadError
 
 IMGSZ = 48
@@ -116,3 +116,23 @@ def test_disk_cache_pickles_without_its_pixels(tmp_path: Path, images: list[Path
     assert a is not None
     assert b is not None
     np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_has_disk_cache_only_once_a_build_completed(tmp_path: Path, images: list[Path]) -> None:
+    assert not has_disk_cache(tmp_path / "cache", images, IMGSZ)
+    DiskImageCache(tmp_path / "cache", images, IMGSZ)
+    assert has_disk_cache(tmp_path / "cache", images, IMGSZ)
+    assert not has_disk_cache(tmp_path / "cache", images, IMGSZ * 2)
+
+
+def test_has_disk_cache_not_after_an_image_changes(tmp_path: Path, images: list[Path]) -> None:
+    DiskImageCache(tmp_path / "cache", images, IMGSZ)
+    stat = images[0].stat()
+    os.utime(images[0], ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    assert not has_disk_cache(tmp_path / "cache", images, IMGSZ)
+
+
+def test_has_disk_cache_not_for_a_missing_image(tmp_path: Path, images: list[Path]) -> None:
+    DiskImageCache(tmp_path / "cache", images, IMGSZ)
+    images[2].unlink()
+    assert not has_disk_cache(tmp_path / "cache", images, IMGSZ)

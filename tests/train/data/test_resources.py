@@ -83,3 +83,21 @@ def test_available_memory_falls_back_without_meminfo(
     monkeypatch.setattr(resources, "MEMINFO", tmp_path / "absent")
     value = available_memory()
     assert value is None or value > 0
+
+
+def test_choose_cache_reuses_a_disk_cache_found_when_not_asked() -> None:
+    found = choose_cache(
+        None, num_images=512, imgsz=640, max_bytes=GIB, available=0, disk_cache_found=True
+    )
+    assert found.mode == "disk"
+    assert found.reason.startswith("disk cache of an earlier run reused")
+
+
+def test_choose_cache_request_wins_over_a_disk_cache_found() -> None:
+    ram = choose_cache(
+        True, num_images=8, imgsz=64, max_bytes=GIB, available=GIB, disk_cache_found=True
+    )
+    off = choose_cache(
+        False, num_images=8, imgsz=64, max_bytes=GIB, available=GIB, disk_cache_found=True
+    )
+    assert (ram.mode, off.mode) == ("ram", "off")

@@ -37,7 +37,7 @@ from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
-from lucid_yolo.train.data.disk_cache import DiskImageCache
+from lucid_yolo.train.data.disk_cache import DiskImageCache, has_disk_cache
 from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
@@ -86,9 +86,10 @@ class YoloDataModule(L.LightningDataModule):
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
         cache: ``True``: decode and resize every image once into RAM (:mod:`.cache`), filled in
             ``setup``; ``"disk"``: once into a memory-mapped file under ``cache_dir``, reused by
-            later runs while the images are unchanged (:mod:`.disk_cache`); ``None``: RAM for
-            each split whose decoded images fit the smaller of ``cache_max_bytes`` and half the
-            RAM available then, else no cache (:mod:`.resources`).
+            later runs while the images are unchanged (:mod:`.disk_cache`); ``None``: the disk
+            cache when an earlier run wrote one for the unchanged images, else RAM for each
+            split whose decoded images fit the smaller of ``cache_max_bytes`` and half the RAM
+            available then, else no cache (:mod:`.resources`).
         cache_max_bytes: RAM budget of the cache per split, bytes.
         cache_dir: root of the disk cache (``None``: ``$XDG_CACHE_HOME/lucid-yolo/images``).
         close_mosaic: turn mosaic off for the last N training epochs (needs the trainer's
@@ -317,15 +318,17 @@ class YoloDataModule(L.LightningDataModule):
             )
         if not labels and split != PREDICT:
             raise DatasetConfigError(f"{self._where}: split {split!r} holds no image; add images")
+        paths = [item.image_path for item in labels]
         choice = choose_cache(
             self.cache,
             num_images=len(labels),
             imgsz=self.imgsz,
             max_bytes=self.cache_max_bytes,
             available=available_memory(),
+            disk_cache_found=self.cache is None
+            and has_disk_cache(self.cache_dir, paths, self.imgsz),
         )
         self._announce(f"{split}: {len(labels)} images, {choice.reason}")
-        paths = [item.image_path for item in labels]
         cache: ImageCache | DiskImageCache | None = None
         if choice.mode == "ram":
             cache = ImageCache(self.imgsz, choice.budget)

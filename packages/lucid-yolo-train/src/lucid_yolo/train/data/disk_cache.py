@@ -56,6 +56,15 @@ def fingerprint(paths: Sequence[Path], imgsz: int) -> str:
     return digest.hexdigest()[:32]
 
 
+def has_disk_cache(root: Path, paths: Sequence[Path], imgsz: int) -> bool:
+    """Whether ``root`` holds a complete cache of ``paths`` at ``imgsz``, written by an earlier
+    run while the images were as they are now (a missing image: no cache to reuse)."""
+    try:
+        return (root / fingerprint(paths, imgsz)).is_dir()
+    except DatasetConfigError:
+        return False
+
+
 class DiskImageCache:
     """Every image of a split, decoded once into a memory-mapped file (module docstring).
 
@@ -162,4 +171,4 @@ class DiskImageCache:
             shutil.rmtree(building, ignore_errors=True)
 
 
-__all__ = ["CACHE_VERSION", "DiskImageCache", "fingerprint"]
+__all__ = ["CACHE_VERSION", "DiskImageCache", "fingerprint", "has_disk_cache"]

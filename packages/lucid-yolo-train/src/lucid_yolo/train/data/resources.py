@@ -5,9 +5,10 @@ loader, not the GPU, sets the pace once the step is graphed (``docs/engineering/
 train-data-pipeline.md``: ``imread`` is over half a worker's time; the RAM cache makes the loader
 2.7x faster). The defaults therefore follow the machine instead of fixed numbers: workers from the
 CPU count, and the RAM cache on whenever the decoded split fits a share of the memory that is
-available now. Each choice comes with a sentence saying why, which the data module prints once.
-Samples never depend on either choice (each sample is seeded by its index and cached pixels are
-the pixels a worker would decode), so the defaults change speed only.
+available now, unless an earlier run left a disk cache of the unchanged images to reuse. Each
+choice comes with a sentence saying why, which the data module prints once. Samples never depend
+on either choice (each sample is seeded by its index and cached pixels are the pixels a worker
+would decode), so the defaults change speed only.
 """
 
 from __future__ import annotations
@@ -120,9 +121,16 @@ def decoded_bytes(num_images: int, imgsz: int) -> int:
 
 
 def choose_cache(
-    requested: CacheRequest, *, num_images: int, imgsz: int, max_bytes: int, available: int | None
+    requested: CacheRequest,
+    *,
+    num_images: int,
+    imgsz: int,
+    max_bytes: int,
+    available: int | None,
+    disk_cache_found: bool = False,
 ) -> CacheChoice:
-    """How to cache a split: as asked, or when ``None`` in RAM if its decoded size fits the budget.
+    """How to cache a split: as asked, or when ``None`` the disk cache an earlier run wrote for
+    these unchanged images (nothing to decode), else RAM if the decoded size fits the budget.
 
     The automatic budget is the smaller of ``max_bytes`` and half the RAM available now; with the
     available RAM unknown, only ``max_bytes`` bounds it.
@@ -133,6 +141,8 @@ def choose_cache(
         imgsz: long side the cache resizes to.
         max_bytes: the user's cache budget per split.
         available: bytes of RAM available now (:func:`available_memory`).
+        disk_cache_found: ``cache_dir`` holds a complete disk cache of the split's images as they
+            are now (:func:`.disk_cache.has_disk_cache`).
     """
     need = decoded_bytes(num_images, imgsz)
     if requested == "disk":
@@ -143,6 +153,13 @@ def choose_cache(
         return CacheChoice("ram", max_bytes, "RAM cache on (as asked)")
     if requested is False:
         return CacheChoice("off", 0, "RAM cache off (as asked)")
+    if disk_cache_found:
+        return CacheChoice(
+            "disk",
+            0,
+            "disk cache of an earlier run reused (written with cache=disk, the images unchanged "
+            "since), nothing to decode",
+        )
     budget = max_bytes
     if available is not None:
         budget = min(budget, int(available * AUTO_CACHE_MEMORY_SHARE))
