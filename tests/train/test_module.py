@@ -163,6 +163,19 @@ def test_module_validates_every_task(
     assert result["val/fitness"] == result[f"val/{kind}/mAP50-95"]
 
 
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_module_validation_metrics_do_not_depend_on_the_validation_batch_size(
+    task: str, tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    results = []
+    for val_batch_size in (1, 3):  # 3: the 4 images in unequal batches
+        data = _data(tiny_dataset(task), task, imgsz=128, val_batch_size=val_batch_size)
+        (result,) = _trainer(tmp_path).validate(_module(data, task), data, verbose=False)
+        results.append(result)
+    assert results[0]["val/box/R"] > 0.0, "a test of nothing: no prediction matched"
+    assert results[1] == results[0]
+
+
 def test_module_checkpoint_holds_ema_optimizer_and_metadata(
     tiny_dataset: Callable[[str], Path], tmp_path: Path
 ) -> None:

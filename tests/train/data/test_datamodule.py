@@ -334,3 +334,23 @@ def test_datamodule_long_label_scan_prints_progress_on_stdout(
     assert scan[0].startswith("data: val: reading labels and image headers: 1/3, ")
     assert scan[0].endswith(" left")
     assert "data: " not in captured.err
+
+
+def test_datamodule_val_batch_size_defaults_to_twice_the_training_batch(
+    pose_yaml: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _module(pose_yaml)
+    data.setup("validate")
+    line = next(line for line in capsys.readouterr().out.splitlines() if "data: val:" in line)
+    assert data.val_dataloader().batch_size == 8
+    assert "batches of 8 (2x the training batch" in line
+
+
+def test_datamodule_val_batch_size_as_asked(
+    pose_yaml: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = _module(pose_yaml, val_batch_size=3)
+    data.setup("validate")
+    line = next(line for line in capsys.readouterr().out.splitlines() if "data: val:" in line)
+    assert data.val_dataloader().batch_size == 3
+    assert "batches of 3 (as asked)" in line

@@ -76,7 +76,10 @@ class YoloDataModule(L.LightningDataModule):
         imgsz: square network input size, pixels; ``None``: the checkpoint's training size when
             ``yaml`` is a checkpoint, else 640.
         batch_size: training images per batch.
-        val_batch_size: evaluation batch size (``None``: ``batch_size``).
+        val_batch_size: evaluation batch size (validate, test, predict); ``None``: twice
+            ``batch_size``, as the reference trainer does: evaluation keeps no activations for
+            a backward pass, and fewer, larger batches cost fewer launches per image. Metrics
+            do not depend on it (each image is scored on its own).
         workers: DataLoader worker processes per loader (0: load in the main process), at most
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).
@@ -158,7 +161,10 @@ class YoloDataModule(L.LightningDataModule):
         self.source_images = None if source is None else list_images(source)
         self.imgsz = trained_imgsz if imgsz is None else imgsz
         self.batch_size = batch_size
-        self.val_batch_size = val_batch_size or batch_size
+        self.val_batch_size = val_batch_size or 2 * batch_size
+        self._val_batch_reason = (
+            "as asked" if val_batch_size else "2x the training batch; set val_batch_size to choose"
+        )
         worker_choice = choose_workers(workers, cpu_count())
         self.workers = worker_choice.workers
         self._worker_line: str | None = worker_choice.reason
@@ -328,7 +334,8 @@ class YoloDataModule(L.LightningDataModule):
             disk_cache_found=self.cache is None
             and has_disk_cache(self.cache_dir, paths, self.imgsz),
         )
-        self._announce(f"{split}: {len(labels)} images, {choice.reason}")
+        batches = "" if train else f"; batches of {self.val_batch_size} ({self._val_batch_reason})"
+        self._announce(f"{split}: {len(labels)} images, {choice.reason}{batches}")
         cache: ImageCache | DiskImageCache | None = None
         if choice.mode == "ram":
             cache = ImageCache(self.imgsz, choice.budget)
