@@ -41,7 +41,9 @@ def save_inputs(task: str, args: argparse.Namespace, path: Path) -> None:
         num_val=args.images,
         imgsz=args.imgsz,
     )
-    data = YoloDataModule(yaml, imgsz=args.imgsz, batch_size=args.batch, workers=0)
+    data = YoloDataModule(
+        yaml, imgsz=args.imgsz, batch_size=args.batch, val_batch_size=args.batch, workers=0
+    )
     data.setup("validate")
     options: dict[str, Any] = {}
     if data.spec.kpt_shape is not None:

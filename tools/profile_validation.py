@@ -13,7 +13,11 @@ depends on how many predictions overlap a target, which a fresh network's hardly
 - *compute*: :meth:`Evaluator.compute` at the epoch end (precision curves, mAP).
 
 The synchronisations make the phases add up, at the cost of the overlap an unsynchronised pass
-would have; the whole pass is also timed once without them. One more pass, untimed, runs with
+would have; the whole pass is also timed without them, twice: the *loop* from the first batch's
+start to the epoch's end (what a fit pays per validation), and the whole ``Trainer.validate``
+call, which also moves the module to the device and back to the CPU at its tear-down and starts
+the loader's workers: costs a fit pays once, not per epoch (session 6 found them to be 2.4 s of a
+5.9 s detect "pass" in the H200's cProfile). One more pass, untimed, runs with
 torch's synchronisation debug mode on and counts every host synchronisation inside validation
 batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
 of one pass lists the host functions that take the time. Prints a table; with ``$OUT`` set also
@@ -24,6 +28,7 @@ Command (GPU machine, from the repository root)::
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/profile_validation.py \\
         --tasks detect segment --images 128 --imgsz 640 --batch 16 --train-epochs 5
+    # validation in batches of 32 (twice --batch, the data module's default); --val-batch N
 
 A CPU check with small numbers:
 ``--images 8 --imgsz 64 --batch 4 --repeats 1 --train-images 8 --train-epochs 1``.
@@ -90,6 +95,25 @@ class PhaseClock(pl.Callback):
     def on_validation_batch_end(self, *args: Any) -> None:
         _sync()
         self._batch_end = time.perf_counter()
+
+
+class LoopClock(pl.Callback):
+    """Seconds of each validation loop, first batch's start to the epoch's end, synchronised."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+        self._start: float | None = None
+
+    def on_validation_batch_start(self, *args: Any) -> None:
+        if self._start is None:
+            _sync()
+            self._start = time.perf_counter()
+
+    def on_validation_epoch_end(self, *args: Any) -> None:
+        _sync()
+        if self._start is not None:
+            self.seconds.append(time.perf_counter() - self._start)
+        self._start = None
 
 
 class SyncCounter(pl.Callback):
@@ -159,7 +183,13 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         num_val=args.images,
         imgsz=args.imgsz,  # type: ignore[arg-type]
     )
-    data = YoloDataModule(data_yaml, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers)
+    data = YoloDataModule(
+        data_yaml,
+        imgsz=args.imgsz,
+        batch_size=args.batch,
+        val_batch_size=args.val_batch,
+        workers=args.workers,
+    )
     options: dict[str, Any] = {}
     if data.spec.kpt_shape is not None:  # the synthetic pose set has its own keypoint count
         options["kpt_shape"] = tuple(data.spec.kpt_shape)
@@ -185,12 +215,15 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     trainer = pl.Trainer(**common)
     trainer.validate(module, data, verbose=False)
     plain = []
+    loops = LoopClock()
+    trainer.callbacks.append(loops)
     for _ in range(args.repeats):
         _sync()
         start = time.perf_counter()
         trainer.validate(module, data, verbose=False)
         _sync()
         plain.append(time.perf_counter() - start)
+    trainer.callbacks.remove(loops)
     syncs = _count_syncs(trainer, module, data)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     clock = PhaseClock()
@@ -210,8 +243,10 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "images": args.images,
         "imgsz": args.imgsz,
         "batch": args.batch,
+        "val_batch": data.val_batch_size,
         "train_epochs": args.train_epochs,
         "pass_seconds": sorted(plain),
+        "loop_seconds": sorted(loops.seconds),
         "phase_seconds": phases,
         "host_syncs": syncs,
         "metrics": metrics,
@@ -224,7 +259,10 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["detect"], choices=list(SUFFIX))
     parser.add_argument("--images", type=int, default=128, help="validation images")
     parser.add_argument("--imgsz", type=int, default=640)
-    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--batch", type=int, default=16, help="training batch")
+    parser.add_argument(
+        "--val-batch", type=int, default=None, help="validation batch (default: 2x --batch)"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--train-epochs", type=int, default=0, help="train first (see above)")
@@ -239,11 +277,13 @@ def main() -> None:
     for task in args.tasks:
         result = profile_task(task, args, args.root)
         results.append(result)
-        median = result["pass_seconds"][len(result["pass_seconds"]) // 2]
+        middle = len(result["pass_seconds"]) // 2
+        loop, whole = result["loop_seconds"][middle], result["pass_seconds"][middle]
         phases = ", ".join(f"{k} {v:.3f} s" for k, v in result["phase_seconds"].items())
         syncs = result["host_syncs"]
         print(
-            f"{task}: validation pass {median:.3f} s (median of {args.repeats}); {phases}; "
+            f"{task}: validation loop {loop:.3f} s, batches of {result['val_batch']} (the whole "
+            f"Trainer.validate {whole:.3f} s; medians of {args.repeats}); {phases}; "
             f"host syncs {syncs['per_pass']} per pass ({syncs['per_batch']:.1f} per batch)"
         )
         for site, n in syncs["sites"]:

@@ -20,6 +20,7 @@ import lightning.pytorch as pl
 import numpy as np
 import pytest
 import torch
+from dispatched_ops import DispatchedOps
 from faster_coco_eval import COCO, COCOeval_faster
 from torch import Tensor
 
@@ -244,6 +245,7 @@ def _validate(
         PreparedDataset({"train": labels, "val": labels}, names, "segment"),
         imgsz=imgsz,
         batch_size=2,
+        val_batch_size=2,
         workers=0,
     )
     data.setup("validate")
@@ -402,6 +404,7 @@ def _crowd_segment_data(tmp_path: Path) -> YoloDataModule:
         PreparedDataset({"train": coco.labels, "val": coco.labels}, names, "segment"),
         imgsz=64,
         batch_size=2,
+        val_batch_size=2,
         workers=0,
     )
     data.setup("validate")
@@ -444,6 +447,33 @@ def test_evaluator_builds_the_ground_truth_masks_on_the_first_pass_only(
     assert len(builds) == images
     assert passes[1] == passes[0]
     assert passes[0]["mask/mAP50-95"] > 0.1
+
+
+@pytest.mark.parametrize("task", ["detect", "pose"])
+def test_evaluator_update_launches_as_many_operations_for_any_batch_size(
+    tmp_path: Path, task: str
+) -> None:
+    # the batch is scored as one padded batch: a loop over its images would launch more
+    # kernels per larger batch, and kernel launches bound a GPU validation pass (issue 11)
+    yaml = generate_synthetic(tmp_path, task=task, num_train=2, num_val=6, imgsz=64)
+    counts = []
+    for size in (2, 6):
+        data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=size, workers=0)
+        data.setup("validate")
+        batch = next(iter(data.val_dataloader()))
+        shape = data.spec.kpt_shape
+        module = YoloModule(
+            f"yolo26n{TASK_SUFFIXES[task]}",
+            num_classes=data.num_classes,
+            kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+        ).eval()
+        with torch.no_grad():
+            outputs = module.ema_net(batch["images"].float() / 255)
+        module.evaluator.update(outputs, batch)  # warm: first calls
+        with DispatchedOps() as seen:
+            module.evaluator.update(outputs, batch)
+        counts.append(sum(seen.ops.values()))
+    assert counts[1] == counts[0]
 
 
 def _on_cuda(batch: Batch) -> Batch:
@@ -513,7 +543,7 @@ class _BatchSyncs(pl.Callback):
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_validation_pass_on_cuda_does_not_wait_for_the_device(tmp_path: Path, task: str) -> None:
     yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)
-    data = YoloDataModule(yaml, imgsz=64, batch_size=2, workers=0)
+    data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=2, workers=0)
     shape = data.spec.kpt_shape
     module = YoloModule(
         f"yolo26n{TASK_SUFFIXES[task]}",

@@ -57,3 +57,20 @@ def test_keypoint_sigmas_other_counts_use_the_mean_coco_sigma() -> None:
 def test_keypoint_sigmas_rejects_non_positive_counts() -> None:
     with pytest.raises(ValueError, match="num_keypoints must be positive, got 0"):
         keypoint_sigmas(0)
+
+
+def test_keypoint_similarity_of_a_batch_equals_each_image_bitwise() -> None:
+    g = torch.Generator().manual_seed(0)
+    target = torch.cat(
+        [torch.rand(2, 3, 5, 2, generator=g) * 20, torch.randint(0, 3, (2, 3, 5, 1), generator=g)],
+        -1,
+    )
+    target[0, 1, :, 2] = 0  # a target without a visible keypoint: scored against its box
+    pred = target[:, [0, 1, 2, 0]] + torch.randn(2, 4, 5, 3, generator=g)
+    boxes = torch.tensor([[0.0, 0.0, 20.0, 20.0]]).expand(2, 3, 4)
+    areas = torch.rand(2, 3, generator=g) * 300 + 10
+    sigmas = keypoint_sigmas(5)
+    batched = keypoint_similarity(pred, target, boxes, areas, sigmas)
+    for i in range(2):
+        expected = keypoint_similarity(pred[i], target[i], boxes[i], areas[i], sigmas)
+        assert torch.equal(batched[i], expected)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -11,6 +13,8 @@ import torch
 from host_reference import host_box_records, summary
 
 from lucid_yolo.train.metrics import (
+    BatchPredictions,
+    BatchTargets,
     ImagePredictions,
     ImageTargets,
     MeanAveragePrecision,
@@ -300,6 +304,75 @@ def test_mean_average_precision_every_pair_of_padded_images_equals_the_cpu_cut(
     every_pair.update(preds, targets, image_ids=ids)
     assert 0.05 < expected.compute()["box/mAP50-95"] < 0.95
     assert every_pair.compute() == expected.compute()
+
+
+def _two_images(kind: str) -> tuple[list[ImagePredictions], list[ImageTargets]]:
+    """``_records_on``'s image and a smaller one cut from it: a batch of unequal images."""
+    (pred,), (target,) = _records_on(kind, "cpu")
+    rows, cols = torch.arange(0, 60, 2), torch.arange(0, 40, 3)
+
+    def cut(record: Any, index: torch.Tensor) -> dict[str, Any]:
+        return {k: None if v is None else v[index] for k, v in vars(record).items()}
+
+    return [pred, ImagePredictions(**cut(pred, rows))], [target, ImageTargets(**cut(target, cols))]
+
+
+@pytest.mark.parametrize("kind", ["box", "mask", "pose", "obb"])
+def test_mean_average_precision_batch_of_unequal_images_equals_one_at_a_time(kind: str) -> None:
+    preds, targets = _two_images(kind)
+    together, apart = MeanAveragePrecision(kinds=(kind,)), MeanAveragePrecision(kinds=(kind,))
+    together.update(preds, targets)
+    for p, t in zip(preds, targets, strict=True):
+        apart.update([p], [t])
+    assert 0.1 < apart.compute()[f"{kind}/mAP50-95"] < 1.0
+    assert together.compute() == apart.compute()
+
+
+@pytest.mark.parametrize("kind", ["box", "mask", "pose", "obb"])
+def test_mean_average_precision_padding_kept_equals_the_cpu_cut(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the CPU drops the padding rows and computes overlaps only where a pair is possible;
+    # other devices keep every row and pair, which must change nothing
+    preds, targets = _two_images(kind)
+    expected = MeanAveragePrecision(kinds=(kind,))
+    expected.update(preds, targets)
+    monkeypatch.setattr(mean_average_precision, "_without_padding", lambda order, _: order)
+    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    every_row = MeanAveragePrecision(kinds=(kind,))
+    every_row.update(preds, targets)
+    assert every_row.compute() == expected.compute()
+
+
+def test_mean_average_precision_update_batch_builds_each_image_masks_once() -> None:
+    preds, targets = _two_images("mask")
+    asked: list[str] = []
+
+    def masks(records: list[Any], name: str) -> Callable[[int], torch.Tensor]:
+        def image(i: int) -> torch.Tensor:
+            asked.append(f"{name}{i}")
+            mask = records[i].masks
+            assert mask is not None
+            return mask
+
+        return image
+
+    batch_preds = replace(BatchPredictions.from_images(preds), masks=masks(preds, "p"))
+    batch_targets = replace(BatchTargets.from_images(targets), masks=masks(targets, "t"))
+    metric, reference = MeanAveragePrecision(kinds=("mask",)), MeanAveragePrecision(kinds=("mask",))
+    metric.update_batch(batch_preds, batch_targets)
+    reference.update(preds, targets)
+    assert sorted(asked) == ["p0", "p1", "t0", "t1"]
+    assert metric.compute() == reference.compute()
+
+
+def test_mean_average_precision_update_batch_rejects_another_number_of_targets() -> None:
+    preds = BatchPredictions.from_images([_preds([BOX_A], [0.9], [0])] * 2)
+    targets = BatchTargets.from_images(
+        [ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A]))]
+    )
+    with pytest.raises(MetricsInputError, match="got 2 images of predictions and 1 of targets"):
+        MeanAveragePrecision().update_batch(preds, targets)
 
 
 def _rotated_scene(seed: int) -> tuple[list[ImagePredictions], list[ImageTargets]]:

@@ -82,3 +82,14 @@ def test_mask_overlaps_on_cuda_equal_the_cpu_window() -> None:
     assert torch.equal(
         mask_overlaps(pred.cuda(), target.cuda(), crowd).cpu(), mask_overlaps(pred, target, crowd)
     )
+
+
+def test_box_overlaps_of_a_batch_equal_each_image_bitwise() -> None:
+    g = torch.Generator().manual_seed(0)
+    xy = torch.rand(3, 7, 2, generator=g) * 50
+    pred = torch.cat([xy, xy + 1 + torch.rand(3, 7, 2, generator=g) * 20], -1)
+    target = pred[:, :4] + torch.randn(3, 4, 4, generator=g)
+    crowd = torch.rand(3, 4, generator=g) < 0.3
+    batched = box_overlaps(pred, target, crowd)
+    for i in range(3):
+        assert torch.equal(batched[i], box_overlaps(pred[i], target[i], crowd[i]))

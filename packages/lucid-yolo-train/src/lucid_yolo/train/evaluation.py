@@ -21,18 +21,23 @@ Masks are scored as COCO scores them (issue 13):
   (scored by intersection over the prediction's area) and DOTA difficult instances for rotated
   boxes (scored by IoU), the only two formats that set the flag.
 
-Images are evaluated one at a time, so the largest mask stack alive is one image's
-``max_det × H × W`` bytes of predictions plus its targets.
+A batch is decoded and scored as one padded batch (each image's ``max_det`` top-k rows with
+a ``valid`` flag for the confidence cut, the batch's padded target rows with its ``valid``
+mask: :meth:`MeanAveragePrecision.update_batch`): one operation per step for the whole batch,
+where a loop over images launched one per image (issue 11, session 6: the metric update was
+the largest phase of a GPU pass, and a detect batch's torch operations fell from 178 to 31
+per image). Masks are built image by image when the metric reaches the image, so the
+largest mask stack alive is one image's ``max_det × H × W`` bytes of predictions plus its
+targets.
 
-Validation at GPU speed (issue 11): ``update`` keeps every shape static (each image's ``max_det``
-top-k rows with a ``valid`` flag for the confidence cut, the batch's padded target rows with its
-``valid`` mask), so that neither it nor the metric waits for the device. Masks need each
-image's source size on the host (their buffers are allocated at that size): a mask batch starts
-copying its sizes, instance counts and detection counts to the host and is scored one
-``update`` later, when the copy has long finished (:class:`~lucid_yolo.train.host_copy.HostCopy`);
-with the counts, segment targets are cut to the real instances. It runs
-with autocast off, so a bf16 validation step decodes and builds masks in float32 as ``predict``
-and a CPU run do (under autocast their matrix products would round to bf16).
+Validation at GPU speed (issue 11): every shape is static, so that neither ``update`` nor the
+metric waits for the device. Masks need each image's source size on the host (their buffers
+are allocated at that size): a mask batch starts copying its sizes, instance counts and
+detection counts to the host and is scored one ``update`` later, when the copy has long
+finished (:class:`~lucid_yolo.train.host_copy.HostCopy`); with the counts, only the rows that
+pass the confidence cut get masks, and only the real instances. It runs with autocast off, so
+a bf16 validation step decodes and builds masks in float32 as ``predict`` and a CPU run do
+(under autocast their matrix products would round to bf16).
 """
 
 from __future__ import annotations
@@ -43,13 +48,26 @@ from dataclasses import dataclass, fields, replace
 import torch
 from torch import Tensor
 
-from lucid_yolo.models.decode import Detections, decode_end2end, resample_masks
-from lucid_yolo.train.data.augment.letterbox import unletterbox_boxes, unletterbox_points
+from lucid_yolo.models.decode import (
+    Detections,
+    decode_dense,
+    decode_end2end,
+    resample_masks,
+    topk_dense,
+)
+from lucid_yolo.models.outputs import O2O
+from lucid_yolo.train.data.augment.letterbox import (
+    unletterbox_boxes,
+    unletterbox_points,
+    unletterbox_rboxes,
+)
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.geometry import SourceShape
 from lucid_yolo.train.host_copy import HostCopy
 from lucid_yolo.train.metrics import (
+    BatchPredictions,
+    BatchTargets,
     ImagePredictions,
     ImageTargets,
     MeanAveragePrecision,
@@ -110,20 +128,23 @@ class Evaluator:
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from.
 
-        No host synchronisation. Masks are built at each image's source size, which the host
-        must know: a mask task starts copying the batch's sizes to the host and scores the
-        batch at the next ``update`` (or at ``compute``), when the copy has long finished.
+        The batch is decoded and scored as one padded batch, not image by image
+        (:meth:`MeanAveragePrecision.update_batch`). No host synchronisation. Masks are built
+        at each image's source size, which the host must know: a mask task starts copying the
+        batch's sizes to the host and scores the batch at the next ``update`` (or at
+        ``compute``), when the copy has long finished.
         """
         with torch.autocast(batch["images"].device.type, enabled=False):
-            images = self.decode(outputs, batch, keep_shape=True)
+            top = self._top_k(outputs, batch)
+            predictions = self._source_predictions(top, batch)
+            targets = self._source_targets(batch)
             if "mask" not in TASK_KINDS[self.task]:
-                self.metric.update(
-                    (self.image_predictions(d, batch, i) for i, d in enumerate(images)),
-                    (self._padded_targets(batch, i) for i in range(len(images))),
-                    image_ids=batch["image_ids"],
-                )
+                self.metric.update_batch(predictions, targets, image_ids=batch["image_ids"])
                 return
-            waiting = _WaitingForSizes(images, batch, HostCopy(SourceSizes.pack(batch, images)))
+            sizes = HostCopy(SourceSizes.pack(batch, predictions.valid))
+            waiting = _WaitingForSizes(
+                predictions, targets, top["mask_coef"], top["protos"], batch, sizes
+            )
             self._score_waiting()
             self._waiting = waiting
 
@@ -131,18 +152,31 @@ class Evaluator:
         """Score the mask batch left waiting for its sizes by the last ``update``, if any."""
         if self._waiting is None:
             return
-        images, batch, copy = self._waiting.images, self._waiting.batch, self._waiting.sizes
-        self._waiting = None
+        waiting, self._waiting = self._waiting, None
+        batch = waiting.batch
         with torch.autocast(batch["images"].device.type, enabled=False):
-            sizes = SourceSizes.unpack(copy.read(), with_detections=True)
-            # the sizes also say how many rows pass the confidence cut (a prefix, best first),
-            # so only those are resampled to the source size, and the targets are cut to the
-            # real instances. Generators: each image's records (dense masks at source size) are
-            # built when the metric reads them, so one image's masks are alive at a time
-            images = [_first_rows(d, n) for d, n in zip(images, sizes.detections, strict=True)]
-            self.metric.update(
-                (self.image_predictions(d, batch, i, sizes) for i, d in enumerate(images)),
-                (self.targets(batch, i, sizes) for i in range(len(images))),
+            sizes = SourceSizes.unpack(waiting.sizes.read(), with_detections=True)
+            predictions, protos = waiting.predictions, waiting.protos
+            boxes = predictions.boxes
+            assert boxes is not None  # every task's predictions have boxes
+
+            # the sizes say how many rows pass the confidence cut (a prefix, best first), so
+            # only those are resampled to the source size; the metric builds each image's
+            # masks when it reaches the image, so one image's masks are alive at a time
+            def prediction_masks(i: int) -> Tensor:
+                n, (scale, pad_x, pad_y) = sizes.detections[i], sizes.scale_pad[i]
+                return resample_masks(
+                    waiting.mask_coef[i, :n],
+                    protos[i],
+                    boxes[i, :n],
+                    (sizes.heights[i], sizes.widths[i]),
+                    scale=scale,
+                    pad=(pad_x, pad_y),
+                )
+
+            self.metric.update_batch(
+                replace(predictions, masks=prediction_masks),
+                replace(waiting.targets, masks=lambda i: self._target_masks(batch, i, sizes)),
                 image_ids=batch["image_ids"],
             )
 
@@ -177,14 +211,8 @@ class Evaluator:
             result.append(entry)
         return result
 
-    def decode(
-        self, outputs: dict[str, Tensor], batch: Batch, *, keep_shape: bool = False
-    ) -> list[Detections]:
-        """Per image, the deployed path's detections in input pixels (masks as coefficients).
-
-        ``keep_shape`` keeps all ``max_det`` rows and flags the confidence cut in
-        ``Detections.valid`` (:func:`~lucid_yolo.models.decode.decode_end2end`).
-        """
+    def decode(self, outputs: dict[str, Tensor], batch: Batch) -> list[Detections]:
+        """Per image, the deployed path's detections in input pixels (masks as coefficients)."""
         height, width = batch["images"].shape[-2:]
         float_outputs = {k: v.float() for k, v in outputs.items()}
         return decode_end2end(
@@ -194,21 +222,18 @@ class Evaluator:
             max_det=self.max_det,
             strides=self.strides,
             assemble_masks_at_input=False,
-            keep_shape=keep_shape,
         )
 
-    def image_predictions(
-        self, detections: Detections, batch: Batch, i: int, sizes: SourceSizes | None = None
-    ) -> ImagePredictions:
-        """Image ``i``'s decoded detections in source pixels, as the metric scores them.
+    def image_predictions(self, detections: Detections, batch: Batch, i: int) -> ImagePredictions:
+        """Image ``i``'s decoded detections in source pixels (prediction, not the metric's path).
 
-        Masks need the source size on the host: from ``sizes`` when given, else read here.
+        Masks need the source size on the host, read here (a host synchronisation).
         """
         scale_pad = batch["scale_pad"][i].to(detections.boxes)
         boxes = _source_boxes(detections.boxes, scale_pad, batch["orig_sizes"][i])
         masks = None
         if detections.mask_coef is not None and detections.protos is not None:
-            sizes = SourceSizes.read(batch) if sizes is None else sizes
+            sizes = SourceSizes.read(batch)
             height, width = sizes.heights[i], sizes.widths[i]
             scale, pad_x, pad_y = sizes.scale_pad[i]
             masks = resample_masks(
@@ -229,7 +254,7 @@ class Evaluator:
             else _source_keypoints(detections.keypoints, scale_pad),
             rboxes=None
             if detections.rboxes is None
-            else _source_rboxes(detections.rboxes, scale_pad),
+            else unletterbox_rboxes(detections.rboxes, scale_pad),
             valid=detections.valid,
         )
 
@@ -248,17 +273,9 @@ class Evaluator:
             RleError: an RLE of another size than its image.
         """
         sizes = SourceSizes.read(batch) if sizes is None else sizes
-        padded = self._padded_targets(batch, i)
+        padded = self._source_targets(batch).image(i)
         count = sizes.counts[i]  # real instances come first (the batch's padding is at the end)
-        masks = None
-        if "mask" in TASK_KINDS[self.task]:
-            height, width = sizes.heights[i], sizes.widths[i]
-            device = batch["boxes"].device
-            # pinned for a GPU: from pinned memory the copy is queued, not waited for
-            shapes = _source_shapes(batch, i, count)
-            masks = self._source_masks.masks(shapes, height, width, pinned=device.type == "cuda")
-            if device.type == "cuda":
-                masks = masks.to(device, non_blocking=True)
+        masks = self._target_masks(batch, i, sizes) if "mask" in TASK_KINDS[self.task] else None
         return replace(
             padded,
             masks=masks,
@@ -270,28 +287,70 @@ class Evaluator:
             },
         )
 
-    def _padded_targets(self, batch: Batch, i: int) -> ImageTargets:
-        """All of image ``i``'s target rows but masks, padding flagged in ``valid``.
+    def _top_k(self, outputs: dict[str, Tensor], batch: Batch) -> dict[str, Tensor]:
+        """The deployed path's top-k of the whole batch in input pixels, static shapes.
 
-        What :meth:`update` scores when no count is on the host; :meth:`targets` cuts it.
+        ``boxes`` (B, k, 4), ``scores`` (B, k) best first, ``classes`` (B, k), ``valid``
+        (B, k) the rows at or above the confidence cut (a prefix of each image's rows), and
+        the task's fields: ``mask_coef`` (B, k, M) with ``protos`` (B, M, H/4, W/4),
+        ``keypoints`` (B, k, K, 3), ``rboxes`` (B, k, 5).
         """
-        valid = batch["valid"][i]
-        scale_pad = batch["scale_pad"][i].to(batch["boxes"])
+        height, width = batch["images"].shape[-2:]
+        float_outputs = {k: v.float() for k, v in outputs.items()}
+        dense = decode_dense(float_outputs, (height, width), branch=O2O, strides=self.strides)
+        top = topk_dense(dense, self.max_det, masks=False)
+        top["valid"] = top["scores"] >= self.conf
+        if dense.protos is not None:
+            top["protos"] = dense.protos
+        return top
+
+    def _source_predictions(self, top: dict[str, Tensor], batch: Batch) -> BatchPredictions:
+        """:meth:`_top_k`'s rows in source pixels, masks left to the caller."""
+        scale_pad = batch["scale_pad"].to(top["boxes"])
+        return BatchPredictions(
+            scores=top["scores"],
+            classes=top["classes"],
+            valid=top["valid"],
+            boxes=_source_boxes(top["boxes"], scale_pad, batch["orig_sizes"]),
+            keypoints=_source_keypoints(top["keypoints"], scale_pad)
+            if "keypoints" in top
+            else None,
+            rboxes=unletterbox_rboxes(top["rboxes"], scale_pad) if "rboxes" in top else None,
+        )
+
+    def _source_targets(self, batch: Batch) -> BatchTargets:
+        """Every target row of the batch in source pixels but masks; padding flagged ``valid``."""
+        scale_pad = batch["scale_pad"].to(batch["boxes"])
         keypoints = rboxes = None
         if "keypoints" in batch and self.task == "pose":
-            keypoints = _source_keypoints(batch["keypoints"][i], scale_pad)
+            keypoints = _source_keypoints(batch["keypoints"], scale_pad)
         if "rboxes" in batch and self.task == "obb":
-            rboxes = _source_rboxes(batch["rboxes"][i], scale_pad)
-        ignore = batch["ignore"][i] if "ignore" in batch else None
-        return ImageTargets(
-            classes=batch["classes"][i],
-            boxes=_source_boxes(batch["boxes"][i], scale_pad, batch["orig_sizes"][i]),
+            rboxes = unletterbox_rboxes(batch["rboxes"], scale_pad)
+        ignore = batch.get("ignore")
+        return BatchTargets(
+            classes=batch["classes"],
+            valid=batch["valid"],
+            boxes=_source_boxes(batch["boxes"], scale_pad, batch["orig_sizes"]),
             keypoints=keypoints,
             rboxes=rboxes,
             iscrowd=None if self.task == "obb" else ignore,
             difficult=ignore if self.task == "obb" else None,
-            valid=valid,
         )
+
+    def _target_masks(self, batch: Batch, i: int, sizes: SourceSizes) -> Tensor:
+        """(count, H, W) bool on the batch's device: image ``i``'s real instances at source size.
+
+        Raises:
+            MetricsInputError: a batch without ``source_shapes``, or with another number of
+                shapes than valid instances.
+        """
+        device = batch["boxes"].device
+        shapes = _source_shapes(batch, i, sizes.counts[i])
+        # pinned for a GPU: from pinned memory the copy is queued, not waited for
+        masks = self._source_masks.masks(
+            shapes, sizes.heights[i], sizes.widths[i], pinned=device.type == "cuda"
+        )
+        return masks.to(device, non_blocking=True) if device.type == "cuda" else masks
 
 
 @dataclass(frozen=True)
@@ -303,8 +362,8 @@ class SourceSizes:
         widths: per image, source columns.
         scale_pad: per image, ``(scale, pad_x, pad_y)`` of its letterbox.
         counts: per image, real instances (the first rows of its targets).
-        detections: per image, the decoded rows flagged ``valid`` (the first rows of a
-            ``keep_shape`` decode, which is sorted by score); empty when not asked for.
+        detections: per image, the decoded top-k rows at or above the confidence cut (the
+            first rows: the top-k is sorted by score); empty when not asked for.
     """
 
     heights: list[int]
@@ -319,21 +378,21 @@ class SourceSizes:
         return cls.unpack(cls.pack(batch).cpu(), with_detections=False)
 
     @staticmethod
-    def pack(batch: Batch, detections: Sequence[Detections] = ()) -> Tensor:
+    def pack(batch: Batch, detections: Tensor | None = None) -> Tensor:
         """(B, 6 or 7) float64 on the batch's device: what :meth:`unpack` reads, no sync.
 
         Args:
             batch: the batch.
-            detections: a ``keep_shape`` decode of the batch, whose valid rows to count too.
+            detections: (B, k) bool, each image's decoded rows at or above the confidence cut,
+                to count too.
         """
         columns = [
             batch["orig_sizes"].to(torch.float64),  # int64 and float32 are exact in float64
             batch["scale_pad"].to(torch.float64),
             batch["valid"].sum(dim=1, keepdim=True).to(torch.float64),
         ]
-        if detections:
-            valid = torch.stack([_valid_rows(d) for d in detections])  # (B, k)
-            columns.append(valid.sum(dim=1, keepdim=True).to(torch.float64))
+        if detections is not None:
+            columns.append(detections.sum(dim=1, keepdim=True).to(torch.float64))
         return torch.cat(columns, dim=1)
 
     @classmethod
@@ -351,51 +410,49 @@ class SourceSizes:
 
 @dataclass(frozen=True)
 class _WaitingForSizes:
-    """A mask batch decoded by ``update``, scored once its sizes have reached the host."""
+    """A mask batch decoded by ``update``, scored once its sizes have reached the host.
 
-    images: list[Detections]
+    Attributes:
+        predictions: the batch's predictions in source pixels, no masks yet.
+        targets: its targets in source pixels, no masks yet.
+        mask_coef: (B, k, M) the predictions' coefficients.
+        protos: (B, M, H/4, W/4) the images' prototypes.
+        batch: the batch.
+        sizes: :meth:`SourceSizes.pack` of the batch, on its way to the host.
+    """
+
+    predictions: BatchPredictions
+    targets: BatchTargets
+    mask_coef: Tensor
+    protos: Tensor
     batch: Batch
     sizes: HostCopy
 
 
-def _valid_rows(detections: Detections) -> Tensor:
-    if detections.valid is None:
-        return torch.ones_like(detections.scores, dtype=torch.bool)
-    return detections.valid
-
-
-def _first_rows(detections: Detections, count: int) -> Detections:
-    """The first ``count`` rows of every per-row field (the prototypes are per image)."""
-    return replace(
-        detections,
-        **{
-            f.name: getattr(detections, f.name)[:count]
-            for f in fields(detections)
-            if f.name != "protos" and getattr(detections, f.name) is not None
-        },
-    )
-
-
 def _source_boxes(boxes: Tensor, scale_pad: Tensor, orig_size: Tensor) -> Tensor:
-    """(N, 4) ``xyxy`` input pixels → source pixels, clipped to ``orig_size`` (height, width)."""
-    source = unletterbox_boxes(boxes[None], scale_pad[None])[0]
-    limits = orig_size.flip(0).repeat(2).to(source)  # (width, height, width, height)
+    """(..., N, 4) ``xyxy`` input pixels → source pixels, clipped to ``orig_size``.
+
+    Args:
+        boxes: (..., N, 4) ``xyxy`` input pixels.
+        scale_pad: (..., 3) the letterbox of each image.
+        orig_size: (..., 2) ``(height, width)`` of each source image.
+    """
+    source = unletterbox_boxes(boxes, scale_pad)
+    width_height = orig_size.flip(-1)
+    limits = torch.cat([width_height, width_height], dim=-1)[..., None, :].to(source)  # (..., 1, 4)
     return torch.minimum(source.clamp_min(0.0), limits)
 
 
 def _source_keypoints(keypoints: Tensor, scale_pad: Tensor) -> Tensor:
-    """(N, K, 3) with ``xy`` input pixels → ``xy`` source pixels, third column unchanged."""
-    if keypoints.shape[0] == 0:
-        return keypoints
-    xy = unletterbox_points(keypoints[..., :2], scale_pad[None].expand(keypoints.shape[0], 3))
+    """(..., N, K, 3) with ``xy`` input pixels → ``xy`` source pixels, third column unchanged.
+
+    Args:
+        keypoints: (..., N, K, 3) input pixels.
+        scale_pad: (..., 3) the letterbox of each image.
+    """
+    per_row = scale_pad[..., None, :].expand(*keypoints.shape[:-2], 3)  # (..., N, 3)
+    xy = unletterbox_points(keypoints[..., :2], per_row)
     return torch.cat((xy, keypoints[..., 2:]), dim=-1)
-
-
-def _source_rboxes(rboxes: Tensor, scale_pad: Tensor) -> Tensor:
-    """(N, 5) ``xywhr`` input pixels → source pixels (the angle is unchanged by letterbox)."""
-    centre = unletterbox_points(rboxes[None, :, :2], scale_pad[None])[0]
-    size = rboxes[:, 2:4] / scale_pad[0]
-    return torch.cat((centre, size, rboxes[:, 4:]), dim=-1)
 
 
 def _source_shapes(batch: Batch, i: int, count: int) -> list[SourceShape]:

@@ -1,5 +1,6 @@
 """COCO-style evaluation: mAP50-95, mAP50 and a best-F1 P/R for boxes, masks, keypoints, OBB."""
 
+from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets, ImageMasks
 from lucid_yolo.train.metrics.coco_matching import (
     IOU_THRESHOLDS,
     ImageMatches,
@@ -43,6 +44,9 @@ __all__ = [
     "MeanAveragePrecision",
     "ImagePredictions",
     "ImageTargets",
+    "BatchPredictions",
+    "BatchTargets",
+    "ImageMasks",
     "MetricsInputError",
     "KINDS",
     "DEFAULT_MAX_DETS",

@@ -30,8 +30,7 @@ field             shape           dtype       meaning
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import TypeVar
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor
@@ -155,28 +154,6 @@ def require_fields(
     return out
 
 
-_Record = TypeVar("_Record", ImagePredictions, ImageTargets)
-
-
-def select_rows(record: _Record, index: Tensor) -> _Record:
-    """The same record restricted to the rows ``index`` (every field is per row).
-
-    A field with another number of rows than the record is left as it is, for
-    :func:`require_fields` to report when a metric reads it.
-    """
-    n = len(record)
-    return replace(
-        record,
-        **{
-            f.name: value[index.to(value.device)]
-            for f in fields(record)
-            if isinstance(value := getattr(record, f.name), Tensor)
-            and value.ndim >= 1
-            and value.shape[0] == n
-        },
-    )
-
-
 def _flags(value: Tensor | None, n: int, device: torch.device, default: bool = False) -> Tensor:
     if value is None:
         return torch.full((n,), default, dtype=torch.bool, device=device)
@@ -192,5 +169,4 @@ __all__ = [
     "ImageTargets",
     "MetricsInputError",
     "require_fields",
-    "select_rows",
 ]

@@ -55,40 +55,45 @@ def keypoint_similarity(
 ) -> Tensor:
     """OKS of every prediction with every target.
 
+    Leading batch dimensions ``...`` are optional (one image, or a padded batch of images at
+    once); each value is computed the same way either way.
+
     Args:
-        pred_keypoints: (n, K, 2+) pixels; columns 0 and 1 are ``x, y``, the rest is unused.
-        target_keypoints: (m, K, 3) pixels ``x, y`` and visibility (> 0 means labelled).
-        target_boxes: (m, 4) ``xyxy`` pixels, used only for targets without visible keypoints.
-        target_areas: (m,) the scale ``s**2`` of each target (COCO's ``area`` field).
+        pred_keypoints: (..., n, K, 2+) pixels; columns 0 and 1 are ``x, y``, the rest is unused.
+        target_keypoints: (..., m, K, 3) pixels ``x, y`` and visibility (> 0 means labelled).
+        target_boxes: (..., m, 4) ``xyxy`` pixels, used only for targets without visible
+            keypoints.
+        target_areas: (..., m) the scale ``s**2`` of each target (COCO's ``area`` field).
         sigmas: (K,) per-keypoint sigmas, see :func:`keypoint_sigmas`.
 
     Returns:
-        (n, m) float64 OKS in [0, 1].
+        (..., n, m) float64 OKS in [0, 1].
     """
     dev = pred_keypoints.device
-    xd = pred_keypoints[..., 0].to(torch.float64)[:, None, :]  # (n, 1, K)
-    yd = pred_keypoints[..., 1].to(torch.float64)[:, None, :]
-    g = target_keypoints.to(device=dev, dtype=torch.float64)
-    visible = g[..., 2] > 0  # (m, K)
-    n_visible = visible.sum(dim=1)  # (m,)
-    box = target_boxes.to(device=dev, dtype=torch.float64)
-    w, h = box[:, 2] - box[:, 0], box[:, 3] - box[:, 1]
-    x0, x1 = (box[:, 0] - w)[None, :, None], (box[:, 2] + w)[None, :, None]  # (1, m, 1)
-    y0, y1 = (box[:, 1] - h)[None, :, None], (box[:, 3] + h)[None, :, None]
-    labelled = (n_visible > 0)[None, :, None]  # (1, m, 1)
-    dx = torch.where(
-        labelled, xd - g[None, :, :, 0], (x0 - xd).clamp(min=0) + (xd - x1).clamp(min=0)
-    )
-    dy = torch.where(
-        labelled, yd - g[None, :, :, 1], (y0 - yd).clamp(min=0) + (yd - y1).clamp(min=0)
-    )
+    xd = pred_keypoints[..., 0].to(torch.float64)[..., :, None, :]  # (..., n, 1, K)
+    yd = pred_keypoints[..., 1].to(torch.float64)[..., :, None, :]
+    g = target_keypoints.to(device=dev, dtype=torch.float64)[
+        ..., None, :, :, :
+    ]  # (..., 1, m, K, 3)
+    visible = g[..., 2] > 0  # (..., 1, m, K)
+    n_visible = visible.sum(dim=-1)  # (..., 1, m)
+    box = target_boxes.to(device=dev, dtype=torch.float64)[
+        ..., None, :, None, :
+    ]  # (..., 1, m, 1, 4)
+    w, h = box[..., 2] - box[..., 0], box[..., 3] - box[..., 1]  # (..., 1, m, 1)
+    x0, x1 = box[..., 0] - w, box[..., 2] + w
+    y0, y1 = box[..., 1] - h, box[..., 3] + h
+    labelled = (n_visible > 0)[..., None]  # (..., 1, m, 1)
+    dx = torch.where(labelled, xd - g[..., 0], (x0 - xd).clamp(min=0) + (xd - x1).clamp(min=0))
+    dy = torch.where(labelled, yd - g[..., 1], (y0 - yd).clamp(min=0) + (yd - y1).clamp(min=0))
     variances = (2.0 * sigmas.to(device=dev, dtype=torch.float64)) ** 2  # (K,)
-    area = target_areas.to(device=dev, dtype=torch.float64)[None, :, None] + _EPS
-    e = (dx**2 + dy**2) / variances / area / 2.0  # (n, m, K)
-    counted = torch.where(labelled, visible[None, :, :], True)  # (n, m, K) after broadcast
+    area = target_areas.to(device=dev, dtype=torch.float64)[..., None, :, None] + _EPS
+    e = (dx**2 + dy**2) / variances / area / 2.0  # (..., n, m, K)
+    counted = torch.where(labelled, visible, True)  # (..., n, m, K) after broadcast
     similarity = torch.exp(-e) * counted
-    count = torch.where(n_visible > 0, n_visible, pred_keypoints.shape[1]).to(torch.float64)
-    return similarity.sum(dim=2) / count[None, :]
+    K = pred_keypoints.shape[-2]
+    count = torch.where(n_visible > 0, n_visible, K).to(torch.float64)  # (..., 1, m)
+    return similarity.sum(dim=-1) / count
 
 
 __all__ = ["COCO_KEYPOINT_SIGMAS", "keypoint_sigmas", "keypoint_similarity"]

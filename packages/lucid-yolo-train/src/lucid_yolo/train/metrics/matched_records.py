@@ -90,38 +90,46 @@ class PendingBatch:
     extent: HostCopy
 
     @classmethod
-    def stack(
+    def start(
         cls,
         *,
-        overlaps: list[Tensor],
-        ignore: list[Tensor],
-        reusable: list[Tensor],
-        scores: list[Tensor],
-        classes: list[Tensor],
-        kept: list[Tensor],
-        target_classes: list[Tensor],
-        counted: list[Tensor],
+        overlaps: Tensor,
+        ignore: Tensor,
+        reusable: Tensor,
+        scores: Tensor,
+        classes: Tensor,
+        kept: Tensor,
+        target_classes: Tensor,
+        counted: Tensor,
         image_ids: Tensor | None,
     ) -> PendingBatch:
-        """Pad a batch's images (one tensor per image in each list) and start the extent copy."""
-        D = max(t.shape[0] for t in scores)
-        G = max(t.shape[0] for t in target_classes)
-        stacked_overlaps = _stack(overlaps, (D, G), -1.0)
-        stacked_reusable = _stack(reusable, (G,), False)
-        device = stacked_overlaps.device
-        extent = HostCopy(match_extent(stacked_overlaps, stacked_reusable))
-        empty = torch.zeros(0, dtype=torch.bool, device=device)
+        """Keep a padded batch (fields as in :class:`BatchRecords`) and start the extent copy.
+
+        Args:
+            overlaps: (B, D, G) float64, -1 for pairs that never match.
+            ignore: (B, G) bool.
+            reusable: (B, G) bool.
+            scores: (B, D) float64.
+            classes: (B, D) int64.
+            kept: (B, D) bool.
+            target_classes: (B, G) int64.
+            counted: (B, G) bool.
+            image_ids: (B,) int64, on any device, or ``None``.
+        """
         records = BatchRecords(
-            scores=_stack(scores, (D,), 0.0),
-            classes=_stack(classes, (D,), 0),
-            kept=_stack(kept, (D,), False),
-            matched=empty,
-            ignored=empty,
-            target_classes=_stack(target_classes, (G,), 0),
-            counted=_stack(counted, (G,), False),
-            image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
+            scores=scores,
+            classes=classes,
+            kept=kept,
+            matched=torch.zeros(0, dtype=torch.bool, device=overlaps.device),
+            ignored=torch.zeros(0, dtype=torch.bool, device=overlaps.device),
+            target_classes=target_classes,
+            counted=counted,
+            image_ids=None
+            if image_ids is None
+            else image_ids.to(overlaps.device, non_blocking=True),
         )
-        return cls(stacked_overlaps, _stack(ignore, (G,), False), stacked_reusable, records, extent)
+        extent = HostCopy(match_extent(overlaps, reusable))
+        return cls(overlaps, ignore, reusable, records, extent)
 
     def finish(self) -> BatchRecords:
         """Match the batch (after its extent has reached the host) and return its records."""
@@ -192,15 +200,6 @@ class KindRecords:
         ids = np.concatenate([ids.cpu().numpy() for ids in with_ids]).astype(np.int64)
         _, first = np.unique(ids, return_index=True)
         return first.astype(np.int64)
-
-
-def _stack(parts: list[Tensor], size: tuple[int, ...], fill: float) -> Tensor:
-    """(len(parts), *size): each part in the leading corner, the rest ``fill`` (no host sync)."""
-    out = parts[0].new_full((len(parts), *size), fill)
-    for i, part in enumerate(parts):
-        corner: tuple[int | slice, ...] = (i, *(slice(0, s) for s in part.shape))
-        out[corner] = part.to(out.device)
-    return out
 
 
 def _host(parts: list[Tensor], size: int, fill: float) -> npt.NDArray[Any]:

@@ -8,11 +8,16 @@ Usage::
     metric.compute()  # {"box/mAP50-95": ..., "box/mAP50": ..., "box/P": ..., "box/R": ...,
                       #  "mask/mAP50-95": ..., ...}
 
-``update`` does the per-image work (sorting, the overlap matrix), matches the batch's images
-together and keeps only a few numbers per prediction, all on the inputs' device and without
-waiting for it, so masks are never stored and a GPU validation loop never stalls on the metric
-(issue 11); ``compute`` reads the records to the host once and runs COCO's accumulation over
-everything seen since the last ``reset``.
+``update_batch`` takes a padded batch of images
+(:mod:`~lucid_yolo.train.metrics.batch_instances`) and does everything (sorting, the overlap
+matrices, the matching) for the whole batch at once, one operation per step rather than one per
+image: a GPU validation loop spends its host time launching kernels, and per-image loops were
+most of it (issue 11, session 6). Only masks and rotated boxes get their overlaps image by image
+(a mask's size is its image's; rotated boxes clip polygons pair by pair). ``update`` takes
+per-image records and pads them into a batch. Everything stays on the inputs' device without
+waiting for it, so masks are never stored and a GPU validation loop never stalls on the metric;
+``compute`` reads the records to the host once and runs COCO's accumulation over everything seen
+since the last ``reset``.
 
 Definition followed (COCO evaluation, area range "all"):
 
@@ -34,20 +39,19 @@ Not modelled: COCO's small/medium/large area ranges (only "all" is reported, who
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Final, TypeVar
 
 import torch
 from torch import Tensor
 
+from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets
 from lucid_yolo.train.metrics.device_constants import float64_constant
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
     MetricsInputError,
     require_fields,
-    select_rows,
 )
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
 from lucid_yolo.train.metrics.matched_records import KindRecords, PendingBatch
@@ -60,34 +64,7 @@ from lucid_yolo.train.metrics.precision_curves import (
 from lucid_yolo.train.metrics.rotated_overlap import rotated_overlaps
 
 KINDS: Final = ("box", "mask", "pose", "obb")
-_Record = TypeVar("_Record", ImagePredictions, ImageTargets)
 DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 20, "obb": 100}
-
-
-@dataclass(frozen=True)
-class _PreparedImage:
-    """One image's part of an update for one kind, on the inputs' device, rows in matching order.
-
-    Attributes:
-        overlaps: (D, G) float64; -1 for pairs that never match (other class, padding, past
-            ``max_dets``).
-        ignore: (G,) bool, targets that do not count.
-        reusable: (G,) bool, targets that absorb any number of predictions.
-        scores: (D,) float64, descending.
-        classes: (D,) int64.
-        kept: (D,) bool, real predictions within the class's ``max_dets``.
-        target_classes: (G,) int64.
-        counted: (G,) bool, real targets that are not ignored.
-    """
-
-    overlaps: Tensor
-    ignore: Tensor
-    reusable: Tensor
-    scores: Tensor
-    classes: Tensor
-    kept: Tensor
-    target_classes: Tensor
-    counted: Tensor
 
 
 class MeanAveragePrecision:
@@ -149,30 +126,23 @@ class MeanAveragePrecision:
         targets: Iterable[ImageTargets],
         image_ids: Sequence[int] | Tensor | None = None,
     ) -> None:
-        """Match one batch of images and keep the per-prediction outcome, on the inputs' device.
+        """Match one batch of images given image by image (see :meth:`update_batch`).
 
-        The images are read one pair at a time and only their overlaps are kept, so a caller
-        may pass generators that build each image's records (dense masks at source size) when
-        asked: one image's masks are alive at a time. The batch is then matched together
-        (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`) and its outcome stays on
-        the device: nothing here waits for the device. Records on the CPU are checked for
-        negative class ids here; on another device, by ``compute``.
+        The records are checked and padded into one batch
+        (:meth:`BatchPredictions.from_images`); every image's masks are alive until the
+        batch is matched.
 
         Args:
             predictions: per image, decoded predictions in source-image pixels.
             targets: per image, ground truth in the same pixels; same length and order.
-            image_ids: per image, its index in the dataset (a sequence or a (B,) tensor, which
-                may stay on the device). With ids, ``compute`` scores the images in id order
-                and an id seen again counts once (a distributed sampler that pads its shards
-                repeats images); without, images count in update order. Pass them on every
-                update or on none.
+            image_ids: per image, its index in the dataset (see :meth:`update_batch`).
 
         Raises:
             MetricsInputError: the sequences differ in length, or a record lacks a field the
                 kinds read or has a field of the wrong shape.
         """
-        prepared: dict[str, list[_PreparedImage]] = {kind: [] for kind in self.kinds}
-        images = 0
+        pred_images: list[ImagePredictions] = []
+        target_images: list[ImageTargets] = []
         pairs = zip(predictions, targets, strict=True)
         while True:
             try:
@@ -182,35 +152,99 @@ class MeanAveragePrecision:
             except ValueError as error:  # zip's strict check: one ran out before the other
                 raise MetricsInputError(
                     f"prediction and target records differ in number (one ran out after "
-                    f"{images!r} images): pass one of each per image, in the same order"
+                    f"{len(pred_images)!r} images): pass one of each per image, in the same order"
                 ) from error
-            images += 1
-            prediction, target = _without_padding(prediction), _without_padding(target)
             for kind in self.kinds:
-                prepared[kind].append(self._prepare(kind, prediction, target))
-        if image_ids is not None and len(image_ids) != images:
-            raise MetricsInputError(
-                f"got {images!r} images and {len(image_ids)!r} image ids: pass one id per "
-                "image, in the same order"
-            )
-        if images == 0:
+                _check_image(kind, prediction, target)
+            pred_images.append(prediction)
+            target_images.append(target)
+        if not pred_images:
+            if image_ids is not None and len(image_ids):
+                raise MetricsInputError(
+                    f"got 0 images and {len(image_ids)!r} image ids: pass one id per image, "
+                    "in the same order"
+                )
             return
+        self.update_batch(
+            BatchPredictions.from_images(pred_images),
+            BatchTargets.from_images(target_images),
+            image_ids=image_ids,
+        )
+
+    @torch.no_grad()
+    def update_batch(
+        self,
+        predictions: BatchPredictions,
+        targets: BatchTargets,
+        image_ids: Sequence[int] | Tensor | None = None,
+    ) -> None:
+        """Match a padded batch of images and keep the per-prediction outcome, on its device.
+
+        The whole batch is ordered, overlapped and matched at once
+        (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`); masks and rotated boxes
+        get their overlaps image by image, masks built when asked, one image's alive at a time.
+        Nothing here waits for the device. Records on the CPU are checked for negative class
+        ids here; on another device, by ``compute``.
+
+        Args:
+            predictions: B images' decoded predictions in source-image pixels.
+            targets: the same B images' ground truth in the same pixels.
+            image_ids: per image, its index in the dataset (a sequence or a (B,) tensor, which
+                may stay on the device). With ids, ``compute`` scores the images in id order
+                and an id seen again counts once (a distributed sampler that pads its shards
+                repeats images); without, images count in update order. Pass them on every
+                update or on none.
+
+        Raises:
+            MetricsInputError: the records hold another number of images than each other or
+                than ``image_ids``, or lack a field the kinds read.
+        """
+        B = predictions.scores.shape[0]
+        if targets.classes.shape[0] != B:
+            raise MetricsInputError(
+                f"got {B!r} images of predictions and {targets.classes.shape[0]!r} of targets: "
+                "pass one of each per image, in the same order"
+            )
+        if image_ids is not None and len(image_ids) != B:
+            raise MetricsInputError(
+                f"got {B!r} images and {len(image_ids)!r} image ids: pass one id per image, "
+                "in the same order"
+            )
+        if B == 0:
+            return
+        device = predictions.scores.device
+        pred_valid = predictions.valid.to(device=device, dtype=torch.bool)
+        target_valid = targets.valid.to(device=device, dtype=torch.bool)
+        pred_classes = predictions.classes.to(device=device, dtype=torch.int64)
+        target_classes = targets.classes.to(device=device, dtype=torch.int64)
+        self._check_class_ids(pred_classes, pred_valid, target_classes, target_valid)
+        score = predictions.scores.detach().to(torch.float64)
+        order = _without_padding(_matching_order(score, pred_valid), pred_valid)  # (B, D')
+        classes = pred_classes.gather(1, order)
+        ranked_valid = pred_valid.gather(1, order)
+        class_rank = _rank_within_class(classes, ranked_valid)
+        same_class = classes[:, :, None] == target_classes[:, None, :]  # (B, D, G)
+        reusable = targets.ignore_flags().to(device)
         ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
-        self._settle()
-        self._pending = {
-            kind: PendingBatch.stack(
-                overlaps=[image.overlaps for image in kind_images],
-                ignore=[image.ignore for image in kind_images],
-                reusable=[image.reusable for image in kind_images],
-                scores=[image.scores for image in kind_images],
-                classes=[image.classes for image in kind_images],
-                kept=[image.kept for image in kind_images],
-                target_classes=[image.target_classes for image in kind_images],
-                counted=[image.counted for image in kind_images],
+        pending = {}
+        for kind in self.kinds:
+            kept = ranked_valid & (class_rank < self.max_dets[kind])  # (B, D) along ``order``
+            possible = kept[:, :, None] & same_class & target_valid[:, None, :]  # (B, D, G)
+            overlaps = self._batch_overlaps(kind, predictions, targets, order, possible)
+            ignore = self._target_ignore(kind, targets).to(device)
+            pending[kind] = PendingBatch.start(
+                overlaps=torch.where(possible, overlaps.to(device), -1.0),
+                ignore=ignore,
+                reusable=reusable,
+                scores=score.gather(1, order),
+                classes=classes,
+                kept=kept,
+                target_classes=target_classes,
+                counted=target_valid & ~ignore,
                 image_ids=ids,
             )
-            for kind, kind_images in prepared.items()
-        }
+        self._settle()
+        self._pending = pending
 
     def _settle(self) -> None:
         """Match the batch left pending by the last ``update`` (its extent is on the host now)."""
@@ -288,36 +322,6 @@ class MeanAveragePrecision:
             if precision[0, 0, c] > -1
         }
 
-    def _prepare(self, kind: str, pred: ImagePredictions, target: ImageTargets) -> _PreparedImage:
-        """Order and cut one image's predictions and build its overlaps for ``kind``, no sync."""
-        scores, pred_classes = require_fields(pred, ("scores", "classes"), kind)
-        (target_classes,) = require_fields(target, ("classes",), kind)
-        device = scores.device
-        pred_valid = pred.valid_flags().to(device)
-        target_valid = target.valid_flags().to(device)
-        pred_classes = pred_classes.to(device=device, dtype=torch.int64)
-        target_classes = target_classes.to(device=device, dtype=torch.int64)
-        self._check_class_ids(pred_classes, pred_valid, target_classes, target_valid)
-        score = scores.detach().to(torch.float64)
-        order, kept = _matching_order(score, pred_classes, pred_valid, self.max_dets[kind])
-        classes = pred_classes[order]
-        same_class = classes[:, None] == target_classes[None, :]  # (D, G)
-        possible = kept[:, None] & same_class & target_valid[None, :]
-        pairs = torch.empty_like(possible)
-        pairs[order] = possible  # the same pairs, in the records' row order
-        overlaps = self._pair_overlaps(kind, pred, target, pairs)[order]
-        ignore = self._target_ignore(kind, target).to(device)
-        return _PreparedImage(
-            overlaps=overlaps,
-            ignore=ignore,
-            reusable=target.ignore_flags().to(device),
-            scores=score[order],
-            classes=classes,
-            kept=kept,
-            target_classes=target_classes,
-            counted=target_valid & ~ignore,
-        )
-
     def _check_class_ids(
         self, pred_classes: Tensor, pred_valid: Tensor, target_classes: Tensor, target_valid: Tensor
     ) -> None:
@@ -335,64 +339,68 @@ class MeanAveragePrecision:
             lowest = torch.stack([v.cpu() for v in self._lowest_classes]).amin(dim=0)
             _raise_negative_class(lowest)
 
-    def _pair_overlaps(
-        self, kind: str, pred: ImagePredictions, target: ImageTargets, pairs: Tensor
+    def _batch_overlaps(
+        self,
+        kind: str,
+        predictions: BatchPredictions,
+        targets: BatchTargets,
+        order: Tensor,
+        possible: Tensor,
     ) -> Tensor:
-        """(n, m) float64 overlaps at ``pairs``, -1 elsewhere, rows in the records' order."""
-        cut = _rows_and_columns_with_pairs(pairs)
-        if cut is None:
-            overlaps = self._overlaps(kind, pred, target, pairs)
-            return torch.where(pairs, overlaps.to(pairs.device), -1.0)
-        rows, cols = cut
-        inner = pairs[rows][:, cols]
-        overlaps = self._overlaps(kind, select_rows(pred, rows), select_rows(target, cols), inner)
-        out = torch.full(pairs.shape, -1.0, dtype=torch.float64)
-        out[rows[:, None], cols[None, :]] = torch.where(inner, overlaps.cpu(), -1.0)
-        return out
+        """(B, D', G) float64 overlaps along ``order``, right at least where ``possible``.
 
-    def _overlaps(
-        self, kind: str, pred: ImagePredictions, target: ImageTargets, pairs: Tensor
-    ) -> Tensor:
-        """(n, m) float64 overlap of every prediction with every target, at least at ``pairs``.
+        Boxes and keypoints are computed for the whole batch at once. Masks and rotated boxes
+        image by image (:func:`_image_overlaps`), on the CPU only for the rows and columns that
+        hold a pair.
 
-        Only rotated boxes use ``pairs`` (n, m) bool, to clip on the CPU only the polygons that
-        can match; other kinds compute every pair, which costs less than selecting them.
+        Args:
+            kind: the overlap kind.
+            predictions: the batch's predictions, rows in input order.
+            targets: the batch's targets.
+            order: (B, D') int64, each image's rows in matching order (D' <= D: the padding
+                may be cut, :func:`_without_padding`).
+            possible: (B, D', G) bool along ``order``: pairs that can match.
         """
-        crowd = target.crowd_flags()
+        crowd = targets.crowd_flags()
         if kind == "box":
-            (p_boxes,) = require_fields(pred, ("boxes",), kind)
-            (t_boxes,) = require_fields(target, ("boxes",), kind)
-            return box_overlaps(p_boxes, t_boxes.to(p_boxes.device), crowd)
-        if kind == "mask":
-            (p_masks,) = require_fields(pred, ("masks",), kind)
-            (t_masks,) = require_fields(target, ("masks",), kind)
-            if p_masks.shape[1:] != t_masks.shape[1:]:
-                raise MetricsInputError(
-                    f"prediction masks are {tuple(p_masks.shape[1:])!r} but target masks are "
-                    f"{tuple(t_masks.shape[1:])!r}: resize both to the source image (H, W)"
-                )
-            return mask_overlaps(p_masks, t_masks, crowd)
-        if kind == "pose":
-            (p_kpts,) = require_fields(pred, ("keypoints",), kind)
-            t_kpts, t_boxes = require_fields(target, ("keypoints", "boxes"), kind)
-            if p_kpts.ndim != 3 or t_kpts.ndim != 3 or p_kpts.shape[1] != t_kpts.shape[1]:
-                raise MetricsInputError(
-                    f"prediction keypoints are {tuple(p_kpts.shape)!r} and target keypoints "
-                    f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
-                )
-            return keypoint_similarity(
-                p_kpts,
-                t_kpts,
-                t_boxes,
-                self._target_areas(target, t_boxes),
-                self._sigmas(t_kpts),
+            p_boxes = _ordered(
+                _require(predictions.boxes, "BatchPredictions", kind, "boxes"), order
             )
-        (p_rboxes,) = require_fields(pred, ("rboxes",), kind)
-        (t_rboxes,) = require_fields(target, ("rboxes",), kind)
-        return rotated_overlaps(p_rboxes, t_rboxes, crowd, pairs=pairs.to(p_rboxes.device))
+            t_boxes = _require(targets.boxes, "BatchTargets", kind, "boxes")
+            return box_overlaps(p_boxes, t_boxes.to(p_boxes.device), crowd)
+        if kind == "pose":
+            p_kpts = _require(predictions.keypoints, "BatchPredictions", kind, "keypoints")
+            t_kpts = _require(targets.keypoints, "BatchTargets", kind, "keypoints")
+            t_boxes = _require(targets.boxes, "BatchTargets", kind, "boxes")
+            areas = targets.areas
+            if areas is None:
+                areas = (t_boxes[..., 2] - t_boxes[..., 0]) * (t_boxes[..., 3] - t_boxes[..., 1])
+            return keypoint_similarity(
+                _ordered(p_kpts, order), t_kpts, t_boxes, areas, self._sigmas(t_kpts)
+            )
+        B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
+        # masks and rotated boxes: image by image, in input order (an image's masks are its
+        # first rows), then put along ``order`` with the other kinds
+        pairs = possible.new_zeros((B, D, G)).scatter_(
+            1, order[..., None].expand(possible.shape), possible
+        )
+        overlaps = torch.full((B, D, G), -1.0, dtype=torch.float64, device=possible.device)
+        for i in range(B):
+            if kind == "mask":
+                p_masks = _require(predictions.masks, "BatchPredictions", kind, "masks")(i)
+                t_masks = _require(targets.masks, "BatchTargets", kind, "masks")(i)
+                n, m = p_masks.shape[0], t_masks.shape[0]
+                image = _mask_overlaps(p_masks, t_masks, crowd[i, :m], pairs[i, :n, :m])
+            else:
+                p_rboxes = _require(predictions.rboxes, "BatchPredictions", kind, "rboxes")[i]
+                t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")[i]
+                n, m = D, G
+                image = _rotated_overlaps(p_rboxes, t_rboxes, crowd[i], pairs[i])
+            overlaps[i, :n, :m] = image.to(overlaps.device)
+        return _ordered(overlaps, order)
 
     def _sigmas(self, target_keypoints: Tensor) -> Tensor:
-        K = target_keypoints.shape[1]
+        K = target_keypoints.shape[-2]
         sigmas = keypoint_sigmas(K) if self.sigmas is None else self.sigmas
         if sigmas.shape != (K,):
             raise MetricsInputError(
@@ -401,61 +409,155 @@ class MeanAveragePrecision:
         return float64_constant(tuple(sigmas.tolist()), target_keypoints.device)
 
     @staticmethod
-    def _target_areas(target: ImageTargets, boxes: Tensor) -> Tensor:
-        if target.areas is not None:
-            (areas,) = require_fields(target, ("areas",), "pose")
-            return areas
-        return (boxes[:, 2] - boxes[:, 0]) * (boxes[:, 3] - boxes[:, 1])
-
-    @staticmethod
-    def _target_ignore(kind: str, target: ImageTargets) -> Tensor:
-        ignore = target.ignore_flags()
+    def _target_ignore(kind: str, targets: BatchTargets) -> Tensor:
+        """(B, G) bool: targets that do not count (crowd, difficult; pose: no visible point)."""
+        ignore = targets.ignore_flags()
         if kind == "pose":
-            (keypoints,) = require_fields(target, ("keypoints",), kind)
-            ignore = ignore | ~(keypoints[..., 2] > 0).any(dim=1).to(ignore.device)
+            keypoints = _require(targets.keypoints, "BatchTargets", kind, "keypoints")
+            ignore = ignore | ~(keypoints[..., 2] > 0).any(dim=-1).to(ignore.device)
         return ignore
 
 
-def _matching_order(
-    scores: Tensor, classes: Tensor, valid: Tensor, max_dets: int
-) -> tuple[Tensor, Tensor]:
-    """COCO's order of one image's predictions and which of them are scored.
+def _matching_order(scores: Tensor, valid: Tensor) -> Tensor:
+    """COCO's order of each image's predictions: real ones by descending score, then padding.
 
     Args:
-        scores: (n,) float64.
-        classes: (n,) int64.
-        valid: (n,) bool, real predictions.
-        max_dets: predictions kept per class.
+        scores: (B, D) float64.
+        valid: (B, D) bool, real predictions.
 
     Returns:
-        ``order`` (n,) int64, real predictions by descending score (ties keep input order, a
-        stable sort as in COCO) then the padding; ``kept`` (n,) bool along ``order``, the real
-        predictions among their class's ``max_dets`` best.
+        (B, D) int64 row indices; ties keep input order (a stable sort, as in COCO).
     """
-    order = torch.argsort(torch.where(valid, -scores, torch.inf), stable=True)
-    ranked_classes = torch.where(valid, classes, torch.iinfo(torch.int64).max)[order]
-    by_class = torch.argsort(ranked_classes, stable=True)  # groups classes, keeps score order
-    grouped = ranked_classes[by_class]
-    starts = torch.searchsorted(grouped, grouped, side="left")
-    rank = torch.empty_like(by_class)
-    rank[by_class] = torch.arange(by_class.shape[0], device=by_class.device) - starts
-    return order, valid[order] & (rank < max_dets)
+    return torch.argsort(torch.where(valid, -scores, torch.inf), dim=1, stable=True)
 
 
-def _without_padding(record: _Record) -> _Record:
-    """On the CPU, the record without its padding rows; elsewhere the record as it is.
+def _without_padding(order: Tensor, valid: Tensor) -> Tensor:
+    """On the CPU, ``order`` cut after the last image's real rows; elsewhere ``order`` as it is.
 
-    Static shapes keep the device's queue free of host reads (issue 11); on the CPU there is no
-    queue, and every later step (overlaps, stacking, matching) is cheaper on the real rows
-    only. The outcome is the same: padding rows take part in nothing.
+    Padding rows come last in ``order`` and take part in nothing, so they can be left out of
+    every later step (overlaps, matching, records), which on the CPU costs most of the work of
+    a low confidence cut's padded batch. Finding the cut needs the row counts on the host, a
+    wait for the device elsewhere (issue 11), so other devices keep every row.
+
+    Args:
+        order: (B, D) int64, each image's rows in matching order, real rows first.
+        valid: (B, D) bool, real rows.
     """
-    valid = record.valid_flags()
-    if valid.device.type != "cpu" or record.valid is None:
-        return record
-    real = torch.nonzero(valid).squeeze(1)
-    if real.shape[0] == len(record):  # nothing to drop: no copy of the masks
-        return replace(record, valid=None)
-    return replace(select_rows(record, real), valid=None)
+    if order.device.type != "cpu":
+        return order
+    return order[:, : int(valid.sum(dim=1).max())]
+
+
+def _rank_within_class(classes: Tensor, valid: Tensor) -> Tensor:
+    """(B, D) int64: how many real rows of the same class come before each row (0: the best).
+
+    Args:
+        classes: (B, D) int64 along the matching order.
+        valid: (B, D) bool along the matching order.
+
+    Padding rows rank among themselves; callers keep only real rows.
+    """
+    B, D = classes.shape
+    grouped_by = torch.where(valid, classes, torch.iinfo(torch.int64).max)
+    by_class = torch.argsort(grouped_by, dim=1, stable=True)  # groups classes, keeps score order
+    grouped = grouped_by.gather(1, by_class)
+    starts = torch.searchsorted(grouped, grouped, side="left")  # (B, D) first row of the class
+    position = torch.arange(D, device=classes.device).expand(B, D)
+    return torch.empty_like(by_class).scatter_(1, by_class, position - starts)
+
+
+def _ordered(values: Tensor, order: Tensor) -> Tensor:
+    """``values`` (B, D, *rest) with each image's rows along ``order`` (B, D)."""
+    index = order.reshape(*order.shape, *(1,) * (values.ndim - 2)).to(values.device)
+    return values.gather(1, index.expand(*order.shape, *values.shape[2:]))
+
+
+_Field = TypeVar("_Field")
+
+
+def _require(value: _Field | None, owner: str, kind: str, name: str) -> _Field:
+    """``value``, or the error that names the missing field of a batch record."""
+    if value is None:
+        raise MetricsInputError(
+            f"metric kind {kind!r} reads {owner}.{name}, which is None: pass {name}=... "
+            f"or drop {kind!r} from the metric's kinds"
+        )
+    return value
+
+
+_Index = Tensor | slice
+"""Rows or columns: an index tensor (the CPU's cut) or ``slice(None)`` (all)."""
+
+
+def _image_overlaps(overlap: Callable[[_Index, _Index], Tensor], pairs: Tensor) -> Tensor:
+    """(n, m) float64 overlaps of one image at ``pairs``, -1 elsewhere, on ``pairs``' device.
+
+    Args:
+        overlap: ``overlap(rows, cols)``: the overlaps of those prediction rows with those
+            target columns.
+        pairs: (n, m) bool, the pairs that can match.
+    """
+    cut = _rows_and_columns_with_pairs(pairs)
+    if cut is None:
+        every = slice(None)
+        return torch.where(pairs, overlap(every, every).to(pairs.device), -1.0)
+    rows, cols = cut
+    out = torch.full(pairs.shape, -1.0, dtype=torch.float64)
+    inner = pairs[rows][:, cols]
+    out[rows[:, None], cols[None, :]] = torch.where(inner, overlap(rows, cols).cpu(), -1.0)
+    return out
+
+
+def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tensor) -> Tensor:
+    """One image's (n, m) mask overlaps at ``pairs``, -1 elsewhere (:func:`_image_overlaps`).
+
+    Raises:
+        MetricsInputError: the masks are of different sizes.
+    """
+    if p_masks.shape[1:] != t_masks.shape[1:]:
+        raise MetricsInputError(
+            f"prediction masks are {tuple(p_masks.shape[1:])!r} but target masks are "
+            f"{tuple(t_masks.shape[1:])!r}: resize both to the source image (H, W)"
+        )
+    return _image_overlaps(
+        lambda rows, cols: mask_overlaps(p_masks[rows], t_masks[cols], crowd[cols]), pairs
+    )
+
+
+def _rotated_overlaps(p_rboxes: Tensor, t_rboxes: Tensor, crowd: Tensor, pairs: Tensor) -> Tensor:
+    """One image's (n, m) rotated-box overlaps at ``pairs``, -1 elsewhere."""
+    return _image_overlaps(
+        lambda rows, cols: rotated_overlaps(
+            p_rboxes[rows], t_rboxes[cols], crowd[cols], pairs=pairs[rows][:, cols]
+        ),
+        pairs,
+    )
+
+
+_GEOMETRY = {"box": ("boxes",), "mask": ("masks",), "pose": ("keypoints",), "obb": ("rboxes",)}
+
+
+def _check_image(kind: str, pred: ImagePredictions, target: ImageTargets) -> None:
+    """The fields ``kind`` reads, present and of the documented shapes, in one image's records.
+
+    Raises:
+        MetricsInputError: a field is missing or has another shape than the module table's.
+    """
+    require_fields(pred, ("scores", "classes", *_GEOMETRY[kind]), kind)
+    pose = ("keypoints", "boxes", *(() if target.areas is None else ("areas",)))
+    require_fields(target, ("classes", *(pose if kind == "pose" else _GEOMETRY[kind])), kind)
+    pred.valid_flags()  # each raises on flags of another shape than the record's
+    target.valid_flags()
+    target.ignore_flags()
+    if kind == "pose":
+        p_kpts, t_kpts = pred.keypoints, target.keypoints
+        assert p_kpts is not None  # required above
+        assert t_kpts is not None
+        if p_kpts.ndim != 3 or t_kpts.ndim != 3 or p_kpts.shape[1] != t_kpts.shape[1]:
+            raise MetricsInputError(
+                f"prediction keypoints are {tuple(p_kpts.shape)!r} and target keypoints "
+                f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
+            )
 
 
 def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:

@@ -25,24 +25,27 @@ _CHUNK_VALUES = 2**24
 def box_overlaps(pred_boxes: Tensor, target_boxes: Tensor, crowd: Tensor) -> Tensor:
     """IoU of every prediction box with every target box (crowd targets: intersection / pred area).
 
+    Leading batch dimensions ``...`` are optional (one image, or a padded batch of images at
+    once); each value is computed the same way either way.
+
     Args:
-        pred_boxes: (n, 4) ``xyxy`` pixels.
-        target_boxes: (m, 4) ``xyxy`` pixels.
-        crowd: (m,) bool, COCO crowd flag per target.
+        pred_boxes: (..., n, 4) ``xyxy`` pixels.
+        target_boxes: (..., m, 4) ``xyxy`` pixels.
+        crowd: (..., m) bool, COCO crowd flag per target.
 
     Returns:
-        (n, m) float64 overlaps in [0, 1].
+        (..., n, m) float64 overlaps in [0, 1].
     """
     p = pred_boxes.to(torch.float64)
     t = target_boxes.to(torch.float64)
     wh = (
-        torch.minimum(p[:, None, 2:], t[None, :, 2:])
-        - torch.maximum(p[:, None, :2], t[None, :, :2])
-    ).clamp(min=0.0)  # (n, m, 2)
+        torch.minimum(p[..., :, None, 2:], t[..., None, :, 2:])
+        - torch.maximum(p[..., :, None, :2], t[..., None, :, :2])
+    ).clamp(min=0.0)  # (..., n, m, 2)
     inter = wh[..., 0] * wh[..., 1]
-    area_p = (p[:, 2] - p[:, 0]) * (p[:, 3] - p[:, 1])
-    area_t = (t[:, 2] - t[:, 0]) * (t[:, 3] - t[:, 1])
-    union = area_p[:, None] + area_t[None, :] - inter
+    area_p = (p[..., 2] - p[..., 0]) * (p[..., 3] - p[..., 1])
+    area_t = (t[..., 2] - t[..., 0]) * (t[..., 3] - t[..., 1])
+    union = area_p[..., :, None] + area_t[..., None, :] - inter
     return _divide(inter, union, area_p, crowd)
 
 
@@ -108,8 +111,8 @@ def _count(masks: Tensor) -> Tensor:
 
 
 def _divide(inter: Tensor, union: Tensor, area_pred: Tensor, crowd: Tensor) -> Tensor:
-    """(n, m) intersection over union, or over the prediction's area where ``crowd[j]``."""
-    denominator = torch.where(crowd.to(inter.device)[None, :], area_pred[:, None], union)
+    """(..., n, m) intersection over union, or over the prediction's area for crowd targets."""
+    denominator = torch.where(crowd.to(inter.device)[..., None, :], area_pred[..., :, None], union)
     positive = denominator > 0
     return torch.where(positive, inter / torch.where(positive, denominator, 1.0), 0.0)
 
