@@ -130,3 +130,26 @@ def test_device_pixels_on_cuda_equal_the_cpu_batch(tmp_path: Path) -> None:
         Batch(**{k: v.cpu() for k, v in finished.items()}),  # type: ignore[typeddict-item]
         collate([cpu[item] for item in ITEMS]),
     )
+
+
+@pytest.mark.gpu
+def test_device_pixels_on_cuda_hold_a_chunk_not_the_batch() -> None:
+    # whole-batch HSV and flips held about 13x the batch's bytes (docs: replay-memory.md)
+    def deferred(size: int) -> Batch:
+        rng = np.random.default_rng(size)
+        return Batch(  # type: ignore[typeddict-item]
+            images=torch.from_numpy(rng.integers(0, 256, (size, 3, 640, 640), np.uint8)).cuda(),
+            deferred_hsv=torch.from_numpy(rng.uniform(0.5, 1.5, (size, 3))).cuda(),
+            deferred_flip=torch.from_numpy(rng.random(size) < 0.5).cuda(),
+        )
+
+    pixels = DevicePixels()
+    pixels(deferred(1))  # builds the tables
+    batch = deferred(8)
+    images = batch["images"]
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    pixels(batch)
+    torch.cuda.synchronize()
+    assert torch.cuda.max_memory_allocated() - before < 4 * images.nbytes
