@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
     spec = model_spec(args.model)
     size = args.imgsz or spec.image_size
     model = create_model(args.model, num_classes=args.num_classes)
+    summary = model_summary(model, size)
     print(f"{spec.name}: task {spec.task}, scale {args.model[6]}, {args.num_classes} classes")
-    print(model_summary(model, size).format())
+    print(summary.format())
     return 0
 
 
