@@ -26,12 +26,18 @@ def box_region(boxes: Tensor, height: int, width: int, scale: float = 1.0) -> Te
     Returns:
         (..., N, height, width) bool.
     """
+    inside_y, inside_x = _box_spans(boxes, height, width, scale)
+    return inside_x & inside_y
+
+
+def _box_spans(boxes: Tensor, height: int, width: int, scale: float) -> tuple[Tensor, Tensor]:
+    """:func:`box_region` in two factors: rows (..., N, height, 1), columns (..., N, 1, width)."""
     ys = (torch.arange(height, device=boxes.device, dtype=boxes.dtype) + 0.5) * scale
     xs = (torch.arange(width, device=boxes.device, dtype=boxes.dtype) + 0.5) * scale
     x1, y1, x2, y2 = (boxes[..., i, None, None] for i in range(4))
     inside_x = (xs >= x1) & (xs < x2)  # (..., N, 1, W)
     inside_y = (ys[:, None] >= y1) & (ys[:, None] < y2)  # (..., N, H, 1)
-    return inside_x & inside_y
+    return inside_y, inside_x
 
 
 def mask_probabilities(coef: Tensor, protos: Tensor, boxes: Tensor) -> Tensor:
@@ -120,12 +126,16 @@ def resample_masks(
     stride = 4.0
     rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, protos)  # (H, h)
     cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, protos)  # (W, w)
+    cols_t = cols.T  # (w, W)
+    # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk
+    inside_y, inside_x = _box_spans(boxes, height, width, 1.0)
+    flat_protos = protos.reshape(M, h * w)
     chunk = max(1, max_values // (height * max(width, w)))
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
-        logits = (coef[start:end] @ protos.reshape(M, h * w)).reshape(-1, h, w)
-        logits = rows @ logits @ cols.T  # (c, H, W)
-        masks[start:end] = (logits > 0) & box_region(boxes[start:end], height, width)
+        logits = (coef[start:end] @ flat_protos).reshape(-1, h, w)
+        logits = rows @ logits @ cols_t  # (c, H, W)
+        masks[start:end] = (logits > 0) & inside_x[start:end] & inside_y[start:end]
     return masks
 
 
