@@ -67,6 +67,17 @@ def test_datamodule_evaluation_keeps_every_instance(pose_yaml: Path) -> None:
     assert dm.data_stats()["overflow"] == 0
 
 
+def test_datamodule_evaluation_rows_are_the_largest_image_not_the_training_cap(
+    pose_yaml: Path,
+) -> None:
+    dm = _module(pose_yaml, max_instances=32)
+    dm.setup("validate")
+    most = max(len(item) for item in dm.datasets["val"].labels)
+    assert most < 32
+    batch = next(iter(dm.val_dataloader()))
+    assert batch["valid"].shape[1] == most
+
+
 def test_datamodule_workers_match_main_process(pose_yaml: Path) -> None:
     main = _module(pose_yaml, seed=5)
     pooled = _module(pose_yaml, workers=2, seed=5)

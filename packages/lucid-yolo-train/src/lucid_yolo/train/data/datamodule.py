@@ -84,8 +84,9 @@ class YoloDataModule(L.LightningDataModule):
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).
         max_instances: fixed target rows per training image (Batch ``N``); more are counted and
-            the largest kept. Evaluation splits use at least their largest image's count, so
-            metrics never lose a ground-truth instance.
+            the largest kept. Evaluation splits use their largest image's count instead (at
+            least 1), so metrics never lose a ground-truth instance and a batch carries no more
+            padding rows than it needs (a segment row holds a (H/4, W/4) mask).
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
         cache: ``True``: decode and resize every image once into RAM (:mod:`.cache`), filled in
             ``setup``; ``"disk"``: once into a memory-mapped file under ``cache_dir``, reused by
@@ -358,7 +359,7 @@ class YoloDataModule(L.LightningDataModule):
             augment=self.augment if train else None,
             max_instances=self.max_instances
             if train
-            else max(self.max_instances, max((len(item) for item in labels), default=0)),
+            else max(1, max((len(item) for item in labels), default=0)),
             num_keypoints=0 if kpt_shape is None else kpt_shape[0],
             flip_idx=self.spec.flip_idx,
             seed=self.seed,
