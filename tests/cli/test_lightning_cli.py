@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 import pytest
 import torch
 import yaml
+from lightning.pytorch.cli import LightningCLI
 
 from lucid_yolo.cli.embedded import VERSION
+from lucid_yolo.cli.lightning_cli import YoloCLI
 from lucid_yolo.cli.main import main
 
 if TYPE_CHECKING:
@@ -325,3 +327,11 @@ def test_fit_on_two_cpu_processes_prints_and_checkpoints_once(
     assert [p.name for p in (tmp_path / "runs/detect").iterdir()] == ["fit1"]
     checkpoints = sorted(p.name for p in (tmp_path / "runs/detect/fit1/checkpoints").iterdir())
     assert checkpoints == ["best.ckpt", "last.ckpt"]
+
+
+@pytest.mark.parametrize("command", ["fit", "validate", "test", "predict"])
+def test_cli_lists_only_the_command_that_runs(command: str) -> None:
+    # LightningCLI builds one parser per listed subcommand; a process runs one command
+    cli = object.__new__(YoloCLI)
+    cli.command = command
+    assert cli.subcommands() == {command: LightningCLI.subcommands()[command]}

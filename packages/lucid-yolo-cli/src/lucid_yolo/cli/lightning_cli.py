@@ -121,7 +121,23 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
 
 
 class YoloCLI(LightningCLI):
-    """LightningCLI with the model ↔ data links, the embedded dataset and the final report."""
+    """LightningCLI with the model ↔ data links, the embedded dataset and the final report.
+
+    Args:
+        command: the subcommand that runs (``fit``, ``validate``, ``test`` or ``predict``). Only
+            its parser is built: LightningCLI builds one per subcommand from the trainer's,
+            model's and data module's signatures (about 0.1 s each), and a process runs one.
+        args, kwargs: LightningCLI's.
+    """
+
+    def __init__(self, *args: Any, command: str, **kwargs: Any) -> None:
+        self.command = command
+        super().__init__(*args, **kwargs)
+
+    @override
+    def subcommands(self) -> dict[str, set[str]]:  # type: ignore[override]
+        """The command that runs and the trainer arguments it skips (LightningCLI's table)."""
+        return {self.command: LightningCLI.subcommands()[self.command]}
 
     @override
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
@@ -150,9 +166,12 @@ class YoloCLI(LightningCLI):
         inference options (:data:`INFERENCE_OPTIONS`) are kept here and put back in
         :meth:`before_instantiate_classes`.
         """
-        parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
-        # the epoch summary already prints the metric table: Lightning's own (`verbose`) repeats it
-        parser.set_defaults({"validate.verbose": False, "test.verbose": False})
+        if self.command == "predict":
+            parser.set_defaults({"predict.model.val_conf": PREDICT_CONF})
+        if self.command in ("validate", "test"):
+            # the epoch summary already prints the metric table: Lightning's own (`verbose`)
+            # repeats it
+            parser.set_defaults({f"{self.command}.verbose": False})
         # LightningCLI warns when it is given `args` while sys.argv also holds arguments; the
         # console script has already read them (and resolved config names), so hide them while
         # parsing only: DDP's launcher starts the other ranks with this process's sys.argv.
@@ -392,6 +411,7 @@ def run_lightning(args: list[str]) -> None:
             YoloCLI(
                 YoloModule,
                 YoloDataModule,
+                command=args[0],
                 trainer_defaults=trainer_defaults(args[0]),
                 seed_everything_default=0,
                 save_config_kwargs={"overwrite": True},
