@@ -175,3 +175,69 @@ def test_binding_check_detects_a_replaced_submodule() -> None:
     assert problem is not None
     assert problem[0] is RetireReason.FORWARD_ALTERED
     assert "SyncBatchNorm.convert_sync_batchnorm" in problem[1]
+
+
+def _retire_reason(binding: Binding) -> RetireReason | None:
+    problem = binding.check()
+    return None if problem is None else problem[0]
+
+
+def test_binding_check_detects_parameter_replacement() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    binding = Binding([net])
+    net[0].weight = nn.Parameter(net[0].weight.detach().clone())
+    assert _retire_reason(binding) is RetireReason.PARAMETER_REPLACED
+
+
+def test_binding_check_detects_a_newly_registered_parameter() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    binding = Binding([net])
+    net[1].register_parameter("scale", nn.Parameter(torch.ones(1)))
+    assert _retire_reason(binding) is RetireReason.PARAMETER_REPLACED
+
+
+def test_binding_check_detects_a_parameter_whose_storage_moved() -> None:
+    net = nn.Linear(2, 2)
+    binding = Binding([net])
+    net.weight.data = torch.zeros(2, 2)
+    assert _retire_reason(binding) is RetireReason.PARAMETER_REPLACED
+
+
+def test_binding_check_detects_a_module_hook_deep_in_the_tree() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.Sequential(nn.ReLU(), nn.Linear(2, 2)))
+    binding = Binding([net])
+    net[1][1].register_forward_pre_hook(lambda *args: None)
+    assert _retire_reason(binding) is RetireReason.MODULE_HOOKS
+
+
+def test_binding_check_detects_a_tensor_hook_on_the_last_parameter() -> None:
+    net = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    binding = Binding([net])
+    net[1].bias.register_post_accumulate_grad_hook(print)
+    problem = binding.check()
+    assert problem is not None
+    assert problem[0] is RetireReason.PARAMETER_HOOKS
+    assert "[3]" in problem[1]
+
+
+def test_binding_check_detects_a_child_swapped_between_parents() -> None:
+    left, right = nn.Sequential(nn.ReLU()), nn.Sequential()
+    net = nn.Sequential(left, right)
+    binding = Binding([net])
+    right.append(left[0])
+    del left[0]
+    assert _retire_reason(binding) is RetireReason.FORWARD_ALTERED
+
+
+def test_binding_check_detects_a_forward_replaced_on_the_class() -> None:
+    class Scaled(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2
+
+    net = nn.Sequential(Scaled())
+    binding = Binding([net])
+    Scaled.forward = lambda self, x: x * 3  # type: ignore[method-assign]
+    problem = binding.check()
+    assert problem is not None
+    assert problem[0] is RetireReason.FORWARD_ALTERED
+    assert "Scaled" in problem[1]

@@ -137,6 +137,38 @@ def test_graphed_optimizer_new_key_when_gradients_missing() -> None:
     assert graphed.telemetry.recordings == 2
 
 
+def test_graphed_optimizer_new_key_when_a_gradient_changes_layout() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)
+    _train(net, graphed, 1)
+    weight = net[2].weight
+    weight.grad = torch.ones(weight.shape[::-1]).t()  # same shape, transposed strides
+    graphed.step()
+    assert graphed.telemetry.recordings == 2
+    assert graphed.telemetry.recorded["gradients"] == 1
+
+
+def test_graphed_optimizer_new_key_when_a_gradient_is_set_to_none() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)
+    net(torch.randn(6, 4)).square().mean().backward()
+    graphed.step()
+    net[0].bias.grad = None
+    graphed.step()
+    assert graphed.telemetry.recordings == 2
+
+
+def test_graphed_optimizer_new_key_for_a_new_param_group() -> None:
+    _, net = _pair()
+    optimizer = torch.optim.SGD(list(net[0].parameters()), lr=0.1, momentum=0.9)
+    graphed = GraphedOptimizer(optimizer, warmup_steps=0)
+    _train(net, graphed, 1)
+    optimizer.add_param_group({"params": list(net[2].parameters())})
+    _train(net, graphed, 1)
+    assert graphed.telemetry.recordings == 2
+    assert graphed.telemetry.recorded["gradients+hyperparameters"] == 1
+
+
 class _TupleHyperparameter(torch.optim.Optimizer):
     """Reads a tuple hyperparameter as Adam reads ``betas`` (CPU Adam itself syncs on its step)."""
 

@@ -10,10 +10,12 @@ of that page).
 
 from __future__ import annotations
 
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from functools import partial
+from itertools import chain
+from operator import attrgetter, call, is_, is_not, itemgetter, methodcaller
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -150,17 +152,31 @@ def _scalar_attrs(module: nn.Module) -> tuple[str, ...]:
     return tuple(sorted(names))
 
 
-def _has_hooks(registry: dict[str, Any]) -> bool:
-    return bool(
-        registry["_forward_hooks"]
-        or registry["_forward_pre_hooks"]
-        or registry["_backward_hooks"]
-        or registry.get("_backward_pre_hooks")
+_HOOK_REGISTRIES = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks")
+_OPTIONAL_HOOK_REGISTRY = methodcaller("get", "_backward_pre_hooks")
+_TENSOR_HOOKS = (attrgetter("_backward_hooks"), attrgetter("_post_accumulate_grad_hooks"))
+_INSTANCE_FORWARD = methodcaller("get", "forward")
+_CLASS_FORWARD = attrgetter("forward")
+
+
+def _any_hooks(dicts: Sequence[dict[str, Any]]) -> bool:
+    """Whether any module (given by its ``__dict__``) has a hook; a C-level pass per registry."""
+    return any(any(map(itemgetter(name), dicts)) for name in _HOOK_REGISTRIES) or any(
+        map(_OPTIONAL_HOOK_REGISTRY, dicts)
     )
 
 
+def _has_hooks(registry: dict[str, Any]) -> bool:
+    return _any_hooks((registry,))
+
+
+def _any_tensor_hooks(tensors: Sequence[Tensor]) -> bool:
+    """Whether any of ``tensors`` has a tensor or post-accumulate-grad hook."""
+    return any(any(map(get, tensors)) for get in _TENSOR_HOOKS)
+
+
 def _has_tensor_hooks(tensor: Tensor) -> bool:
-    return bool(tensor._backward_hooks or tensor._post_accumulate_grad_hooks)
+    return _any_tensor_hooks((tensor,))
 
 
 def _global_hook_count() -> int:
@@ -168,8 +184,53 @@ def _global_hook_count() -> int:
     return sum(len(getattr(registry, name, ())) for name in _GLOBAL_HOOK_DICTS)
 
 
-def _same_objects(a: Sequence[Tensor], b: Sequence[Tensor]) -> bool:
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+def _same_objects(a: Sequence[object], b: Sequence[object]) -> bool:
+    return len(a) == len(b) and all(map(is_, a, b))
+
+
+class _Registries(NamedTuple):
+    """Every submodule's registered parameters and buffers (``None`` slots left out) and
+    children, each flattened into one list, plus how many children each module holds.
+
+    Flat lists compared by identity in one C-level pass tell the same as comparing module by
+    module, and a few hundred modules then cost microseconds instead of a Python loop.
+    """
+
+    parameters: list[Tensor]
+    buffers: list[Tensor]
+    children: list[nn.Module | None]
+    child_counts: tuple[int, ...]
+
+    @classmethod
+    def of(cls, dicts: Sequence[dict[str, Any]]) -> _Registries:
+        def entries(name: str) -> list[Any]:
+            return list(chain.from_iterable(map(dict.values, map(itemgetter(name), dicts))))
+
+        children = list(map(itemgetter("_modules"), dicts))
+        return cls(
+            parameters=list(filter(_IS_SET, entries("_parameters"))),
+            buffers=list(filter(_IS_SET, entries("_buffers"))),
+            children=list(chain.from_iterable(map(dict.values, children))),
+            child_counts=tuple(map(len, children)),
+        )
+
+    def same_tensors(self, other: _Registries) -> bool:
+        return _same_objects(self.parameters, other.parameters) and _same_objects(
+            self.buffers, other.buffers
+        )
+
+    def same_children(self, other: _Registries) -> bool:
+        return self.child_counts == other.child_counts and _same_objects(
+            self.children, other.children
+        )
+
+    def child_ids(self) -> list[tuple[int, ...]]:
+        """Per module, the ids of its children."""
+        children = iter(self.children)
+        return [tuple(id(next(children)) for _ in range(n)) for n in self.child_counts]
+
+
+_IS_SET = partial(is_not, None)
 
 
 class Binding:
@@ -178,10 +239,11 @@ class Binding:
     Captures, once: the submodules and each one's children (a replaced child is a replaced
     forward), their parameters and buffers (object identity and storage address, invariant 10),
     their ``forward`` (class attribute and any instance override, invariant 11) and the names of
-    their scalar attributes. :meth:`check` compares on every
-    call and :meth:`signature` builds the per-call :class:`Signature`; both read the modules'
-    ``__dict__`` registries directly, because going through ``Module.parameters()`` costs
-    milliseconds per call on a few hundred modules.
+    their scalar attributes. :meth:`check` compares on every call and :meth:`signature` builds
+    the per-call :class:`Signature`; both read the modules' ``__dict__`` registries directly, in
+    C-level passes (``map`` over getters), because going through ``Module.parameters()`` or a
+    Python loop per module costs milliseconds per call on a few hundred modules, and a replayed
+    step at small batch is bound by the host's work.
 
     Args:
         modules: the modules whose parameters and buffers the region reads.
@@ -192,41 +254,34 @@ class Binding:
             dict.fromkeys(sub for m in modules for sub in m.modules())
         )
         self._dicts: tuple[dict[str, Any], ...] = tuple(vars(m) for m in self.submodules)
-        self.parameters: tuple[nn.Parameter, ...] = self._current_parameters()
-        self.buffers: tuple[Tensor, ...] = self._current_buffers()
-        self._storage = self._addresses()
-        self._forwards = self._forward_ids()
-        self._children = self._child_ids()
-        self._scalar_getters = tuple(
-            (d, operator.itemgetter(*names)) if names else (d, None)
-            for d, names in zip(self._dicts, map(_scalar_attrs, self.submodules), strict=True)
+        self._registries = _Registries.of(self._dicts)
+        self.parameters: tuple[nn.Parameter, ...] = tuple(
+            dict.fromkeys(cast(list[nn.Parameter], self._registries.parameters))
         )
-
-    def _current_parameters(self) -> tuple[nn.Parameter, ...]:
-        params = (p for d in self._dicts for p in d["_parameters"].values() if p is not None)
-        return tuple(dict.fromkeys(params))
-
-    def _current_buffers(self) -> tuple[Tensor, ...]:
-        return tuple(b for d in self._dicts for b in d["_buffers"].values() if b is not None)
+        self.buffers: tuple[Tensor, ...] = tuple(self._registries.buffers)
+        self._tensors = (*self.parameters, *self.buffers)
+        self._storage = self._addresses()
+        self._class_forwards = self._class_forward_ids()
+        self._instance_forwards = self._instance_forward_ids()
+        scalar_names = tuple(map(_scalar_attrs, self.submodules))
+        self._scalar_dicts = tuple(
+            d for d, names in zip(self._dicts, scalar_names, strict=True) if names
+        )
+        self._scalar_getters = tuple(itemgetter(*names) for names in scalar_names if names)
 
     def _addresses(self) -> tuple[int, ...]:
-        return tuple(t.data_ptr() for t in (*self.parameters, *self.buffers))
+        return tuple(map(Tensor.data_ptr, self._tensors))
 
-    def _forward_ids(self) -> tuple[tuple[int, int], ...]:
-        return tuple(
-            (id(type(m).forward), id(d.get("forward")))
-            for m, d in zip(self.submodules, self._dicts, strict=True)
-        )
+    def _class_forward_ids(self) -> tuple[int, ...]:
+        return tuple(map(id, map(_CLASS_FORWARD, map(type, self.submodules))))
 
-    def _child_ids(self) -> tuple[tuple[int, ...], ...]:
-        return tuple(tuple(map(id, d["_modules"].values())) for d in self._dicts)
+    def _instance_forward_ids(self) -> tuple[int, ...]:
+        return tuple(map(id, map(_INSTANCE_FORWARD, self._dicts)))
 
     def check(self) -> tuple[RetireReason, str] | None:
         """Return why the region can no longer replay, or ``None`` when it still can."""
-        if not (
-            _same_objects(self._current_parameters(), self.parameters)
-            and _same_objects(self._current_buffers(), self.buffers)
-        ):
+        registries = _Registries.of(self._dicts)
+        if not registries.same_tensors(self._registries):
             return RetireReason.PARAMETER_REPLACED, (
                 "a parameter or buffer object was replaced (load_state_dict(assign=True), "
                 "to(), re-registration); build a new recorder after changing the module"
@@ -236,34 +291,47 @@ class Binding:
                 "a parameter's storage moved (`.data =` assignment or resize); update values "
                 "in place with copy_() instead"
             )
-        if self._forward_ids() != self._forwards:
+        class_forwards, instance_forwards = self._class_forward_ids(), self._instance_forward_ids()
+        if class_forwards != self._class_forwards or instance_forwards != self._instance_forwards:
             altered = [
                 type(m).__name__
-                for m, ids in zip(self.submodules, self._forward_ids(), strict=True)
-                if ids not in self._forwards
+                for m, now, then, own, was in zip(
+                    self.submodules,
+                    class_forwards,
+                    self._class_forwards,
+                    instance_forwards,
+                    self._instance_forwards,
+                    strict=True,
+                )
+                if (now, own) != (then, was)
             ]
             return RetireReason.FORWARD_ALTERED, (
                 f"forward of {altered[:3]!r} was replaced; the graph would run the old code"
             )
-        if self._child_ids() != self._children:
+        if not registries.same_children(self._registries):
             replaced = [
                 type(m).__name__
-                for m, ids in zip(self.submodules, self._child_ids(), strict=True)
-                if ids not in self._children
+                for m, now, then in zip(
+                    self.submodules,
+                    registries.child_ids(),
+                    self._registries.child_ids(),
+                    strict=True,
+                )
+                if now != then
             ]
             return RetireReason.FORWARD_ALTERED, (
                 f"a submodule of {replaced[:3]!r} was replaced by another module (e.g. "
                 "SyncBatchNorm.convert_sync_batchnorm); the graph would run the old one: build a "
                 "new recorder after changing the module tree"
             )
-        if _global_hook_count() or any(map(_has_hooks, self._dicts)):
+        if _global_hook_count() or _any_hooks(self._dicts):
             pairs = zip(self.submodules, self._dicts, strict=True)
             hooked = [type(m).__name__ for m, d in pairs if _has_hooks(d)]
             where = f"on {hooked[:3]!r}" if hooked else "registered globally"
             return RetireReason.MODULE_HOOKS, (
                 f"module hooks {where} would not fire at replay; remove them or run native"
             )
-        if any(map(_has_tensor_hooks, self.parameters)):
+        if _any_tensor_hooks(self.parameters):
             hooked_params = [i for i, p in enumerate(self.parameters) if _has_tensor_hooks(p)]
             return RetireReason.PARAMETER_HOOKS, (
                 f"parameters {hooked_params[:3]!r} carry tensor or post-accumulate-grad hooks, "
@@ -280,11 +348,15 @@ class Binding:
         return Signature(
             inputs=input_specs(args),
             autocast=autocast_state(device_type),
-            training=tuple(d["training"] for d in self._dicts),
-            requires_grad=tuple(p.requires_grad for p in self.parameters),
-            scalars=tuple(None if get is None else get(d) for d, get in self._scalar_getters),
+            training=tuple(map(_TRAINING, self._dicts)),
+            requires_grad=tuple(map(_REQUIRES_GRAD, self.parameters)),
+            scalars=tuple(map(call, self._scalar_getters, self._scalar_dicts)),
             backend=backend_flags(),
         )
+
+
+_TRAINING = itemgetter("training")
+_REQUIRES_GRAD = attrgetter("requires_grad")
 
 
 __all__ = [

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
+from functools import partial
+from itertools import chain, repeat
+from operator import attrgetter, is_not, itemgetter
 from typing import Any, NamedTuple
 
 import torch
@@ -28,11 +31,52 @@ from lucid_yolo.replay.signature import TensorSpec
 from lucid_yolo.replay.telemetry import Telemetry, recording_cause
 
 
+class GradientLayouts(NamedTuple):
+    """The layout of every parameter's gradient, column by column.
+
+    Built in C-level passes (``map`` over getters) instead of one :class:`TensorSpec` per
+    gradient: an update keys on a few hundred gradients at every step, and at small batch the
+    replayed step is bound by the host's work. It holds what a :class:`TensorSpec` per gradient
+    would.
+    """
+
+    present: tuple[bool, ...]
+    """Per parameter, in group order: whether it has a gradient."""
+    shapes: tuple[torch.Size, ...]
+    """Per gradient present, in the same order: its shape; the columns below likewise."""
+    strides: tuple[tuple[int, ...], ...]
+    dtypes: tuple[torch.dtype, ...]
+    devices: tuple[torch.device, ...]
+    requires_grad: tuple[bool, ...]
+
+    @classmethod
+    def of(cls, params: Sequence[Tensor]) -> GradientLayouts:
+        """The layouts of the ``.grad`` of each of ``params``."""
+        grads = list(map(_GRAD, params))
+        present = list(filter(_IS_SET, grads))
+        return cls(
+            tuple(map(is_not, grads, repeat(None))),
+            tuple(map(_SHAPE, present)),
+            tuple(map(Tensor.stride, present)),
+            tuple(map(_DTYPE, present)),
+            tuple(map(_DEVICE, present)),
+            tuple(map(_REQUIRES_GRAD, present)),
+        )
+
+
+_GRAD = attrgetter("grad")
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_DEVICE = attrgetter("device")
+_REQUIRES_GRAD = attrgetter("requires_grad")
+_IS_SET = partial(is_not, None)
+
+
 class UpdateKey(NamedTuple):
     """What an optimizer step's graph bakes in beyond its tensors' addresses."""
 
-    gradients: tuple[TensorSpec | None, ...]
-    """Per parameter, in group order: its gradient's layout, ``None`` without a gradient."""
+    gradients: GradientLayouts
+    """Which parameters have a gradient, and each gradient's layout."""
     hyperparameters: tuple[tuple[tuple[str, Hashable], ...], ...]
     """Per group: every setting but ``params``, as :func:`hyperparameter_key` keys it."""
 
@@ -196,6 +240,9 @@ def hyperparameter_key(value: object, device: torch.device) -> Hashable:
     return ("object", type(value).__qualname__)
 
 
+_PARAMS = itemgetter("params")
+
+
 class GraphedOptimizer:
     """An optimizer whose ``step()`` replays a recorded graph; drop-in for ``GradScaler.step``.
 
@@ -300,14 +347,17 @@ class GraphedOptimizer:
         self.optimizer.step()
 
     def _params(self) -> list[Tensor]:
-        return [p for group in self.optimizer.param_groups for p in group["params"]]
+        return list(chain.from_iterable(map(_PARAMS, self.optimizer.param_groups)))
 
     def _with_grads(self) -> list[tuple[Tensor, Tensor]]:
         return [(p, p.grad) for p in self._params() if p.grad is not None]
 
+    def _live_grads(self) -> list[Tensor]:
+        return list(filter(_IS_SET, map(_GRAD, self._params())))
+
     def _current_key(self) -> UpdateKey:
         params = self._params()
-        grads = tuple(None if p.grad is None else TensorSpec.of(p.grad) for p in params)
+        grads = GradientLayouts.of(params)
         device = params[0].device if params else torch.device("cpu")
         hyper = tuple(
             tuple(
@@ -344,14 +394,19 @@ class GraphedOptimizer:
         return step_on_static_grads
 
     def _copy_in(self, key: Hashable) -> None:
-        live = [g for _, g in self._with_grads()]
         with torch.no_grad():
-            copy_grouped(self._static_grads[key], live)
+            copy_grouped(self._static_grads[key], self._live_grads())
 
     def _copy_out(self, key: Hashable) -> None:
-        live = [g for _, g in self._with_grads()]
+        live = self._live_grads()
         with torch.no_grad():
             copy_grouped(live, self._static_grads[key])
 
 
-__all__ = ["GraphedOptimizer", "UpdateKey", "UpdateRecorder", "hyperparameter_key"]
+__all__ = [
+    "GradientLayouts",
+    "GraphedOptimizer",
+    "UpdateKey",
+    "UpdateRecorder",
+    "hyperparameter_key",
+]

@@ -1,0 +1,131 @@
+"""Host work of a replayed step's bookkeeping, without the kernels: what the H200 profile blamed.
+
+At batch 4 a replayed YOLO26 step is host-bound (docs/engineering/whole-fit-speed.md, "Host work
+per replayed step"): the GPU finishes before the host has issued the next step. This tool times
+the per-step checks and copies that the replay library adds around the graph launches of one
+step of a YOLO26 model, without running the network:
+
+* ``region_check``: :meth:`Binding.check` of the network region (identity, storage, forwards,
+  children and hooks of every submodule and parameter), once per replayed region call;
+* ``region_signature``: building the call's :class:`Signature` and looking it up, as the
+  recorder does before each replay;
+* ``update_key``: the optimizer update's key (every gradient's layout, every group's
+  hyperparameters) and its lookup, once per replayed update;
+* ``route_first_micro_batch``: handing gradients to every parameter after
+  ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: private tensors
+  plus one grouped copy; on the CPU the copy moves the bytes, on CUDA it is only queued);
+  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``);
+* ``gradients_carved`` and ``gradients_allocated_alone``: the two ways to make those private
+  tensors, :func:`~lucid_yolo.replay._autograd.carved_like` (one buffer per dtype, a view per
+  parameter, what ``route`` does) against one ``empty_strided`` per parameter (what it did
+  before session 6). Which is cheaper depends on the allocator: decide it on the device.
+
+Each number is the fastest over ``--rounds`` of the mean over ``--repeat`` calls (the least
+disturbed by other processes), in microseconds of host time; on CUDA the device is synchronised
+between rounds, never inside one.
+
+Run (from the repository root; ``--device cuda`` on the GPU machine)::
+
+    uv run python tools/bench_step_host.py --models yolo26n yolo26n-seg --out /tmp/step_host.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench_update_step import _KernelCount
+from lucid_yolo.models import create_model
+from lucid_yolo.replay import RegionRecorder
+from lucid_yolo.replay._autograd import carved_like, route
+from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
+from lucid_yolo.train.replay import UpdateStep
+from lucid_yolo.train.replay.regions import NetworkRegion
+
+
+def _time_us(call: Callable[[], object], repeat: int, rounds: int, device: str) -> float:
+    samples = []
+    for _ in range(rounds):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeat):
+            call()
+        samples.append((time.perf_counter() - start) * 1e6 / repeat)
+    return round(min(samples), 1)
+
+
+def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
+    """Per-call host microseconds of each piece of bookkeeping for model ``name``."""
+    torch.manual_seed(0)
+    net = create_model(name, num_classes=80).to(device)
+    recorder = RegionRecorder(NetworkRegion(net), name="network")
+    binding = recorder.binding
+    images = torch.zeros(4, 3, 64, 64, device=device)
+    known = {binding.signature((images,), device): None}
+
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
+    step = UpdateStep(optimizer, trainer_ema(net), replay=True)
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    update = step.graphed.recorder
+    update_keys = {update.key(): None}
+
+    fresh = [torch.nn.Parameter(torch.empty_like(p)) for p in params]
+    statics = [torch.zeros_like(p) for p in params]
+
+    @torch.no_grad()
+    def route_after_zero_grad() -> None:
+        route(fresh, statics, False)
+
+    def allocated_alone() -> list[torch.Tensor]:
+        return [
+            torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=p.device) for p in fresh
+        ]
+
+    with _KernelCount() as count:
+        route_after_zero_grad()
+
+    def timed(call: Callable[[], object]) -> float:
+        return _time_us(call, repeat, rounds, device)
+
+    return {
+        "parameters": len(binding.parameters),
+        "buffers": len(binding.buffers),
+        "submodules": len(binding.submodules),
+        "region_check_us": timed(binding.check),
+        "region_signature_us": timed(lambda: known.get(binding.signature((images,), device))),
+        "update_key_us": timed(lambda: update_keys.get(update.key())),
+        "route_first_micro_batch_us": timed(route_after_zero_grad),
+        "route_allocations": count.ops["empty"] + count.ops["empty_strided"],
+        "gradients_carved_us": timed(lambda: carved_like(fresh, statics)),
+        "gradients_allocated_alone_us": timed(allocated_alone),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--repeat", type=int, default=50)
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    report = {name: measure(name, args.device, args.repeat, args.rounds) for name in args.models}
+    report["device"] = {"name": args.device}
+    text = json.dumps(report, indent=1)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
