@@ -1,0 +1,24 @@
+"""The step-host benchmark on the CPU: what it times is the replay library's real bookkeeping."""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import pytest
+from tool_modules import load_tool
+
+
+@pytest.fixture
+def bench(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("bench_step_host", monkeypatch)
+
+
+@pytest.mark.slow
+def test_measure_reports_the_bookkeeping_of_yolo26n(bench: ModuleType) -> None:
+    measured = bench.measure("yolo26n", "cpu", repeat=1, rounds=1)
+    assert measured["parameters"] == 366
+    # route hands every parameter a private gradient carved from one float32 allocation
+    assert measured["route_allocations"] == 1
+    timed = [key for key in measured if key.endswith("_us")]
+    assert len(timed) == 6
+    assert all(measured[key] > 0 for key in timed)
