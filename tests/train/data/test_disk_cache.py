@@ -136,3 +136,16 @@ def test_has_disk_cache_not_for_a_missing_image(tmp_path: Path, images: list[Pat
     DiskImageCache(tmp_path / "cache", images, IMGSZ)
     images[2].unlink()
     assert not has_disk_cache(tmp_path / "cache", images, IMGSZ)
+
+
+def test_has_disk_cache_not_in_an_unreadable_root(
+    tmp_path: Path, images: list[Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    DiskImageCache(tmp_path / "cache", images, IMGSZ)
+
+    def denied(self: Path) -> bool:
+        raise PermissionError(13, "Permission denied", str(self))
+
+    # chmod cannot deny root, who runs the tests on some machines
+    monkeypatch.setattr(Path, "is_dir", denied)
+    assert not has_disk_cache(tmp_path / "cache", images, IMGSZ)

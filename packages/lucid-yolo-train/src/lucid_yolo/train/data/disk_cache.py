@@ -58,10 +58,11 @@ def fingerprint(paths: Sequence[Path], imgsz: int) -> str:
 
 def has_disk_cache(root: Path, paths: Sequence[Path], imgsz: int) -> bool:
     """Whether ``root`` holds a complete cache of ``paths`` at ``imgsz``, written by an earlier
-    run while the images were as they are now (a missing image: no cache to reuse)."""
+    run while the images were as they are now (a missing image or an unreadable ``root``: no
+    cache to reuse)."""
     try:
         return (root / fingerprint(paths, imgsz)).is_dir()
-    except DatasetConfigError:
+    except (DatasetConfigError, OSError):
         return False
 
 
