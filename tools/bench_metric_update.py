@@ -14,19 +14,26 @@ Command (any machine, from the repository root)::
 
 ``--inputs DIR`` keeps the saved inputs there (``<task>.pt``) and reuses them, so another
 checkout can be timed on the same ones (``PYTHONPATH`` pointing at its packages).
+
+It also counts the torch operations one ``update`` dispatches per image (the second batch, after a
+warm one), with the metric's CPU-only shortcuts switched off so that the code takes the path it
+takes on a GPU, where each operation is a kernel launch the host pays for (issue 11, session 6).
 """
 
 from __future__ import annotations
 
 import argparse
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from lucid_yolo.train import Evaluator, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.metrics import mean_average_precision
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -78,6 +85,43 @@ def time_metric(path: Path, task: str, repeats: int) -> dict[str, float]:
     }
 
 
+class _DispatchedOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
+    """Counts the ATen operators dispatched inside the ``with`` block."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops[str(func.overloadpacket.__name__)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def count_operations(path: Path, task: str) -> float:
+    """Torch operations per image of one ``update`` on the GPU's path (CPU shortcuts off)."""
+    saved = torch.load(path, weights_only=False)
+    if len(saved["batches"]) < 2:
+        return float("nan")
+    (warm_outputs, warm_batch), (outputs, batch) = saved["batches"][:2]
+    module = mean_average_precision
+    shortcuts = {
+        "_without_padding": lambda order, valid: order,
+        "_rows_and_columns_with_pairs": lambda pairs: None,
+    }
+    kept = {name: getattr(module, name) for name in shortcuts}
+    try:
+        for name, device_path in shortcuts.items():
+            setattr(module, name, device_path)
+        evaluator = Evaluator(task, strides=saved["strides"], conf=0.001, max_det=300)
+        evaluator.update(warm_outputs, warm_batch)
+        with _DispatchedOps() as seen:
+            evaluator.update(outputs, batch)
+    finally:
+        for name, original in kept.items():
+            setattr(module, name, original)
+    return sum(seen.ops.values()) / batch["images"].shape[0]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["detect"], choices=list(SUFFIX))
@@ -94,10 +138,12 @@ def main() -> None:
         if not path.exists():
             save_inputs(task, args, path)
         seconds = time_metric(path, task, args.repeats)
+        operations = count_operations(path, task)
         print(
             f"{task}: update + compute {seconds['total']:.4f} s CPU (update {seconds['update']:.4f}"
             f" s, compute {seconds['compute']:.4f} s; min of {args.repeats}, one thread); "
-            f"fitness {seconds['fitness']:.6g}"
+            f"fitness {seconds['fitness']:.6g}; {operations:.0f} operations per image in an "
+            "update on the GPU's path"
         )
 
 

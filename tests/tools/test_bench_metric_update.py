@@ -26,3 +26,14 @@ def test_saved_inputs_time_the_evaluator(bench: ModuleType, tmp_path: Path) -> N
     seconds = bench.time_metric(path, "detect", repeats=2)
     assert seconds["total"] >= seconds["update"] > 0.0
     assert 0.0 <= seconds["fitness"] <= 1.0
+
+
+def test_operations_are_counted_on_the_device_path_and_the_shortcuts_restored(
+    bench: ModuleType, tmp_path: Path
+) -> None:
+    args = argparse.Namespace(images=4, imgsz=64, batch=2)
+    path = tmp_path / "detect.pt"
+    bench.save_inputs("detect", args, path)
+    before = bench.mean_average_precision._without_padding
+    assert bench.count_operations(path, "detect") > 0
+    assert bench.mean_average_precision._without_padding is before
