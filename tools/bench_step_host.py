@@ -20,6 +20,13 @@ step of a YOLO26 model, without running the network:
   parameter, what ``route`` does) against one ``empty_strided`` per parameter (what it did
   before session 6). Which is cheaper depends on the allocator: decide it on the device.
 
+``--ops`` adds, per model, the operators that launch work in each graph of a replayed step, as
+dispatched on the CPU (views left out; a CUDA graph holds about one kernel node per operator,
+more for some, e.g. a convolution with its bias): the network's forward and backward
+(``torch.autograd.grad`` of every output), and the update with its clip, backup and EMA blend
+(:class:`~lucid_yolo.train.replay.UpdateStep` as the fit builds it when fp32/bf16 replay the
+update). A graph's launch cost on the host grows with its node count.
+
 Each number is the fastest over ``--rounds`` of the mean over ``--repeat`` calls (the least
 disturbed by other processes), in microseconds of host time; on CUDA the device is synchronised
 between rounds, never inside one.
@@ -110,15 +117,45 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
     }
 
 
+def graph_ops(name: str) -> dict[str, int]:
+    """Operators launching work in the network's forward and backward and in the update (CPU)."""
+    torch.manual_seed(0)
+    net = create_model(name, num_classes=80)
+    region = NetworkRegion(net)
+    images = torch.rand(4, 3, 64, 64)
+    with _KernelCount() as forward:
+        outputs = [o for o in region(images).values() if o.requires_grad]
+    params = [p for p in net.parameters() if p.requires_grad]
+    grads = [torch.ones_like(o) for o in outputs]
+    with _KernelCount() as backward:
+        torch.autograd.grad(outputs, params, grads, allow_unused=True)
+    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
+    step = UpdateStep(optimizer, trainer_ema(net), replay=False, backup=True, clip_norm=10.0)
+    for p in params:
+        p.grad = torch.full_like(p, 1e-3)
+    step._native()  # the first update allocates the backup's copies
+    with _KernelCount() as update:
+        step._native()
+    return {
+        "network_forward": sum(forward.ops.values()),
+        "network_backward": sum(backward.ops.values()),
+        "update": sum(update.ops.values()),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--repeat", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--ops", action="store_true", help="count each graph's operators")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     report = {name: measure(name, args.device, args.repeat, args.rounds) for name in args.models}
+    if args.ops:
+        for name in args.models:
+            report[name]["graph_ops"] = graph_ops(name)
     report["device"] = {"name": args.device}
     text = json.dumps(report, indent=1)
     if args.out is not None:

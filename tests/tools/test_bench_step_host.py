@@ -22,3 +22,13 @@ def test_measure_reports_the_bookkeeping_of_yolo26n(bench: ModuleType) -> None:
     timed = [key for key in measured if key.endswith("_us")]
     assert len(timed) == 6
     assert all(measured[key] > 0 for key in timed)
+
+
+@pytest.mark.slow
+def test_graph_ops_counts_each_graph_of_the_step(bench: ModuleType) -> None:
+    ops = bench.graph_ops("yolo26n")
+    assert set(ops) == {"network_forward", "network_backward", "update"}
+    # five Newton-Schulz iterations of three batched products for each of 41 matrix buckets
+    # alone put the update above the network's backward
+    assert ops["update"] > 5 * 3 * 41
+    assert ops["update"] > ops["network_backward"] > 0
