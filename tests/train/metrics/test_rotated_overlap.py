@@ -175,6 +175,16 @@ def test_rotated_overlaps_clipping_every_pair_equals_clipping_the_candidates(see
     assert torch.equal(every_pair, candidates)
 
 
+@pytest.mark.parametrize("compact", [True, False])
+def test_rotated_overlaps_of_a_batch_equal_each_image_bitwise(compact: bool) -> None:
+    scenes = [_edge_scene(seed) for seed in (4, 5)]
+    preds, targets, crowd, pairs = (torch.stack(parts) for parts in zip(*scenes, strict=True))
+    batched = rotated_overlaps(preds, targets, crowd, pairs=pairs, compact=compact, chunk=53)
+    assert batched.shape == (2, preds.shape[1], targets.shape[1])
+    for i, (p, t, c, selected) in enumerate(scenes):
+        assert torch.equal(batched[i], rotated_overlaps(p, t, c, pairs=selected, compact=compact))
+
+
 def test_rotated_overlaps_every_pair_path_zeroes_unselected_pairs() -> None:
     preds, targets, crowd, _ = _edge_scene(3)
     none = torch.zeros(preds.shape[0], targets.shape[0], dtype=torch.bool)

@@ -11,12 +11,12 @@ Usage::
 ``update_batch`` takes a padded batch of images
 (:mod:`~lucid_yolo.train.metrics.batch_instances`) and does everything (sorting, the overlap
 matrices, the matching) for the whole batch at once, one operation per step rather than one per
-image: a GPU validation loop spends its host time launching kernels, and per-image loops were
-most of it (issue 11, session 6). Only masks and rotated boxes get their overlaps image by image
-(a mask's size is its image's; rotated boxes clip polygons pair by pair). ``update`` takes
-per-image records and pads them into a batch. Everything stays on the inputs' device without
-waiting for it, so masks are never stored and a GPU validation loop never stalls on the metric;
-``compute`` reads the records to the host once and runs COCO's accumulation over everything seen
+image: a GPU validation loop spends its host time launching kernels, and per-image loops
+launched most of them (issue 11, session 6). Only masks get their overlaps image by image (a
+mask's size is its image's). ``update`` takes per-image records and pads them into a batch.
+Everything stays on the inputs' device without waiting for it, so masks are never stored and a
+GPU validation loop never stalls on the metric; ``compute`` reads the records to the host once
+and runs COCO's accumulation over everything seen
 since the last ``reset``.
 
 Definition followed (COCO evaluation, area range "all"):
@@ -349,9 +349,9 @@ class MeanAveragePrecision:
     ) -> Tensor:
         """(B, D', G) float64 overlaps along ``order``, right at least where ``possible``.
 
-        Boxes and keypoints are computed for the whole batch at once. Masks and rotated boxes
-        image by image (:func:`_image_overlaps`), on the CPU only for the rows and columns that
-        hold a pair.
+        Boxes, keypoints and rotated boxes are computed for the whole batch at once; masks image
+        by image (:func:`_image_overlaps`), on the CPU only for the rows and columns that hold a
+        pair (rotated boxes clip only the candidate pairs on the CPU, :func:`rotated_overlaps`).
 
         Args:
             kind: the overlap kind.
@@ -378,24 +378,23 @@ class MeanAveragePrecision:
             return keypoint_similarity(
                 _ordered(p_kpts, order), t_kpts, t_boxes, areas, self._sigmas(t_kpts)
             )
+        if kind == "obb":
+            p_rboxes = _require(predictions.rboxes, "BatchPredictions", kind, "rboxes")
+            t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")
+            return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
-        # masks and rotated boxes: image by image, in input order (an image's masks are its
-        # first rows), then put along ``order`` with the other kinds
+        # masks: image by image (each at its image's size), in input order (an image's masks
+        # are its first rows), then put along ``order`` with the other kinds
         pairs = possible.new_zeros((B, D, G)).scatter_(
             1, order[..., None].expand(possible.shape), possible
         )
         overlaps = torch.full((B, D, G), -1.0, dtype=torch.float64, device=possible.device)
+        p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
+        t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
         for i in range(B):
-            if kind == "mask":
-                p_masks = _require(predictions.masks, "BatchPredictions", kind, "masks")(i)
-                t_masks = _require(targets.masks, "BatchTargets", kind, "masks")(i)
-                n, m = p_masks.shape[0], t_masks.shape[0]
-                image = _mask_overlaps(p_masks, t_masks, crowd[i, :m], pairs[i, :n, :m])
-            else:
-                p_rboxes = _require(predictions.rboxes, "BatchPredictions", kind, "rboxes")[i]
-                t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")[i]
-                n, m = D, G
-                image = _rotated_overlaps(p_rboxes, t_rboxes, crowd[i], pairs[i])
+            p_masks, t_masks = p_masks_of(i), t_masks_of(i)
+            n, m = p_masks.shape[0], t_masks.shape[0]
+            image = _mask_overlaps(p_masks, t_masks, crowd[i, :m], pairs[i, :n, :m])
             overlaps[i, :n, :m] = image.to(overlaps.device)
         return _ordered(overlaps, order)
 
@@ -521,16 +520,6 @@ def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tenso
         )
     return _image_overlaps(
         lambda rows, cols: mask_overlaps(p_masks[rows], t_masks[cols], crowd[cols]), pairs
-    )
-
-
-def _rotated_overlaps(p_rboxes: Tensor, t_rboxes: Tensor, crowd: Tensor, pairs: Tensor) -> Tensor:
-    """One image's (n, m) rotated-box overlaps at ``pairs``, -1 elsewhere."""
-    return _image_overlaps(
-        lambda rows, cols: rotated_overlaps(
-            p_rboxes[rows], t_rboxes[cols], crowd[cols], pairs=pairs[rows][:, cols]
-        ),
-        pairs,
     )
 
 

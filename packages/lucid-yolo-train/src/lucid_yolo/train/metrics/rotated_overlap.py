@@ -97,51 +97,59 @@ def rotated_overlaps(
     Only pairs whose circumscribed circles meet (and that ``pairs`` selects) can overlap; the
     others get 0. On the CPU only those candidates are clipped. Elsewhere every pair is clipped
     and the others are masked to 0, because finding the candidates (``nonzero``) would make the
-    host wait for the device once per image, and a validation loop must not (issue 11); the
+    host wait for the device once per call, and a validation loop must not (issue 11); the
     candidates' values are the same either way, each pair being clipped on its own. Clipping runs
-    ``chunk`` pairs at a time to bound memory (about 6 KiB per pair at the last clip).
+    ``chunk`` pairs at a time to bound memory (about 6 KiB per pair at the last clip). Leading
+    batch dimensions ``...`` are optional: a padded batch of images is clipped in one pass, each
+    pair as it would be alone.
 
     Args:
-        pred_rboxes: (n, 5) ``xywhr`` pixels, radians.
-        target_rboxes: (m, 5) ``xywhr`` pixels, radians.
-        crowd: (m,) bool, crowd flag per target (intersection over the prediction's area).
-        pairs: optional (n, m) bool, the pairs to compute (e.g. same class); default all.
+        pred_rboxes: (..., n, 5) ``xywhr`` pixels, radians.
+        target_rboxes: (..., m, 5) ``xywhr`` pixels, radians.
+        crowd: (..., m) bool, crowd flag per target (intersection over the prediction's area).
+        pairs: optional (..., n, m) bool, the pairs to compute (e.g. same class); default all.
         chunk: pairs clipped per pass.
         compact: clip only the candidates (a host synchronisation off the CPU); default: on
             the CPU only.
 
     Returns:
-        (n, m) float64 overlaps in [0, 1].
+        (..., n, m) float64 overlaps in [0, 1].
     """
     dev = pred_rboxes.device
     p = pred_rboxes.to(torch.float64)
     t = target_rboxes.to(device=dev, dtype=torch.float64)
-    n, m = p.shape[0], t.shape[0]
-    radius_p = torch.hypot(p[:, 2], p[:, 3]) / 2
-    radius_t = torch.hypot(t[:, 2], t[:, 3]) / 2
-    offset = p[:, None, :2] - t[None, :, :2]  # (n, m, 2)
+    n, m = p.shape[-2], t.shape[-2]
+    radius_p = torch.hypot(p[..., 2], p[..., 3]) / 2
+    radius_t = torch.hypot(t[..., 2], t[..., 3]) / 2
+    offset = p[..., :, None, :2] - t[..., None, :, :2]  # (..., n, m, 2)
     distance = torch.hypot(offset[..., 0], offset[..., 1])
-    candidate = distance <= radius_p[:, None] + radius_t[None, :]
+    candidate = distance <= radius_p[..., :, None] + radius_t[..., None, :]
     if pairs is not None:
         candidate &= pairs.to(dev)
-    candidate = candidate.reshape(n * m)
+    shape = candidate.shape  # (..., n, m)
+    candidate = candidate.reshape(-1)  # flat pair f: image f // (n·m), rows f // m of p
     if compact is None:
         compact = dev.type == "cpu"
     # flat indices of the pairs to clip: the candidates, or every pair
-    clipped = torch.nonzero(candidate).squeeze(1) if compact else torch.arange(n * m, device=dev)
-    inter = torch.zeros(n * m, dtype=torch.float64, device=dev)
-    corners_p, corners_t = xywhr_to_corners(p), xywhr_to_corners(t)  # (n, 4, 2), (m, 4, 2)
+    everything = candidate.shape[0]
+    clipped = (
+        torch.nonzero(candidate).squeeze(1) if compact else torch.arange(everything, device=dev)
+    )
+    inter = torch.zeros(everything, dtype=torch.float64, device=dev)
+    corners_p = xywhr_to_corners(p.reshape(-1, 5))  # (images·n, 4, 2)
+    corners_t = xywhr_to_corners(t.reshape(-1, 5))  # (images·m, 4, 2)
     for start in range(0, clipped.shape[0], chunk):
         flat = clipped[start : start + chunk]
+        target = flat // (n * m) * m + flat % m  # the pair's image, then its target column
         count = torch.full((flat.shape[0],), 4, dtype=torch.int64, device=dev)
-        vertices, count = clip_convex(corners_p[flat // m], count, corners_t[flat % m])
+        vertices, count = clip_convex(corners_p[flat // m], count, corners_t[target])
         area = torch.where(candidate[flat], polygon_area(vertices, count), 0.0)
         inter.index_copy_(0, flat, area)
-    area_p = p[:, 2] * p[:, 3]
-    area_t = t[:, 2] * t[:, 3]
-    inter = torch.minimum(inter.reshape(n, m), torch.minimum(area_p[:, None], area_t[None, :]))
-    union = area_p[:, None] + area_t[None, :] - inter
-    denominator = torch.where(crowd.to(dev)[None, :], area_p[:, None], union)
+    area_p = (p[..., 2] * p[..., 3])[..., :, None]  # (..., n, 1)
+    area_t = (t[..., 2] * t[..., 3])[..., None, :]  # (..., 1, m)
+    inter = torch.minimum(inter.reshape(shape), torch.minimum(area_p, area_t))
+    union = area_p + area_t - inter
+    denominator = torch.where(crowd.to(dev)[..., None, :], area_p, union)
     positive = denominator > 0
     return torch.where(positive, inter / torch.where(positive, denominator, 1.0), 0.0)
 
