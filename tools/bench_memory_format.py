@@ -52,7 +52,13 @@ def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[]
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step()
-    return graph.replay
+
+    def replay() -> None:
+        # the graph reads the model's weights and the images: they must outlive it
+        _ = model, images
+        graph.replay()
+
+    return replay
 
 
 def _round_ms(replay: Callable[[], None], steps: int) -> float:
