@@ -56,3 +56,17 @@ def test_resample_masks_of_no_instance_is_empty() -> None:
     out = resample_masks(coef, protos, torch.zeros(0, 4), (10, 12))
     assert out.shape == (0, 10, 12)
     assert out.dtype == torch.bool
+
+
+def test_resample_masks_after_inference_mode_still_runs_with_gradients() -> None:
+    # the sampling tables are kept across calls; one built under inference mode (validation)
+    # must not turn into an inference tensor that a later call with gradients cannot save
+    protos = torch.randn(3, 6, 7)
+    boxes = torch.tensor([[1.0, 2.0, 20.0, 18.0]])
+    with torch.inference_mode():
+        first = resample_masks(
+            torch.randn(1, 3), protos, boxes, (21, 25), scale=1.1, pad=(0.5, 0.25)
+        )
+    coef = torch.randn(1, 3, requires_grad=True)
+    again = resample_masks(coef, protos, boxes, (21, 25), scale=1.1, pad=(0.5, 0.25))
+    assert first.shape == again.shape == (1, 21, 25)

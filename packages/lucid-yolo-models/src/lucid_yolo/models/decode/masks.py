@@ -9,6 +9,8 @@ mask is placed to sub-prototype-pixel precision instead of following 4-pixel ste
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -145,16 +147,29 @@ def _bilinear_weights(count: int, source: int, step: float, offset: float, like:
     Output cell ``i`` has its centre at source coordinate ``(i + 0.5) * step + offset`` (in
     source cells, edge-based); the two nearest source centres are blended linearly, and
     positions beyond the first or last centre take that centre's value (border clamping).
+
+    The same tensor for the same arguments (callers must not modify it): the images of a data
+    set often share a size and letterbox, and building the table is about twenty kernel
+    launches per image and axis that a GPU validation pass would otherwise pay (issue 11).
     """
-    centre = (torch.arange(count, device=like.device, dtype=like.dtype) + 0.5) * step + offset
-    position = (centre - 0.5).clamp(0.0, source - 1.0)
-    low = position.floor().clamp(max=source - 1.0)
-    frac = position - low
-    low_index = low.long()
-    high_index = (low_index + 1).clamp(max=source - 1)
-    weights = torch.zeros(count, source, device=like.device, dtype=like.dtype)
-    weights.scatter_add_(1, low_index[:, None], (1.0 - frac)[:, None])
-    weights.scatter_add_(1, high_index[:, None], frac[:, None])
+    return _weights(count, source, step, offset, like.device, like.dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _weights(
+    count: int, source: int, step: float, offset: float, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    # an ordinary tensor even when first asked for under inference mode (validation, predict)
+    with torch.inference_mode(False), torch.no_grad():
+        centre = (torch.arange(count, device=device, dtype=dtype) + 0.5) * step + offset
+        position = (centre - 0.5).clamp(0.0, source - 1.0)
+        low = position.floor().clamp(max=source - 1.0)
+        frac = position - low
+        low_index = low.long()
+        high_index = (low_index + 1).clamp(max=source - 1)
+        weights = torch.zeros(count, source, device=device, dtype=dtype)
+        weights.scatter_add_(1, low_index[:, None], (1.0 - frac)[:, None])
+        weights.scatter_add_(1, high_index[:, None], frac[:, None])
     return weights
 
 
