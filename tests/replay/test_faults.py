@@ -215,7 +215,7 @@ def test_fault_parameter_group_added_records_update_again(device: str) -> None:
     assert run.causes("recorded") == {
         "region.first": 1,
         "update.first": 1,
-        "update.gradients+hyperparameters": 1,
+        "update.parameters+gradients+hyperparameters": 1,
     }
     assert run.causes("retired") == {}
     # one warm-up step per key; every later step replays, the new group's included

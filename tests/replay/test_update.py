@@ -166,7 +166,29 @@ def test_graphed_optimizer_new_key_for_a_new_param_group() -> None:
     optimizer.add_param_group({"params": list(net[2].parameters())})
     _train(net, graphed, 1)
     assert graphed.telemetry.recordings == 2
-    assert graphed.telemetry.recorded["gradients+hyperparameters"] == 1
+    assert graphed.telemetry.recorded["parameters+gradients+hyperparameters"] == 1
+
+
+def test_graphed_optimizer_new_key_when_a_parameter_is_replaced_in_its_group() -> None:
+    _, net = _pair()
+    optimizer = _sgd(net)
+    graphed = GraphedOptimizer(optimizer, warmup_steps=0)
+    _train(net, graphed, 1)
+    replacement = nn.Parameter(net[2].weight.detach().clone())
+    net[2].weight = replacement
+    optimizer.param_groups[0]["params"][4] = replacement
+    _train(net, graphed, 1)
+    assert graphed.telemetry.recordings == 2
+    assert graphed.telemetry.recorded["parameters"] == 1
+
+
+def test_graphed_optimizer_new_key_when_a_parameter_gets_new_storage() -> None:
+    _, net = _pair()
+    graphed = GraphedOptimizer(_sgd(net), warmup_steps=0)
+    _train(net, graphed, 1)
+    net[0].weight.data = net[0].weight.detach().clone()
+    _train(net, graphed, 1)
+    assert graphed.telemetry.recorded["parameters"] == 1
 
 
 class _TupleHyperparameter(torch.optim.Optimizer):

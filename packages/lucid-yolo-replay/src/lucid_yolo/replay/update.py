@@ -3,9 +3,9 @@
 An update is a fixed sequence of device ops on tensors that keep their addresses (parameters,
 optimizer state, EMA weights). After ``warmup_steps`` native calls — which also create lazily
 initialised optimizer state — the update is captured once and replayed. Anything a graph would
-bake (Python-scalar hyperparameters, which parameters have gradients, gradient layouts) is part
-of the key, so a change records again or retires (docs/replay-invariants.md, invariants 15
-and 23).
+bake (the parameters' addresses, Python-scalar hyperparameters, which parameters have gradients,
+gradient layouts) is part of the key, so a change records again or retires
+(docs/replay-invariants.md, invariants 15 and 23).
 """
 
 from __future__ import annotations
@@ -73,8 +73,12 @@ _IS_SET = partial(is_not, None)
 
 
 class UpdateKey(NamedTuple):
-    """What an optimizer step's graph bakes in beyond its tensors' addresses."""
+    """What an optimizer step's graph bakes in: the parameters' addresses and what lies beyond."""
 
+    parameters: tuple[int, ...]
+    """Per parameter, in group order: its storage address (``data_ptr``). A graph writes the
+    addresses it was recorded on: a parameter replaced in a group, moved (``.to()``) or given new
+    storage (``.data =``) would otherwise be left unchanged while the old memory is written."""
     gradients: GradientLayouts
     """Which parameters have a gradient, and each gradient's layout."""
     hyperparameters: tuple[tuple[tuple[str, Hashable], ...], ...]
@@ -357,6 +361,7 @@ class GraphedOptimizer:
 
     def _current_key(self) -> UpdateKey:
         params = self._params()
+        addresses = tuple(map(Tensor.data_ptr, params))
         grads = GradientLayouts.of(params)
         device = params[0].device if params else torch.device("cpu")
         hyper = tuple(
@@ -367,7 +372,7 @@ class GraphedOptimizer:
             )
             for group in self.optimizer.param_groups
         )
-        return UpdateKey(grads, hyper)
+        return UpdateKey(addresses, grads, hyper)
 
     def _state_tensors(self) -> list[Tensor]:
         state = getattr(self.optimizer, "state", {})
