@@ -260,7 +260,10 @@ def steady_step(steps: list[float]) -> float:
 
 def report(marks: dict[str, Any], imports: dict[str, Any] | None) -> str:
     """Markdown tables: start-up phases, first steps, import seconds."""
-    lines = [
+    lines = []
+    if marks["exit_code"] != 0:
+        lines += [f"**The fit failed (exit code {marks['exit_code']}); see fit.log.**", ""]
+    lines += [
         "| phase | starts at s | seconds |",
         "|---|---|---|",
         f"| interpreter start-up | 0.00 | {marks['interpreter_s']:.2f} |",

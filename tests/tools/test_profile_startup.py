@@ -54,6 +54,7 @@ def test_report_indents_calls_under_their_phase_in_start_order(tool: ModuleType)
         },
         "first_batch_s": 12.0,
         "steps_s": [2.0, 1.0, 0.1, 0.1],
+        "exit_code": 0,
     }
     table = tool.report(marks, None)
     rows = [line for line in table.splitlines() if line.startswith("| ")]
@@ -67,3 +68,15 @@ def test_report_indents_calls_under_their_phase_in_start_order(tool: ModuleType)
 
 def test_steady_step_is_the_median_of_the_last_half(tool: ModuleType) -> None:
     assert tool.steady_step([5.0, 4.0, 0.2, 0.1, 0.3]) == pytest.approx(0.2)
+
+
+def test_report_says_first_when_the_fit_failed(tool: ModuleType) -> None:
+    marks = {
+        "interpreter_s": 0.1,
+        "imports_s": 8.0,
+        "calls": {},
+        "first_batch_s": 0.0,
+        "steps_s": [],
+        "exit_code": 2,
+    }
+    assert tool.report(marks, None).startswith("**The fit failed (exit code 2); see fit.log.**")
