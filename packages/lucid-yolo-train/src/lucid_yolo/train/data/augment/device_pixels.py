@@ -30,7 +30,7 @@ from lucid_yolo.train.exceptions import TrainConfigError
 
 CHUNK_PIXELS = 1 << 20
 """Pixels :class:`DevicePixels` finishes at once by default: two 640 px images, whose HSV
-temporaries come to about 18 MB (22 bytes per pixel, :func:`hsv_lookup`)."""
+temporaries come to about 15 MB (18 bytes per pixel, :func:`hsv_lookup`)."""
 
 
 class DevicePixels:
