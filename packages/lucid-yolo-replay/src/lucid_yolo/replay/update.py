@@ -30,6 +30,14 @@ from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import TensorSpec
 from lucid_yolo.replay.telemetry import Telemetry, recording_cause
 
+_GRAD = attrgetter("grad")
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
+_DEVICE = attrgetter("device")
+_REQUIRES_GRAD = attrgetter("requires_grad")
+_IS_SET = partial(is_not, None)
+_PARAMS = itemgetter("params")
+
 
 class GradientLayouts(NamedTuple):
     """The layout of every parameter's gradient, column by column.
@@ -62,14 +70,6 @@ class GradientLayouts(NamedTuple):
             tuple(map(_DEVICE, present)),
             tuple(map(_REQUIRES_GRAD, present)),
         )
-
-
-_GRAD = attrgetter("grad")
-_SHAPE = attrgetter("shape")
-_DTYPE = attrgetter("dtype")
-_DEVICE = attrgetter("device")
-_REQUIRES_GRAD = attrgetter("requires_grad")
-_IS_SET = partial(is_not, None)
 
 
 class UpdateKey(NamedTuple):
@@ -242,9 +242,6 @@ def hyperparameter_key(value: object, device: torch.device) -> Hashable:
     if isinstance(value, (bool, int, float, str, type(None))):
         return value
     return ("object", type(value).__qualname__)
-
-
-_PARAMS = itemgetter("params")
 
 
 class GraphedOptimizer:
