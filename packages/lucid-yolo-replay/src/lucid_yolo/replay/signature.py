@@ -157,6 +157,9 @@ _OPTIONAL_HOOK_REGISTRY = methodcaller("get", "_backward_pre_hooks")
 _TENSOR_HOOKS = (attrgetter("_backward_hooks"), attrgetter("_post_accumulate_grad_hooks"))
 _INSTANCE_FORWARD = methodcaller("get", "forward")
 _CLASS_FORWARD = attrgetter("forward")
+_TRAINING = itemgetter("training")
+_REQUIRES_GRAD = attrgetter("requires_grad")
+_IS_SET = partial(is_not, None)
 
 
 def _any_hooks(dicts: Sequence[dict[str, Any]]) -> bool:
@@ -228,9 +231,6 @@ class _Registries(NamedTuple):
         """Per module, the ids of its children."""
         children = iter(self.children)
         return [tuple(id(next(children)) for _ in range(n)) for n in self.child_counts]
-
-
-_IS_SET = partial(is_not, None)
 
 
 class Binding:
@@ -353,10 +353,6 @@ class Binding:
             scalars=tuple(map(call, self._scalar_getters, self._scalar_dicts)),
             backend=backend_flags(),
         )
-
-
-_TRAINING = itemgetter("training")
-_REQUIRES_GRAD = attrgetter("requires_grad")
 
 
 __all__ = [
