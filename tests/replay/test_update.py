@@ -191,6 +191,23 @@ def test_graphed_optimizer_new_key_when_a_parameter_gets_new_storage() -> None:
     assert graphed.telemetry.recorded["parameters"] == 1
 
 
+def test_graphed_optimizer_new_key_after_the_optimizer_state_is_loaded() -> None:
+    # torch's load_state_dict fills a new state dict with new momentum buffers: a graph recorded
+    # before would keep updating the old ones.
+    native, net = _pair()
+    native_opt, optimizer = _sgd(native), _sgd(net)
+    graphed = GraphedOptimizer(optimizer)
+    for restore in (False, True):
+        if restore:
+            optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+            native_opt.load_state_dict(copy.deepcopy(native_opt.state_dict()))
+        _train(native, native_opt, 3)
+        _train(net, graphed, 3)
+    assert graphed.telemetry.recorded["state"] == 1
+    native_state, replayed_state = state_digest([native, native_opt]), state_digest([net, graphed])
+    assert first_difference(native_state, replayed_state) is None
+
+
 class _TupleHyperparameter(torch.optim.Optimizer):
     """Reads a tuple hyperparameter as Adam reads ``betas`` (CPU Adam itself syncs on its step)."""
 

@@ -4,8 +4,8 @@ An update is a fixed sequence of device ops on tensors that keep their addresses
 optimizer state, EMA weights). After ``warmup_steps`` native calls — which also create lazily
 initialised optimizer state — the update is captured once and replayed. Anything a graph would
 bake (the parameters' addresses, Python-scalar hyperparameters, which parameters have gradients,
-gradient layouts) is part of the key, so a change records again or retires
-(docs/replay-invariants.md, invariants 15 and 23).
+gradient layouts, a replaced optimizer state) is part of the key, so a change records again or
+retires (docs/replay-invariants.md, invariants 15 and 23).
 """
 
 from __future__ import annotations
@@ -83,6 +83,10 @@ class UpdateKey(NamedTuple):
     """Which parameters have a gradient, and each gradient's layout."""
     hyperparameters: tuple[tuple[tuple[str, Hashable], ...], ...]
     """Per group: every setting but ``params``, as :func:`hyperparameter_key` keys it."""
+    state: int
+    """How many times the optimizer's ``state`` dict has been replaced since construction
+    (``Optimizer.load_state_dict`` builds a new one, and torch's optimizers fill it with new
+    tensors that a recorded graph would never read); one identity check per step."""
 
 
 class UpdateRecorder:
@@ -296,6 +300,8 @@ class GraphedOptimizer:
         self._update = update
         self._extra_state = extra_state
         self._static_grads: dict[Hashable, list[Tensor]] = {}
+        self._state_dict_seen: object = getattr(optimizer, "state", None)
+        self._state_replacements = 0
         self.applied = 0
         self.recorder = UpdateRecorder(
             self._native_step,
@@ -369,7 +375,11 @@ class GraphedOptimizer:
             )
             for group in self.optimizer.param_groups
         )
-        return UpdateKey(addresses, grads, hyper)
+        state = getattr(self.optimizer, "state", None)
+        if state is not self._state_dict_seen:
+            self._state_dict_seen = state
+            self._state_replacements += 1
+        return UpdateKey(addresses, grads, hyper, self._state_replacements)
 
     def _state_tensors(self) -> list[Tensor]:
         state = getattr(self.optimizer, "state", {})
