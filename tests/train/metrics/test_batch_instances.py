@@ -34,8 +34,10 @@ def test_batch_predictions_from_images_pad_and_flag_the_shorter_image() -> None:
 def test_batch_predictions_keep_each_image_masks_at_its_own_rows() -> None:
     batch = BatchPredictions.from_images([_image(3), _image(1)])
     assert batch.masks is not None
-    assert batch.masks(0).shape == (3, 3, 5)
-    assert batch.masks(1).shape == (1, 3, 5)
+    masks, rows = batch.masks(1)
+    assert masks.shape == (1, 3, 5)
+    assert rows.tolist() == [0]
+    assert batch.masks(0)[1].tolist() == [0, 1, 2]
 
 
 def test_batch_predictions_reject_a_field_of_some_images_only() -> None:

@@ -344,25 +344,54 @@ def test_mean_average_precision_padding_kept_equals_the_cpu_cut(
     assert every_row.compute() == expected.compute()
 
 
+def _masks_of(
+    records: list[Any],
+    name: str,
+    asked: list[str],
+    rows: Callable[[int], torch.Tensor] | None = None,
+) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+    """An ``ImageMasks`` over ``records`` that notes each call; ``rows(i)``: the rows it builds."""
+
+    def image(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        asked.append(f"{name}{i}")
+        mask = records[i].masks
+        assert mask is not None
+        built = torch.arange(mask.shape[0]) if rows is None else rows(i)
+        return mask[built], built
+
+    return image
+
+
 def test_mean_average_precision_update_batch_builds_each_image_masks_once() -> None:
     preds, targets = _two_images("mask")
     asked: list[str] = []
-
-    def masks(records: list[Any], name: str) -> Callable[[int], torch.Tensor]:
-        def image(i: int) -> torch.Tensor:
-            asked.append(f"{name}{i}")
-            mask = records[i].masks
-            assert mask is not None
-            return mask
-
-        return image
-
-    batch_preds = replace(BatchPredictions.from_images(preds), masks=masks(preds, "p"))
-    batch_targets = replace(BatchTargets.from_images(targets), masks=masks(targets, "t"))
+    batch_preds = replace(BatchPredictions.from_images(preds), masks=_masks_of(preds, "p", asked))
+    batch_targets = replace(BatchTargets.from_images(targets), masks=_masks_of(targets, "t", asked))
     metric, reference = MeanAveragePrecision(kinds=("mask",)), MeanAveragePrecision(kinds=("mask",))
     metric.update_batch(batch_preds, batch_targets)
     reference.update(preds, targets)
     assert sorted(asked) == ["p0", "p1", "t0", "t1"]
+    assert metric.compute() == reference.compute()
+
+
+def test_mean_average_precision_masks_of_rows_that_cannot_pair_may_be_left_out() -> None:
+    preds, targets = _two_images("mask")
+    absent = torch.where(torch.arange(len(preds[1])) % 3 == 0, 7, preds[1].classes)
+    preds[1] = replace(preds[1], classes=absent)  # a third of image 1's rows: no such target
+    target_classes = [set(t.classes.tolist()) for t in targets]
+
+    def can_pair(i: int) -> torch.Tensor:  # a class some target of the image has
+        present = [c in target_classes[i] for c in preds[i].classes.tolist()]
+        return torch.nonzero(torch.tensor(present)).squeeze(1)
+
+    asked: list[str] = []
+    some_rows = replace(
+        BatchPredictions.from_images(preds), masks=_masks_of(preds, "p", asked, can_pair)
+    )
+    metric, reference = MeanAveragePrecision(kinds=("mask",)), MeanAveragePrecision(kinds=("mask",))
+    metric.update_batch(some_rows, BatchTargets.from_images(targets))
+    reference.update(preds, targets)
+    assert len(can_pair(1)) < len(preds[1]), "a test of nothing: every row can pair"
     assert metric.compute() == reference.compute()
 
 

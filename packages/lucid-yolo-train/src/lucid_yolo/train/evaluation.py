@@ -141,9 +141,10 @@ class Evaluator:
             if "mask" not in TASK_KINDS[self.task]:
                 self.metric.update_batch(predictions, targets, image_ids=batch["image_ids"])
                 return
-            sizes = HostCopy(SourceSizes.pack(batch, predictions.valid))
+            sizes = HostCopy(SourceSizes.pack(batch))
+            pairing = HostCopy(_rows_that_can_pair(predictions, targets))
             waiting = _WaitingForSizes(
-                predictions, targets, top["mask_coef"], top["protos"], batch, sizes
+                predictions, targets, top["mask_coef"], top["protos"], batch, sizes, pairing
             )
             self._score_waiting()
             self._waiting = waiting
@@ -155,28 +156,37 @@ class Evaluator:
         waiting, self._waiting = self._waiting, None
         batch = waiting.batch
         with torch.autocast(batch["images"].device.type, enabled=False):
-            sizes = SourceSizes.unpack(waiting.sizes.read(), with_detections=True)
+            sizes = SourceSizes.unpack(waiting.sizes.read())
+            pairing = waiting.pairing.read()  # (B, k) bool on the host
             predictions, protos = waiting.predictions, waiting.protos
             boxes = predictions.boxes
             assert boxes is not None  # every task's predictions have boxes
+            device = boxes.device
 
-            # the sizes say how many rows pass the confidence cut (a prefix, best first), so
-            # only those are resampled to the source size; the metric builds each image's
-            # masks when it reaches the image, so one image's masks are alive at a time
-            def prediction_masks(i: int) -> Tensor:
-                n, (scale, pad_x, pad_y) = sizes.detections[i], sizes.scale_pad[i]
-                return resample_masks(
-                    waiting.mask_coef[i, :n],
+            # only the rows that can pair with a target get masks (above the confidence cut,
+            # of a class some target of the image has): the others' masks would never be read.
+            # The metric builds each image's masks when it reaches the image, so one image's
+            # masks are alive at a time.
+            def prediction_masks(i: int) -> tuple[Tensor, Tensor]:
+                rows = _to_device(torch.nonzero(pairing[i]).squeeze(1), device)
+                scale, pad_x, pad_y = sizes.scale_pad[i]
+                masks = resample_masks(
+                    waiting.mask_coef[i][rows],
                     protos[i],
-                    boxes[i, :n],
+                    boxes[i][rows],
                     (sizes.heights[i], sizes.widths[i]),
                     scale=scale,
                     pad=(pad_x, pad_y),
                 )
+                return masks, rows
+
+            def target_masks(i: int) -> tuple[Tensor, Tensor]:
+                masks = self._target_masks(batch, i, sizes)
+                return masks, torch.arange(masks.shape[0], device=device)
 
             self.metric.update_batch(
                 replace(predictions, masks=prediction_masks),
-                replace(waiting.targets, masks=lambda i: self._target_masks(batch, i, sizes)),
+                replace(waiting.targets, masks=target_masks),
                 image_ids=batch["image_ids"],
             )
 
@@ -362,41 +372,30 @@ class SourceSizes:
         widths: per image, source columns.
         scale_pad: per image, ``(scale, pad_x, pad_y)`` of its letterbox.
         counts: per image, real instances (the first rows of its targets).
-        detections: per image, the decoded top-k rows at or above the confidence cut (the
-            first rows: the top-k is sorted by score); empty when not asked for.
     """
 
     heights: list[int]
     widths: list[int]
     scale_pad: list[tuple[float, float, float]]
     counts: list[int]
-    detections: list[int]
 
     @classmethod
     def read(cls, batch: Batch) -> SourceSizes:
         """Read the batch's sizes, letterboxes and counts now (one host synchronisation)."""
-        return cls.unpack(cls.pack(batch).cpu(), with_detections=False)
+        return cls.unpack(cls.pack(batch).cpu())
 
     @staticmethod
-    def pack(batch: Batch, detections: Tensor | None = None) -> Tensor:
-        """(B, 6 or 7) float64 on the batch's device: what :meth:`unpack` reads, no sync.
-
-        Args:
-            batch: the batch.
-            detections: (B, k) bool, each image's decoded rows at or above the confidence cut,
-                to count too.
-        """
+    def pack(batch: Batch) -> Tensor:
+        """(B, 6) float64 on the batch's device: what :meth:`unpack` reads, no sync."""
         columns = [
             batch["orig_sizes"].to(torch.float64),  # int64 and float32 are exact in float64
             batch["scale_pad"].to(torch.float64),
             batch["valid"].sum(dim=1, keepdim=True).to(torch.float64),
         ]
-        if detections is not None:
-            columns.append(detections.sum(dim=1, keepdim=True).to(torch.float64))
         return torch.cat(columns, dim=1)
 
     @classmethod
-    def unpack(cls, packed: Tensor, *, with_detections: bool) -> SourceSizes:
+    def unpack(cls, packed: Tensor) -> SourceSizes:
         """The sizes from a host copy of :meth:`pack`'s tensor."""
         rows = packed.tolist()
         return cls(
@@ -404,7 +403,6 @@ class SourceSizes:
             widths=[int(row[1]) for row in rows],
             scale_pad=[(row[2], row[3], row[4]) for row in rows],
             counts=[int(row[5]) for row in rows],
-            detections=[int(row[6]) for row in rows] if with_detections else [],
         )
 
 
@@ -419,6 +417,8 @@ class _WaitingForSizes:
         protos: (B, M, H/4, W/4) the images' prototypes.
         batch: the batch.
         sizes: :meth:`SourceSizes.pack` of the batch, on its way to the host.
+        pairing: (B, k) bool, the prediction rows that can pair (:func:`_rows_that_can_pair`),
+            on its way to the host.
     """
 
     predictions: BatchPredictions
@@ -427,6 +427,24 @@ class _WaitingForSizes:
     protos: Tensor
     batch: Batch
     sizes: HostCopy
+    pairing: HostCopy
+
+
+def _rows_that_can_pair(predictions: BatchPredictions, targets: BatchTargets) -> Tensor:
+    """(B, k) bool: predictions above the confidence cut of a class some real target has.
+
+    Only these can be matched (other classes never compete), so only these need masks.
+    """
+    same_class = predictions.classes[:, :, None] == targets.classes[:, None, :]  # (B, k, G)
+    target_valid = targets.valid.to(torch.bool)[:, None, :]
+    return predictions.valid & (same_class & target_valid).any(dim=2)
+
+
+def _to_device(rows: Tensor, device: torch.device) -> Tensor:
+    """Host indices on ``device``; for a GPU through pinned memory, so the copy is queued."""
+    if device.type != "cuda":
+        return rows
+    return rows.pin_memory().to(device, non_blocking=True)
 
 
 def _source_boxes(boxes: Tensor, scale_pad: Tensor, orig_size: Tensor) -> Tensor:

@@ -11,7 +11,9 @@ rows are flagged in ``valid``.
 Masks are the exception: an image's masks are at its own source size, and a batch of them at
 once would hold ``B × max_det`` full-size masks. They are given as a function of the image index
 that builds that image's masks when the accumulator asks, so that one image's masks are alive at
-a time; it returns the masks of the image's *first* rows only (its real rows come first).
+a time, together with the rows they belong to: a producer may leave out rows that cannot pair
+with any target (a prediction of a class no target of the image has), whose masks would never be
+read (issue 11: most of a segment validation's work is building masks).
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ from lucid_yolo.train.metrics.image_instances import (
     MetricsInputError,
 )
 
-ImageMasks = Callable[[int], Tensor]
-"""``masks(i)``: image ``i``'s masks (n_i, H_i, W_i) bool, of its first ``n_i`` rows."""
+ImageMasks = Callable[[int], tuple[Tensor, Tensor]]
+"""``masks(i)``: image ``i``'s masks (r, H_i, W_i) bool and the rows (r,) int64 they belong to.
+
+Rows left out must be unable to pair with any target (padding, or another class than every
+target of the image); their overlaps are never computed.
+"""
 
 
 @dataclass(frozen=True)
@@ -43,7 +49,7 @@ class BatchPredictions:
         boxes: (B, D, 4) ``xyxy``, or ``None``.
         keypoints: (B, D, K, 3), or ``None``.
         rboxes: (B, D, 5) ``xywhr``, or ``None``.
-        masks: per image, the masks of its first rows (:data:`ImageMasks`), or ``None``.
+        masks: per image, its masks and their rows (:data:`ImageMasks`), or ``None``.
     """
 
     scores: Tensor
@@ -85,7 +91,7 @@ class BatchTargets:
         iscrowd: (B, G) bool COCO crowds, or ``None`` (none).
         difficult: (B, G) bool DOTA difficult instances, or ``None`` (none).
         areas: (B, G) the areas that scale OKS, or ``None`` (the box areas).
-        masks: per image, the masks of its first rows (:data:`ImageMasks`), or ``None``.
+        masks: per image, its masks and their rows (:data:`ImageMasks`), or ``None``.
     """
 
     classes: Tensor
@@ -173,8 +179,11 @@ def _pad_optional(name: str, parts: Sequence[Tensor | None]) -> Tensor | None:
 
 
 def _image_masks(name: str, parts: Sequence[Tensor | None]) -> ImageMasks | None:
+    """Every row's masks of each image, as :data:`ImageMasks`."""
     present = _present(name, parts)
-    return None if present is None else present.__getitem__
+    if present is None:
+        return None
+    return lambda i: (present[i], torch.arange(present[i].shape[0], device=present[i].device))
 
 
 def _row(value: Tensor | None, i: int) -> Tensor | None:

@@ -383,8 +383,8 @@ class MeanAveragePrecision:
             t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")
             return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
-        # masks: image by image (each at its image's size), in input order (an image's masks
-        # are its first rows), then put along ``order`` with the other kinds
+        # masks: image by image (each at its image's size), in input order (the rows the
+        # producer built masks for), then put along ``order`` with the other kinds
         pairs = possible.new_zeros((B, D, G)).scatter_(
             1, order[..., None].expand(possible.shape), possible
         )
@@ -392,10 +392,11 @@ class MeanAveragePrecision:
         p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
         t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
         for i in range(B):
-            p_masks, t_masks = p_masks_of(i), t_masks_of(i)
-            n, m = p_masks.shape[0], t_masks.shape[0]
-            image = _mask_overlaps(p_masks, t_masks, crowd[i, :m], pairs[i, :n, :m])
-            overlaps[i, :n, :m] = image.to(overlaps.device)
+            (p_masks, p_rows), (t_masks, t_rows) = p_masks_of(i), t_masks_of(i)
+            p_rows, t_rows = p_rows.to(pairs.device), t_rows.to(pairs.device)
+            image_pairs = pairs[i][p_rows][:, t_rows]  # (r, s)
+            image = _mask_overlaps(p_masks, t_masks, crowd[i][t_rows], image_pairs)
+            overlaps[i, p_rows[:, None], t_rows[None, :]] = image.to(overlaps.device)
         return _ordered(overlaps, order)
 
     def _sigmas(self, target_keypoints: Tensor) -> Tensor:
