@@ -442,8 +442,8 @@ def _rows_that_can_pair(predictions: BatchPredictions, targets: BatchTargets) ->
 
 def _to_device(rows: Tensor, device: torch.device) -> Tensor:
     """Host indices on ``device``; for a GPU through pinned memory, so the copy is queued."""
-    if device.type != "cuda":
-        return rows
+    if device.type != "cuda" or rows.numel() == 0:  # an empty tensor copies nothing
+        return rows.to(device)
     return rows.pin_memory().to(device, non_blocking=True)
 
 
