@@ -14,11 +14,7 @@ step of a YOLO26 model, without running the network:
 * ``route_first_micro_batch``: handing gradients to every parameter after
   ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: private tensors
   plus one grouped copy; on the CPU the copy moves the bytes, on CUDA it is only queued);
-  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``);
-* ``gradients_carved`` and ``gradients_allocated_alone``: the two ways to make those private
-  tensors, :func:`~lucid_yolo.replay._autograd.carved_like` (one buffer per dtype, a view per
-  parameter, what ``route`` does) against one ``empty_strided`` per parameter (what it did
-  before session 6). Which is cheaper depends on the allocator: decide it on the device.
+  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``).
 
 ``--ops`` adds, per model, the operators that launch work in each graph of a replayed step, as
 dispatched on the CPU (views left out; a CUDA graph holds about one kernel node per operator,
@@ -50,7 +46,7 @@ import torch
 from bench_update_step import _KernelCount
 from lucid_yolo.models import create_model
 from lucid_yolo.replay import RegionRecorder
-from lucid_yolo.replay._autograd import carved_like, route
+from lucid_yolo.replay._autograd import route
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.replay import UpdateStep
 from lucid_yolo.train.replay.regions import NetworkRegion
@@ -92,11 +88,6 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
     def route_after_zero_grad() -> None:
         route(fresh, statics, False)
 
-    def allocated_alone() -> list[torch.Tensor]:
-        return [
-            torch.empty_strided(p.shape, p.stride(), dtype=p.dtype, device=p.device) for p in fresh
-        ]
-
     with _KernelCount() as count:
         route_after_zero_grad()
 
@@ -112,8 +103,6 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
         "update_key_us": timed(lambda: update_keys.get(update.key())),
         "route_first_micro_batch_us": timed(route_after_zero_grad),
         "route_allocations": count.ops["empty"] + count.ops["empty_strided"],
-        "gradients_carved_us": timed(lambda: carved_like(fresh, statics)),
-        "gradients_allocated_alone_us": timed(allocated_alone),
     }
 
 

@@ -6,7 +6,7 @@ import torch
 from dispatched_ops import DispatchedOps
 from torch import nn
 
-from lucid_yolo.replay._autograd import _ALIGNMENT, carved_like, reached_targets, route
+from lucid_yolo.replay._autograd import reached_targets, route
 
 
 def test_route_first_gradient_keeps_negative_zero() -> None:
@@ -68,43 +68,8 @@ def test_route_hands_none_where_the_backward_gave_none() -> None:
     assert route([weight], [None], private=True) == (None,)
 
 
-def test_route_carves_first_gradients_from_one_allocation_per_dtype() -> None:
-    weights = [
-        nn.Parameter(torch.ones(3, 5)),
-        nn.Parameter(torch.ones(7)),
-        nn.Parameter(torch.ones(2)),
-    ]
-    statics = [torch.randn(3, 5), torch.randn(7), torch.randn(2, dtype=torch.float64)]
-    with DispatchedOps() as seen:
-        handed = route(weights, statics, private=False)
-    assert seen.ops["empty"] == 2  # float32 and float64
-    assert seen.ops["empty_strided"] == 0
-    first, second, third = (h for h in handed if h is not None)
-    assert first.untyped_storage().data_ptr() == second.untyped_storage().data_ptr()
-    assert third.dtype == torch.float64
-    for h, s in zip(handed, statics, strict=True):
-        assert h is not None
-        assert torch.equal(h, s)
-
-
-def test_carved_tensors_start_on_the_allocator_alignment() -> None:
-    layouts = [torch.ones(3), torch.ones(5, 1), torch.ones(0), torch.ones(2, 2)]
-    carved = carved_like(layouts, layouts)
-    assert [c.shape for c in carved] == [t.shape for t in layouts]
-    assert [c.stride() for c in carved] == [t.stride() for t in layouts]
-    starts = [c.storage_offset() * c.element_size() for c in carved]
-    assert all(start % _ALIGNMENT == 0 for start in starts)
-
-
-def test_carved_tensor_of_a_non_contiguous_layout_is_allocated_alone() -> None:
-    transposed = torch.ones(3, 2).t()
-    carved = carved_like([torch.ones(4), transposed], [torch.ones(4), transposed])
-    assert carved[1].stride() == transposed.stride()
-    assert carved[1].untyped_storage().data_ptr() != carved[0].untyped_storage().data_ptr()
-
-
-def test_replayed_gradient_is_adopted_from_the_carved_buffer() -> None:
-    # AccumulateGrad adopts a carved tensor as it adopts one allocated alone: no clone.
+def test_replayed_first_gradient_is_adopted_without_a_copy() -> None:
+    # AccumulateGrad adopts the private tensor route hands it: .grad is that tensor, no clone.
     weight, bias = nn.Parameter(torch.randn(3, 4)), nn.Parameter(torch.randn(4))
     statics = [torch.randn(3, 4), torch.randn(4)]
     handed_ptrs: list[int] = []

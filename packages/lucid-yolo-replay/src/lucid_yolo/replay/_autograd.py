@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
-from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -65,9 +64,8 @@ def route(
     Non-leaf inputs pass their gradient on to an upstream node: always a private copy, laid out
     as the recorded backward produced it, which is how native autograd hands it on (a region
     before this one learned that layout on its warm-up, :mod:`._grad_layout`). The private
-    tensors of the parameters are carved from one allocation (:func:`carved_like`) and all
-    copies are made together (:func:`~._copies.copy_grouped`): a few allocations and kernels
-    instead of one of each per parameter.
+    copies of all targets are made together (:func:`~._copies.copy_grouped`): a few kernels
+    instead of one launch per parameter.
 
     Args:
         lives: the targets (inputs, then parameters).
@@ -77,70 +75,24 @@ def route(
     handed: list[Tensor | None] = []
     fresh: list[Tensor] = []
     sources: list[Tensor] = []
-    adopted: list[tuple[int, Tensor, Tensor]] = []
     for live, static in zip(lives, statics, strict=True):
         if static is None:
             handed.append(None)
-        elif not live.is_leaf:
+            continue
+        if not live.is_leaf:
             copy = torch.empty_like(static)
-            handed.append(copy)
-            fresh.append(copy)
-            sources.append(static)
         elif private or live.grad is None:
-            adopted.append((len(handed), live, static))
-            handed.append(None)
+            copy = torch.empty_strided(
+                live.shape, live.stride(), dtype=static.dtype, device=static.device
+            )
         else:
             handed.append(static)
-    copies = carved_like([live for _, live, _ in adopted], [static for _, _, static in adopted])
-    for (slot, _, static), copy in zip(adopted, copies, strict=True):
-        handed[slot] = copy
+            continue
+        handed.append(copy)
         fresh.append(copy)
         sources.append(static)
     copy_grouped(fresh, sources)
     return tuple(handed)
-
-
-_ALIGNMENT = 512
-"""Bytes each carved tensor starts on: the CUDA caching allocator's block alignment, so that a
-kernel reading a carved gradient sees the alignment a gradient allocated alone has (vectorised
-and cuBLAS paths depend on it, and with them the bits of a reduction)."""
-
-
-def carved_like(layouts: Sequence[Tensor], kinds: Sequence[Tensor]) -> list[Tensor]:
-    """Uninitialised tensors, each with the shape and strides of ``layouts[i]`` and the dtype
-    and device of ``kinds[i]``, carved from one new buffer per device and dtype.
-
-    One allocation per dtype instead of one per tensor: a replayed backward hands every
-    parameter a fresh gradient after ``zero_grad(set_to_none=True)``, a few hundred small
-    allocations per step whose host cost showed in the H200 profile. Each carved tensor starts
-    on a :data:`_ALIGNMENT` boundary and owns its own elements; it is a view of the shared
-    buffer, which stays allocated while any of them lives. AccumulateGrad adopts such a tensor
-    as it adopts a tensor allocated alone (its strides obey the parameter's layout), and
-    ``.grad`` is then an ordinary tensor that shares its storage. A layout that is not
-    contiguous gets a tensor of its own.
-    """
-    out: list[Tensor | None] = [None] * len(layouts)
-    groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-    for i, (layout, kind) in enumerate(zip(layouts, kinds, strict=True)):
-        if layout.is_contiguous():
-            groups.setdefault((kind.device, kind.dtype), []).append(i)
-        else:
-            out[i] = torch.empty_strided(
-                layout.shape, layout.stride(), dtype=kind.dtype, device=kind.device
-            )
-    for (device, dtype), indices in groups.items():
-        step = max(1, _ALIGNMENT // dtype.itemsize)
-        offsets, end = [], 0
-        for i in indices:
-            offsets.append(end)
-            end += -(-layouts[i].numel() // step) * step
-        flat = torch.empty(end, dtype=dtype, device=device)
-        shapes = [layouts[i].shape for i in indices]
-        strides = [layouts[i].stride() for i in indices]
-        views = map(torch.as_strided, itertools.repeat(flat), shapes, strides, offsets)
-        for i, view in zip(indices, views, strict=True):
-            out[i] = view
-    return cast(list[Tensor], out)
 
 
 def reached_targets(
@@ -210,7 +162,6 @@ def unsupported_module(modules: Sequence[nn.Module]) -> str | None:
 
 
 __all__ = [
-    "carved_like",
     "depends_on",
     "gradient_patterns",
     "reached_targets",
