@@ -33,9 +33,10 @@ targets.
 Validation at GPU speed (issue 11): every shape is static, so that neither ``update`` nor the
 metric waits for the device. Masks need each image's source size on the host (their buffers
 are allocated at that size): a mask batch starts copying its sizes, instance counts and
-detection counts to the host and is scored one ``update`` later, when the copy has long
-finished (:class:`~lucid_yolo.train.host_copy.HostCopy`); with the counts, only the rows that
-pass the confidence cut get masks, and only the real instances. It runs with autocast off, so
+which prediction rows can pair to the host and is scored one ``update`` later, when the copy
+has long finished (:class:`~lucid_yolo.train.host_copy.HostCopy`); only the rows that can pair
+(above the confidence cut, of a class some target of the image has) get masks, and only the
+real instances. It runs with autocast off, so
 a bf16 validation step decodes and builds masks in float32 as ``predict`` and a CPU run do
 (under autocast their matrix products would round to bf16).
 """
