@@ -16,8 +16,7 @@ launched most of them (issue 11, session 6). Only masks get their overlaps image
 mask's size is its image's). ``update`` takes per-image records and pads them into a batch.
 Everything stays on the inputs' device without waiting for it, so masks are never stored and a
 GPU validation loop never stalls on the metric; ``compute`` reads the records to the host once
-and runs COCO's accumulation over everything seen
-since the last ``reset``.
+and runs COCO's accumulation over everything seen since the last ``reset``.
 
 Definition followed (COCO evaluation, area range "all"):
 
@@ -68,7 +67,7 @@ DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 2
 
 
 class MeanAveragePrecision:
-    """Accumulates predictions and targets image by image; computes COCO mAP50-95, mAP50, P, R.
+    """Accumulates predictions and targets batch by batch; computes COCO mAP50-95, mAP50, P, R.
 
     Args:
         kinds: which overlaps to evaluate, any of ``"box"``, ``"mask"``, ``"pose"``, ``"obb"``;
@@ -181,8 +180,8 @@ class MeanAveragePrecision:
         """Match a padded batch of images and keep the per-prediction outcome, on its device.
 
         The whole batch is ordered, overlapped and matched at once
-        (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`); masks and rotated boxes
-        get their overlaps image by image, masks built when asked, one image's alive at a time.
+        (:func:`~lucid_yolo.train.metrics.coco_matching.match_batch`); only masks get their
+        overlaps image by image, built when asked, one image's alive at a time.
         Nothing here waits for the device. Records on the CPU are checked for negative class
         ids here; on another device, by ``compute``.
 
