@@ -36,7 +36,7 @@ from lucid_yolo.models.attention import Attention
 from lucid_yolo.models.exceptions import ModelConfigError
 from lucid_yolo.models.model import YOLO26
 
-COUNTED = (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, Attention)
+_COUNTED = (nn.Conv2d, nn.ConvTranspose2d, nn.Linear, Attention)
 """The layers whose multiply-accumulates are counted (module docstring)."""
 
 
@@ -184,7 +184,7 @@ def model_summary(model: YOLO26, image_size: int) -> ModelSummary:
         macs[module] = macs.get(module, 0) + _macs(module, inputs, output, scale)
 
     handles: list[RemovableHandle] = [
-        m.register_forward_hook(hook) for m in probe.modules() if isinstance(m, COUNTED)
+        m.register_forward_hook(hook) for m in probe.modules() if isinstance(m, _COUNTED)
     ]
     try:
         with torch.no_grad():
