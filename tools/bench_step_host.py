@@ -9,8 +9,9 @@ step of a YOLO26 model, without running the network:
   children and hooks of every submodule and parameter), once per replayed region call;
 * ``region_signature``: building the call's :class:`Signature` and looking it up, as the
   recorder does before each replay;
-* ``update_key``: the optimizer update's key (every gradient's layout, every group's
-  hyperparameters) and its lookup, once per replayed update;
+* ``update_key``: the optimizer update's key (every parameter's address, every gradient's
+  layout, every group's hyperparameters, the optimizer state's identity) and its lookup, once
+  per replayed update;
 * ``route_first_micro_batch``: handing gradients to every parameter after
   ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: private tensors
   plus one grouped copy; on the CPU the copy moves the bytes, on CUDA it is only queued);
