@@ -21,6 +21,7 @@ from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.exceptions import TrainConfigError
 
 IMGSZ = 64
 
@@ -365,3 +366,12 @@ def test_datamodule_val_batch_size_as_asked(
     line = next(line for line in capsys.readouterr().out.splitlines() if "data: val:" in line)
     assert data.val_dataloader().batch_size == 3
     assert "batches of 3 (as asked)" in line
+
+
+@pytest.mark.parametrize(("imgsz", "fit"), [(600, 608), (16, 32), (0, 32)])
+def test_datamodule_refuses_an_image_size_off_the_stride_grid(
+    tmp_path: Path, imgsz: int, fit: int
+) -> None:
+    path = generate_synthetic(tmp_path / "d", num_train=2, num_val=1, imgsz=64)
+    with pytest.raises(TrainConfigError, match=rf"imgsz={imgsz} is not .* use imgsz={fit}$"):
+        YoloDataModule(path, imgsz=imgsz)

@@ -25,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 from typing_extensions import override
 
+from lucid_yolo.models import STRIDES
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.device_pixels import DevicePixels
@@ -104,7 +105,8 @@ class YoloDataModule(L.LightningDataModule):
         seed: base seed of the sample order and of every sample's augmentation.
 
     Raises:
-        TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range.
+        TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range, or
+            ``imgsz`` not a positive multiple of the network's largest stride (32).
         DatasetConfigError: an unreadable dataset description or checkpoint, a task mismatch,
             or a ``source`` without images (missing, empty folder, clashing file stems).
     """
@@ -137,6 +139,13 @@ class YoloDataModule(L.LightningDataModule):
         if (workers is not None and workers < 0) or close_mosaic < 0:
             raise TrainConfigError(
                 f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0"
+            )
+        stride = max(STRIDES)
+        if imgsz is not None and (imgsz < stride or imgsz % stride):
+            fit = max(stride, -(-imgsz // stride) * stride)
+            raise TrainConfigError(
+                f"imgsz={imgsz!r} is not a positive multiple of {stride}, the network's largest "
+                f"stride; use imgsz={fit}"
             )
         self.spec: DatasetSpec | PreparedDataset
         # the description file read, saved in checkpoints: `validate --ckpt_path` evaluates on it
