@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from itertools import chain
-from operator import attrgetter, call, is_, is_not, itemgetter, methodcaller
+from operator import attrgetter, call, is_, itemgetter, methodcaller
 from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
 
+from lucid_yolo.replay._getters import IS_SET, REQUIRES_GRAD
 from lucid_yolo.replay.retire import RetireReason
 
 Scalar = bool | int | float | str | None
@@ -158,8 +158,6 @@ _TENSOR_HOOKS = (attrgetter("_backward_hooks"), attrgetter("_post_accumulate_gra
 _INSTANCE_FORWARD = methodcaller("get", "forward")
 _CLASS_FORWARD = attrgetter("forward")
 _TRAINING = itemgetter("training")
-_REQUIRES_GRAD = attrgetter("requires_grad")
-_IS_SET = partial(is_not, None)
 
 
 def _any_hooks(dicts: Sequence[dict[str, Any]]) -> bool:
@@ -211,8 +209,8 @@ class _Registries(NamedTuple):
 
         children = list(map(itemgetter("_modules"), dicts))
         return cls(
-            parameters=list(filter(_IS_SET, entries("_parameters"))),
-            buffers=list(filter(_IS_SET, entries("_buffers"))),
+            parameters=list(filter(IS_SET, entries("_parameters"))),
+            buffers=list(filter(IS_SET, entries("_buffers"))),
             children=list(chain.from_iterable(map(dict.values, children))),
             child_counts=tuple(map(len, children)),
         )
@@ -349,7 +347,7 @@ class Binding:
             inputs=input_specs(args),
             autocast=autocast_state(device_type),
             training=tuple(map(_TRAINING, self._dicts)),
-            requires_grad=tuple(map(_REQUIRES_GRAD, self.parameters)),
+            requires_grad=tuple(map(REQUIRES_GRAD, self.parameters)),
             scalars=tuple(map(call, self._scalar_getters, self._scalar_dicts)),
             backend=backend_flags(),
         )

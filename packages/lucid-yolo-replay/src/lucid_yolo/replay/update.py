@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable, Hashable, Sequence
-from functools import partial
 from itertools import chain, repeat
 from operator import attrgetter, is_not, itemgetter
 from typing import Any, NamedTuple
@@ -21,6 +20,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.replay._copies import copy_grouped
+from lucid_yolo.replay._getters import IS_SET, REQUIRES_GRAD
 from lucid_yolo.replay._graphs import UpdateGraph
 from lucid_yolo.replay._state import StateSnapshot
 from lucid_yolo.replay.exceptions import ReplayConfigError
@@ -34,8 +34,6 @@ _GRAD = attrgetter("grad")
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
-_REQUIRES_GRAD = attrgetter("requires_grad")
-_IS_SET = partial(is_not, None)
 _PARAMS = itemgetter("params")
 
 
@@ -61,14 +59,14 @@ class GradientLayouts(NamedTuple):
     def of(cls, params: Sequence[Tensor]) -> GradientLayouts:
         """The layouts of the ``.grad`` of each of ``params``."""
         grads = list(map(_GRAD, params))
-        present = list(filter(_IS_SET, grads))
+        present = list(filter(IS_SET, grads))
         return cls(
             tuple(map(is_not, grads, repeat(None))),
             tuple(map(_SHAPE, present)),
             tuple(map(Tensor.stride, present)),
             tuple(map(_DTYPE, present)),
             tuple(map(_DEVICE, present)),
-            tuple(map(_REQUIRES_GRAD, present)),
+            tuple(map(REQUIRES_GRAD, present)),
         )
 
 
@@ -360,7 +358,7 @@ class GraphedOptimizer:
         return [(p, p.grad) for p in self._params() if p.grad is not None]
 
     def _live_grads(self) -> list[Tensor]:
-        return list(filter(_IS_SET, map(_GRAD, self._params())))
+        return list(filter(IS_SET, map(_GRAD, self._params())))
 
     def _current_key(self) -> UpdateKey:
         params = self._params()

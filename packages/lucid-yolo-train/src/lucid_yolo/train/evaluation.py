@@ -209,7 +209,7 @@ class Evaluator:
         result = []
         for i, detections in enumerate(self.decode(outputs, batch)):
             record = self.image_predictions(detections, batch, i)
-            fields = {
+            columns = {
                 "boxes": record.boxes,
                 "scores": record.scores,
                 "classes": record.classes,
@@ -217,7 +217,7 @@ class Evaluator:
                 "keypoints": record.keypoints,
                 "rboxes": record.rboxes,
             }
-            entry = {k: v.cpu() for k, v in fields.items() if v is not None}
+            entry = {k: v.cpu() for k, v in columns.items() if v is not None}
             entry["image_id"] = batch["image_ids"][i].cpu()
             result.append(entry)
         return result
