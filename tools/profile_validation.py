@@ -42,6 +42,7 @@ import io
 import json
 import os
 import pstats
+import statistics
 import time
 import traceback
 import warnings
@@ -277,8 +278,10 @@ def main() -> None:
     for task in args.tasks:
         result = profile_task(task, args, args.root)
         results.append(result)
-        middle = len(result["pass_seconds"]) // 2
-        loop, whole = result["loop_seconds"][middle], result["pass_seconds"][middle]
+        loop, whole = (
+            statistics.median(result[key]) if result[key] else float("nan")
+            for key in ("loop_seconds", "pass_seconds")
+        )
         phases = ", ".join(f"{k} {v:.3f} s" for k, v in result["phase_seconds"].items())
         syncs = result["host_syncs"]
         print(
