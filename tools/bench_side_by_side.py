@@ -165,25 +165,48 @@ def ultralytics_worker(spec: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------- orchestration
 
 
+def lucid_fit_arguments(
+    task: str,
+    data: Path,
+    run_dir: Path,
+    *,
+    batch: int,
+    imgsz: int,
+    epochs: int,
+    replay: bool,
+    cpu: bool,
+) -> list[str]:
+    """The ``lucid-yolo fit`` arguments of a measured fit, without any probe: the packaged
+    ``<task>-n`` config, the run's data, batch, size and epochs, no progress bar, every replay
+    region of the task when ``replay`` (``tools/profile_startup.py`` shares them)."""
+    command = [
+        "--config", f"{task}-n",
+        "--data.yaml", str(data),
+        "--data.batch_size", str(batch),
+        "--data.imgsz", str(imgsz),
+        "--trainer.max_epochs", str(epochs),
+        "--trainer.default_root_dir", str(run_dir),
+        "--trainer.enable_progress_bar", "false",
+    ]  # fmt: skip
+    if replay:
+        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if task == "segment" else [])
+    if cpu:
+        command += ["--trainer.accelerator", "cpu"]
+    return command
+
+
 def _lucid_command(
     task: str, tool: str, data: Path, args: argparse.Namespace, run_dir: Path
 ) -> list[str]:
     command = [
         sys.executable, "-m", "lucid_yolo.cli", "fit",
-        "--config", f"{task}-n",
-        "--data.yaml", str(data),
-        "--data.batch_size", str(args.batch),
-        "--data.imgsz", str(args.imgsz),
-        "--trainer.max_epochs", str(args.epochs),
-        "--trainer.default_root_dir", str(run_dir),
-        "--trainer.enable_progress_bar", "false",
+        *lucid_fit_arguments(
+            task, data, run_dir, batch=args.batch, imgsz=args.imgsz, epochs=args.epochs,
+            replay=tool == "replay", cpu=args.device == "cpu",
+        ),
         "--trainer.callbacks+=bench_probe.FitProbe",
         "--trainer.callbacks+=epoch_metrics_probe.EpochMetrics",
     ]  # fmt: skip
-    if tool == "replay":
-        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if task == "segment" else [])
-    if args.device == "cpu":
-        command += ["--trainer.accelerator", "cpu"]
     if args.workers is not None:
         command += ["--data.workers", str(args.workers)]
     return command + shlex.split(args.lucid_args)

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench_side_by_side import REPLAY_FLAGS, SEGMENT_HEADS_FLAGS
+from bench_side_by_side import lucid_fit_arguments
 
 SPAWN_ENV = "LUCID_STARTUP_SPAWN"
 """Environment variable holding the parent's ``time.time()`` just before it started the child."""
@@ -312,22 +312,14 @@ def report(marks: dict[str, Any], imports: dict[str, Any] | None) -> str:
 
 
 def fit_args(args: argparse.Namespace, data: Path, runs: Path) -> list[str]:
-    """The ``lucid-yolo fit`` arguments of the profiled run (bench_side_by_side's, shortened)."""
-    command = [
-        "--config", f"{args.task}-n",
-        "--data.yaml", str(data),
-        "--data.batch_size", str(args.batch),
-        "--data.imgsz", str(args.imgsz),
-        "--trainer.max_epochs", str(args.epochs),
-        "--trainer.default_root_dir", str(runs),
-        "--trainer.enable_progress_bar", "false",
-    ]  # fmt: skip
+    """The ``lucid-yolo fit`` arguments of the profiled run: the side-by-side benchmark's, with
+    its step limit and extra flags, without the benchmark's probes."""
+    command = lucid_fit_arguments(
+        args.task, data, runs, batch=args.batch, imgsz=args.imgsz, epochs=args.epochs,
+        replay=args.replay, cpu=args.cpu,
+    )  # fmt: skip
     if args.steps is not None:
         command += ["--trainer.max_steps", str(args.steps)]
-    if args.replay:
-        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if args.task == "segment" else [])
-    if args.cpu:
-        command += ["--trainer.accelerator", "cpu"]
     return command + args.lucid_args
 
 
