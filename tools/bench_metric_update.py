@@ -24,17 +24,17 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from dispatched_ops import DispatchedOps
 from lucid_yolo.train import Evaluator, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import mean_average_precision
+from lucid_yolo.train.metrics.rotated_overlap import rotated_overlaps
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -86,18 +86,6 @@ def time_metric(path: Path, task: str, repeats: int) -> dict[str, float]:
     }
 
 
-class _DispatchedOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
-    """Counts the ATen operators dispatched inside the ``with`` block."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops[str(func.overloadpacket.__name__)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 def count_operations(path: Path, task: str) -> float:
     """Torch operations per image of one ``update`` on the GPU's path (CPU shortcuts off)."""
     saved = torch.load(path, weights_only=False)
@@ -108,7 +96,7 @@ def count_operations(path: Path, task: str) -> float:
     shortcuts = {
         "_without_padding": lambda order, valid: order,
         "_rows_and_columns_with_pairs": lambda pairs: None,
-        "rotated_overlaps": partial(module.rotated_overlaps, compact=False),
+        "rotated_overlaps": partial(rotated_overlaps, compact=False),
     }
     kept = {name: getattr(module, name) for name in shortcuts}
     try:
@@ -116,7 +104,7 @@ def count_operations(path: Path, task: str) -> float:
             setattr(module, name, device_path)
         evaluator = Evaluator(task, strides=saved["strides"], conf=0.001, max_det=300)
         evaluator.update(warm_outputs, warm_batch)
-        with _DispatchedOps() as seen:
+        with DispatchedOps() as seen:
             evaluator.update(outputs, batch)
     finally:
         for name, original in kept.items():

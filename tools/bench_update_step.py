@@ -28,30 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from dispatched_ops import VIEW_OPS, DispatchedOps
 from lucid_yolo.models import create_model
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.optim.musgd import _matrix_key
 from lucid_yolo.train.replay import UpdateStep
-
-_VIEW_OPS = frozenset({"view", "_unsafe_view", "expand", "transpose", "unbind", "t", "reshape"})
-"""Dispatched ops that launch no kernel."""
-
-
-class _KernelCount(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
-    """Counts dispatched ops that launch work (views excluded), by name."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops: Counter[str] = Counter()
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        name = str(func.overloadpacket.__name__)
-        if name not in _VIEW_OPS:
-            self.ops[name] += 1
-        return func(*args, **(kwargs or {}))
-
 
 MODES = ("native", "replay", "replay-backup")
 """``replay-backup``: replayed with the backup the late non-finite check needs (the fit's default
@@ -75,7 +57,7 @@ def describe(name: str) -> dict[str, Any]:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     matrices = [p for p in params if p.ndim >= 2]
     buckets = Counter(_matrix_key(p)[:2] for p in matrices)
-    with _KernelCount() as count:
+    with DispatchedOps(ignore=VIEW_OPS) as count:
         optimizer.step()
     return {
         "parameters": sum(p.numel() for p in params),
