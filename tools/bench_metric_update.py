@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from dispatched_ops import DispatchedOps
+from dispatch_count import DispatchCount
 from lucid_yolo.train import Evaluator, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import mean_average_precision
@@ -104,7 +104,7 @@ def count_operations(path: Path, task: str) -> float:
             setattr(module, name, device_path)
         evaluator = Evaluator(task, strides=saved["strides"], conf=0.001, max_det=300)
         evaluator.update(warm_outputs, warm_batch)
-        with DispatchedOps() as seen:
+        with DispatchCount() as seen:
             evaluator.update(outputs, batch)
     finally:
         for name, original in kept.items():

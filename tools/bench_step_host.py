@@ -44,7 +44,7 @@ from typing import Any
 
 import torch
 
-from dispatched_ops import VIEW_OPS, DispatchedOps
+from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
 from lucid_yolo.replay import RegionRecorder
 from lucid_yolo.replay._autograd import route
@@ -89,7 +89,7 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
     def route_after_zero_grad() -> None:
         route(fresh, statics, False)
 
-    with DispatchedOps(ignore=VIEW_OPS) as count:
+    with DispatchCount(ignore=VIEW_OPS) as count:
         route_after_zero_grad()
 
     def timed(call: Callable[[], object]) -> float:
@@ -113,18 +113,18 @@ def graph_ops(name: str) -> dict[str, int]:
     net = create_model(name, num_classes=80)
     region = NetworkRegion(net)
     images = torch.rand(4, 3, 64, 64)
-    with DispatchedOps(ignore=VIEW_OPS) as forward:
+    with DispatchCount(ignore=VIEW_OPS) as forward:
         outputs = [o for o in region(images).values() if o.requires_grad]
     params = [p for p in net.parameters() if p.requires_grad]
     grads = [torch.ones_like(o) for o in outputs]
-    with DispatchedOps(ignore=VIEW_OPS) as backward:
+    with DispatchCount(ignore=VIEW_OPS) as backward:
         torch.autograd.grad(outputs, params, grads, allow_unused=True)
     optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
     step = UpdateStep(optimizer, trainer_ema(net), replay=False, backup=True, clip_norm=10.0)
     for p in params:
         p.grad = torch.full_like(p, 1e-3)
     step._native()  # the first update allocates the backup's copies
-    with DispatchedOps(ignore=VIEW_OPS) as update:
+    with DispatchCount(ignore=VIEW_OPS) as update:
         step._native()
     return {
         "network_forward": sum(forward.ops.values()),

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from dispatched_ops import VIEW_OPS, DispatchedOps
+from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.optim.musgd import _matrix_key
@@ -57,7 +57,7 @@ def describe(name: str) -> dict[str, Any]:
     params = [p for group in optimizer.param_groups for p in group["params"]]
     matrices = [p for p in params if p.ndim >= 2]
     buckets = Counter(_matrix_key(p)[:2] for p in matrices)
-    with DispatchedOps(ignore=VIEW_OPS) as count:
+    with DispatchCount(ignore=VIEW_OPS) as count:
         optimizer.step()
     return {
         "parameters": sum(p.numel() for p in params),

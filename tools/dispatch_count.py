@@ -16,8 +16,8 @@ VIEW_OPS = frozenset({"view", "_unsafe_view", "expand", "transpose", "unbind", "
 """Dispatched operators that launch no kernel."""
 
 
-class DispatchedOps(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
-    """``with DispatchedOps() as seen: ...`` then ``seen.ops["bmm"]``: calls per operator, the
+class DispatchCount(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch stub gap
+    """``with DispatchCount() as seen: ...`` then ``seen.ops["bmm"]``: calls per operator, the
     names in ``ignore`` left out."""
 
     def __init__(self, ignore: frozenset[str] = frozenset()) -> None:
