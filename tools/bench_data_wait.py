@@ -41,6 +41,7 @@ from lightning.pytorch.callbacks import Callback
 from bench_trainer import step_trainer
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels, HsvTables
+from lucid_yolo.train.data.augment.device_pixels import CHUNK_PIXELS
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -150,8 +151,13 @@ def _device_only(args: argparse.Namespace) -> dict[str, Any]:
         "deferred_flip": torch.from_numpy(rng.random(args.batch) < 0.5),
     }
     pinned = {key: value.pin_memory() for key, value in batch.items()}
-    pixels = DevicePixels()
-    times: dict[str, list[float]] = {"copy_ms": [], "device_pixels_ms": [], "pin_ms": []}
+    pixels = DevicePixels(args.chunk_pixels)
+    times: dict[str, list[float]] = {
+        "copy_ms": [],
+        "device_pixels_ms": [],
+        "device_pixels_host_ms": [],
+        "pin_ms": [],
+    }
     for _ in range(55):
         host = time.perf_counter()
         batch["images"].pin_memory()
@@ -160,13 +166,16 @@ def _device_only(args: argparse.Namespace) -> dict[str, Any]:
         marks[0].record()
         moved = {key: value.to(device, non_blocking=True) for key, value in pinned.items()}
         marks[1].record()
+        host = time.perf_counter()
         pixels(moved)  # type: ignore[arg-type]
+        times["device_pixels_host_ms"].append((time.perf_counter() - host) * 1000.0)
         marks[2].record()
         torch.cuda.synchronize()
         times["copy_ms"].append(marks[0].elapsed_time(marks[1]))
         times["device_pixels_ms"].append(marks[1].elapsed_time(marks[2]))
     return {
         "batch": args.batch,
+        "chunk_pixels": args.chunk_pixels,
         "tables_build_s": tables_s,
         **{key: statistics.median(values[5:]) for key, values in times.items()},
     }
@@ -177,6 +186,12 @@ def main() -> None:
     parser.add_argument("--pixels-on-device", choices=["true", "false"], default="true")
     parser.add_argument("--device-only", action="store_true")
     parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument(
+        "--chunk-pixels",
+        type=int,
+        default=CHUNK_PIXELS,
+        help="with --device-only: pixels DevicePixels finishes at once",
+    )
     parser.add_argument("--steps", type=int, default=96)
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--imgsz", type=int, default=640)
