@@ -143,7 +143,7 @@ def test_device_pixels_on_cuda_hold_a_chunk_not_the_batch() -> None:
             deferred_flip=torch.from_numpy(rng.random(size) < 0.5).cuda(),
         )
 
-    pixels = DevicePixels()
+    pixels = DevicePixels(chunk_pixels=2 * 640 * 640)
     pixels(deferred(1))  # builds the tables
     batch = deferred(8)
     images = batch["images"]

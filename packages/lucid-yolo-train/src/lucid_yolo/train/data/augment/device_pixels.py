@@ -28,9 +28,12 @@ from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
-CHUNK_PIXELS = 1 << 20
-"""Pixels :class:`DevicePixels` finishes at once by default: two 640 px images, whose HSV
-temporaries come to about 15 MB (18 bytes per pixel, :func:`hsv_lookup`)."""
+CHUNK_PIXELS = 1 << 22
+"""Pixels :class:`DevicePixels` finishes at once by default: ten 640 px images, whose HSV
+temporaries come to about 75 MB (18 bytes per pixel, :func:`hsv_lookup`). Smaller chunks cost time
+per chunk, not per pixel: on the H200 a 16 x 640 px batch took 2.46 ms of device time and 2.78 ms
+of host time in chunks of two images, 0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once
+(``tools/bench_data_wait.py --device-only --chunk-pixels N``, docs/engineering/whole-fit-speed.md)."""
 
 
 class DevicePixels:
@@ -58,7 +61,7 @@ class DevicePixels:
         if chunk_pixels < 1:
             raise TrainConfigError(
                 f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
-                f"{CHUNK_PIXELS}, finishes two 640 px images at a time"
+                f"{CHUNK_PIXELS}, finishes ten 640 px images at a time"
             )
         self.chunk_pixels = chunk_pixels
         self._tables: HsvTables | None = None
