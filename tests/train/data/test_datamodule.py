@@ -19,6 +19,7 @@ from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
 from lucid_yolo.train.data.disk_cache import DiskImageCache
 from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
+from lucid_yolo.train.data.packed_batch import PackedBatch
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.exceptions import TrainConfigError
@@ -209,6 +210,60 @@ def test_datamodule_pixels_on_device_reach_the_step_finished(pose_yaml: Path) ->
         assert torch.equal(batch["images"], want["images"])
         assert torch.equal(batch["keypoints"], want["keypoints"])
     fit(None)  # on CPU the default leaves the pixels to the workers (asserted in `fit`)
+
+
+@pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
+@pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
+def test_datamodule_packed_batches_reach_the_step_bit_for_bit(pose_yaml: Path) -> None:
+    def fit(pack_batches: bool) -> list[Batch]:
+        augment = AugmentConfig(pixels_on_device=True)
+        dm = _module(pose_yaml, workers=1, augment=augment, pack_batches=pack_batches)
+        model = _BatchKeeper()
+        L.Trainer(
+            max_epochs=2,
+            accelerator="cpu",
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        ).fit(model, datamodule=dm)
+        return model.batches
+
+    expected = fit(False)
+    assert len(expected) == 2
+    for batch, want in zip(fit(True), expected, strict=True):
+        assert list(batch) == list(want)
+        for key, value in want.items():
+            got = batch[key]  # type: ignore[literal-required]
+            assert (got.dtype, got.shape) == (value.dtype, value.shape), key
+            assert torch.equal(got, value), key
+
+
+def test_datamodule_packs_only_the_training_batches(pose_yaml: Path) -> None:
+    dm = _module(pose_yaml, pack_batches=True)
+    dm.setup("fit")
+    packed = next(iter(dm.train_dataloader()))
+    assert isinstance(packed, PackedBatch)
+    assert isinstance(next(iter(dm.val_dataloader())), dict)
+
+
+def test_datamodule_pins_nothing_without_cuda(
+    pose_yaml: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    dm = _module(pose_yaml, pin_memory="main")
+    dm.setup("fit")
+    loader = dm.train_dataloader()
+    batch = next(iter(loader))
+    assert loader.pin_memory is False
+    assert dm.on_before_batch_transfer(batch, 0) is batch
+
+
+def test_datamodule_refuses_an_unknown_pin_memory(pose_yaml: Path) -> None:
+    with pytest.raises(TrainConfigError, match="pin_memory='worker' must be 'thread' or 'main'"):
+        _module(pose_yaml, pin_memory="worker")
 
 
 def test_datamodule_worker_loaders_shrink_opencv_pool_before_fork(pose_yaml: Path) -> None:

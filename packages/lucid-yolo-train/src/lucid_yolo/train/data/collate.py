@@ -3,18 +3,20 @@
 Every image already has exactly ``max_instances`` target rows, so collation is a plain stack:
 no per-batch padding, and every batch of a run has the same shapes (the premise of replaying the
 loss inside a CUDA graph). Task fields are included when the images carry them.
+:func:`collate_packed` stacks the same fields into one buffer (:mod:`.packed_batch`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import torch
 
 from lucid_yolo.train.data.augment.targets import Targets
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.packed_batch import PackedBatch
 
 _T = TypeVar("_T")
 
@@ -31,36 +33,63 @@ def collate(items: Sequence[Targets]) -> Batch:
     Raises:
         ValueError: an empty batch.
     """
+    batch = {
+        key: torch.from_numpy(np.stack(column)) if _is_arrays(column) else column
+        for key, column in columns(items).items()
+    }
+    return cast(Batch, batch)
+
+
+def collate_packed(items: Sequence[Targets]) -> PackedBatch:
+    """Collate one batch into one buffer (:mod:`.packed_batch`); ``unpack()`` gives the Batch
+    :func:`collate` gives, bit for bit.
+
+    Raises:
+        ValueError: an empty batch.
+    """
+    return PackedBatch.stack(columns(items))
+
+
+def columns(items: Sequence[Targets]) -> dict[str, Any]:
+    """Per Batch key in the Batch's order, one numpy array per image (the fields a batch stacks)
+    or, for ``source_shapes``, the per-image lists.
+
+    Raises:
+        ValueError: an empty batch, or images of different tasks.
+    """
     if not items:
         raise ValueError("collate got an empty batch; check the sampler and batch_size >= 1")
-    batch = Batch(
-        images=torch.from_numpy(np.stack([t.image for t in items])),
-        classes=torch.from_numpy(np.stack([t.classes for t in items])),
-        valid=torch.from_numpy(np.stack([t.valid for t in items])),
-        boxes=torch.from_numpy(np.stack([t.boxes for t in items])),
-        image_ids=torch.tensor([t.image_id for t in items], dtype=torch.int64),
-        orig_sizes=torch.tensor([t.orig_size for t in items], dtype=torch.int64),
-        scale_pad=torch.tensor([t.scale_pad for t in items], dtype=torch.float32),
-        ignore=torch.from_numpy(np.stack([t.ignore for t in items])),
-    )
+    fields: dict[str, Any] = {
+        "images": [t.image for t in items],
+        "classes": [t.classes for t in items],
+        "valid": [t.valid for t in items],
+        "boxes": [t.boxes for t in items],
+        "image_ids": [np.asarray(t.image_id, dtype=np.int64) for t in items],
+        "orig_sizes": [np.asarray(t.orig_size, dtype=np.int64) for t in items],
+        "scale_pad": [np.asarray(t.scale_pad, dtype=np.float32) for t in items],
+        "ignore": [t.ignore for t in items],
+    }
     first = items[0]
     if first.masks is not None:
-        batch["masks"] = torch.from_numpy(np.stack([_field(t.masks) for t in items]))
+        fields["masks"] = [_field(t.masks) for t in items]
     if first.keypoints is not None:
-        batch["keypoints"] = torch.from_numpy(np.stack([_field(t.keypoints) for t in items]))
+        fields["keypoints"] = [_field(t.keypoints) for t in items]
     if first.rboxes is not None:
-        batch["rboxes"] = torch.from_numpy(np.stack([_field(t.rboxes) for t in items]))
+        fields["rboxes"] = [_field(t.rboxes) for t in items]
     if first.source_shapes is not None:
-        batch["source_shapes"] = [list(_field(t.source_shapes)) for t in items]
+        fields["source_shapes"] = [list(_field(t.source_shapes)) for t in items]
     if first.deferred_hsv is not None:
-        batch["deferred_hsv"] = torch.from_numpy(np.stack([_field(t.deferred_hsv) for t in items]))
+        fields["deferred_hsv"] = [_field(t.deferred_hsv) for t in items]
     if first.deferred_flip is not None:
-        batch["deferred_flip"] = torch.tensor([_field(t.deferred_flip) for t in items])
+        fields["deferred_flip"] = [np.asarray(_field(t.deferred_flip), np.bool_) for t in items]
     if first.deferred_masks is not None:
-        batch["deferred_masks"] = torch.from_numpy(
-            np.stack([_field(t.deferred_masks) for t in items])
-        )
-    return batch
+        fields["deferred_masks"] = [_field(t.deferred_masks) for t in items]
+    return fields
+
+
+def _is_arrays(column: Any) -> bool:
+    """Whether a column holds one array per image (stacked), not a per-image list."""
+    return isinstance(column[0], np.ndarray)
 
 
 def _field(value: _T | None) -> _T:
@@ -69,4 +98,4 @@ def _field(value: _T | None) -> _T:
     return value
 
 
-__all__ = ["collate"]
+__all__ = ["collate", "collate_packed", "columns"]

@@ -1,0 +1,53 @@
+"""The loader-thread probe runs each variant's fit in its own process, on a CPU too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from tool_modules import load_tool
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "probe_loader_thread.py"
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("probe_loader_thread", monkeypatch)
+
+
+@pytest.mark.slow
+def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> None:
+    args = "--batch 2 --steps 4 --images 8 --imgsz 64 --workers 1 --fit-timeout 600"
+    args += " --variants packed file-system"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
+        env={**os.environ, "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads((tmp_path / "loader_thread.json").read_text())
+    assert [(r["variant"], r["batch"]) for r in rows] == [("packed", 2), ("file-system", 2)]
+    assert [r.get("error") for r in rows] == [None, None]
+    packed, file_system = rows
+    assert packed["pack_batches"] is True
+    assert file_system["sharing_strategy"] == "file_system"
+    assert all(r["steps_timed"] == 2 and r["period_ms"] > 0 for r in rows)
+    assert "| 2 | packed |" in (tmp_path / "loader_thread.md").read_text()
+
+
+def test_probe_loader_thread_table_compares_with_the_default(tool: ModuleType) -> None:
+    rows = [
+        {"variant": "default", "batch": 4, "period_ms": 40.0, "between_ms": 5.0, "fit_s": 20},
+        {"variant": "packed", "batch": 4, "period_ms": 30.0, "between_ms": 2.0, "fit_s": 19},
+        {"variant": "pin-main", "batch": 4, "error": "timed out (120 s)"},
+    ]
+    lines = tool.table(rows).splitlines()
+    assert lines[3] == "| 4 | packed | 30.00 | 0.750 | 2.00 | 19 |"
+    assert lines[4].startswith("| 4 | pin-main | failed: timed out")

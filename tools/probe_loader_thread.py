@@ -1,0 +1,254 @@
+"""The loader's thread against the replayed step's host: which way of delivering batches keeps a
+replayed step fastest.
+
+At batch 4 a replayed detect step on the H200 takes about twice its GPU work, and the process that
+launches it also runs the DataLoader's pin-memory thread, which receives each batch's tensors from
+the workers (one file descriptor per tensor), pins them and queues them, holding the interpreter
+lock while it does. Whether that thread slows the step was a reading of a profile, not a
+measurement (docs/engineering/whole-fit-speed.md, "The loader's thread and the replayed step").
+This tool measures it: one replayed detect fit per variant and batch size, each in its own
+process (validation off, the data module's defaults otherwise, bf16, network, loss and update
+replayed), and over the second half of the steps, without a profiler:
+
+* ``period_ms``: wall time per step, the device synchronised at both ends of the window;
+* ``between_ms``: host time per step from one step's end to the next one's start (the batch's
+  fetch, pin where the main thread pins, copy, unpacking and the device's pixel work launched).
+
+Variants (``--variants``): ``default`` (today's); ``switch-0.5ms`` (``sys.setswitchinterval``,
+5 ms by default, so a thread waiting for the lock gets it sooner); ``pin-main`` (no pin-memory
+thread: the main thread reads the workers' queue and pins right before the copy);
+``packed`` (one buffer per batch: one descriptor, one pin, one copy); ``packed-pin-main``;
+``file-system`` (``torch.multiprocessing``'s ``file_system`` sharing strategy: tensors shared by
+name, no descriptor passing).
+
+Run (GPU machine, from source; results in ``$OUT/loader_thread.json`` and ``.md``, written after
+each fit so a run cut short keeps what finished)::
+
+    python3 tools/probe_loader_thread.py --batch 4 16 --steps 120
+
+On a machine without CUDA the fits run on the CPU, a smoke test (no pinning there)::
+
+    python3 tools/probe_loader_thread.py --batch 2 --steps 4 --images 8 --imgsz 64 --workers 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+TASK = "detect"
+MODEL = "yolo26n"
+RESULT = "probe_loader_thread: "
+"""Prefix of the line a child prints its result on."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    """How one fit delivers its batches.
+
+    Attributes:
+        switch_interval: ``sys.setswitchinterval`` seconds; ``None`` leaves Python's 5 ms.
+        sharing_strategy: ``torch.multiprocessing.set_sharing_strategy``; ``None`` leaves the
+            platform's default (``file_descriptor`` on Linux).
+        pack_batches: ``YoloDataModule(pack_batches=...)``.
+        pin_memory: ``YoloDataModule(pin_memory=...)``.
+    """
+
+    switch_interval: float | None = None
+    sharing_strategy: str | None = None
+    pack_batches: bool = False
+    pin_memory: str = "thread"
+
+
+VARIANTS = {
+    "default": Variant(),
+    "switch-0.5ms": Variant(switch_interval=0.0005),
+    "pin-main": Variant(pin_memory="main"),
+    "packed": Variant(pack_batches=True),
+    "packed-pin-main": Variant(pack_batches=True, pin_memory="main"),
+    "file-system": Variant(sharing_strategy="file_system"),
+}
+
+
+def _fit(args: argparse.Namespace) -> dict[str, Any]:
+    """One fit with ``args.child``'s variant, in this process; its row."""
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import Callback
+
+    from bench_trainer import step_trainer
+    from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+
+    variant = VARIANTS[args.child]
+    if variant.switch_interval is not None:
+        sys.setswitchinterval(variant.switch_interval)
+    if variant.sharing_strategy is not None:
+        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)
+    cuda = torch.cuda.is_available()
+
+    class Window(Callback):
+        """Times the steps after ``start`` up to the fit's last one."""
+
+        def __init__(self, start: int) -> None:
+            self.start = start
+            self.steps = 0
+            self.seconds = 0.0
+            self.between = 0.0
+            self._began = 0.0
+            self._ended: float | None = None
+
+        def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+            if self._ended is not None:
+                self.between += time.perf_counter() - self._ended
+
+        def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+            step = trainer.global_step
+            if step == self.start:
+                if cuda:
+                    torch.cuda.synchronize()
+                self._began = time.perf_counter()
+            elif step > self.start:
+                self.steps += 1
+                if step == trainer.max_steps:
+                    if cuda:
+                        torch.cuda.synchronize()
+                    self.seconds = time.perf_counter() - self._began
+                    self._ended = None
+                    return
+            else:
+                return
+            self._ended = time.perf_counter()
+
+    pl.seed_everything(0, verbose=False)
+    data = YoloDataModule(
+        args.root / TASK / "data.yaml",
+        task=TASK,
+        imgsz=args.imgsz,
+        batch_size=args.batch[0],
+        workers=args.workers,
+        pack_batches=variant.pack_batches,
+        pin_memory=variant.pin_memory,  # type: ignore[arg-type]
+    )
+    module = YoloModule(
+        MODEL,
+        num_classes=data.num_classes,
+        replay=ReplayConfig(network=True, loss=True, update=True),
+    )
+    window = Window(args.steps // 2)
+    trainer = step_trainer(
+        args.steps, window, accelerator="auto", precision="bf16-mixed" if cuda else "32-true"
+    )
+    trainer.fit(module, data)
+    steps = max(window.steps, 1)
+    return {
+        **asdict(variant),
+        "variant": args.child,
+        "batch": args.batch[0],
+        "workers": data.workers,
+        "steps_timed": window.steps,
+        "period_ms": round(window.seconds * 1000.0 / steps, 3),
+        "between_ms": round(window.between * 1000.0 / steps, 3),
+        "switch_interval_s": sys.getswitchinterval(),
+        "sharing_strategy": torch.multiprocessing.get_sharing_strategy(),
+        "replays": int(module.replay_telemetry.replays),
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+    }
+
+
+def _child_command(args: argparse.Namespace, variant: str, batch: int) -> list[str]:
+    command = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
+    command += ["--batch", str(batch), "--steps", str(args.steps), "--imgsz", str(args.imgsz)]
+    command += ["--root", str(args.root)]
+    if args.workers is not None:
+        command += ["--workers", str(args.workers)]
+    return command
+
+
+def _run_child(args: argparse.Namespace, variant: str, batch: int) -> dict[str, Any]:
+    """One fit in a fresh process; its row, or why there is none."""
+    began = time.perf_counter()
+    try:
+        done = subprocess.run(
+            _child_command(args, variant, batch),
+            capture_output=True,
+            text=True,
+            timeout=args.fit_timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "batch": batch, "error": f"timed out ({args.fit_timeout} s)"}
+    seconds = round(time.perf_counter() - began, 1)
+    rows = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode != 0 or not rows:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        return {"variant": variant, "batch": batch, "error": " | ".join(tail), "fit_s": seconds}
+    row: dict[str, Any] = json.loads(rows[-1].removeprefix(RESULT))
+    row["fit_s"] = seconds
+    return row
+
+
+def table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of the rows, each period also against the same batch's ``default``."""
+    base = {
+        r["batch"]: r["period_ms"] for r in rows if r["variant"] == "default" and "period_ms" in r
+    }
+    lines = [
+        "| batch | variant | period, ms | vs default | between steps, ms | fit, s |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['batch']} | {r['variant']} | failed: {r['error']} | | | |")
+            continue
+        ratio = f"{r['period_ms'] / base[r['batch']]:.3f}" if base.get(r["batch"]) else "-"
+        lines.append(
+            f"| {r['batch']} | {r['variant']} | {r['period_ms']:.2f} | {ratio} | "
+            f"{r['between_ms']:.2f} | {r['fit_s']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of variants")
+    parser.add_argument("--steps", type=int, default=120)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--workers", type=int, default=None, help="default: the data module's")
+    parser.add_argument("--fit-timeout", type=float, default=120.0, help="seconds per fit")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-loader-thread"))
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        print(RESULT + json.dumps(_fit(args)), flush=True)
+        return
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
+    if not (args.root / TASK / "data.yaml").is_file():
+        generate_synthetic(
+            args.root / TASK, task=TASK, num_train=args.images, num_val=8, imgsz=args.imgsz
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        for batch in args.batch:
+            for variant in args.variants:
+                rows.append(_run_child(args, variant, batch))
+                print(json.dumps(rows[-1]), flush=True)
+                (args.out / "loader_thread.json").write_text(json.dumps(rows, indent=1) + "\n")
+                (args.out / "loader_thread.md").write_text(table(rows))
+    print(table(rows), end="")
+
+
+if __name__ == "__main__":
+    main()
