@@ -33,7 +33,8 @@ CHUNK_PIXELS = 1 << 22
 temporaries come to about 75 MB (18 bytes per pixel, :func:`hsv_lookup`). Smaller chunks cost time
 per chunk, not per pixel: on the H200 a 16 x 640 px batch took 2.46 ms of device time and 2.78 ms
 of host time in chunks of two images, 0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once
-(``tools/bench_data_wait.py --device-only --chunk-pixels N``, docs/engineering/whole-fit-speed.md)."""
+(``tools/bench_data_wait.py --device-only --chunk-pixels N``,
+docs/engineering/whole-fit-speed.md)."""
 
 
 class DevicePixels:
