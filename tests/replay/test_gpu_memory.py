@@ -6,12 +6,14 @@ are ratios of allocated bytes measured in the same process, never times.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from replay_nets import recorded_small_net, side_stream_segments
 from torch import Tensor, nn
 
-from lucid_yolo.replay import ModuleRegion, RegionRecorder, ReplayPool
+from lucid_yolo.replay import ModuleRegion, PoolLeakError, RegionRecorder, ReplayPool
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("deterministic")]
 
@@ -73,3 +75,102 @@ def test_gpu_recording_leaves_no_live_block_on_the_side_stream() -> None:
         if s["allocated_size"] > 0
     ]
     assert live_side_segments == []
+
+
+def _pool_of(address: int) -> tuple[int, int]:
+    """The private pool id of the segment holding ``address`` (``(0, 0)`` outside every pool)."""
+    for segment in torch.cuda.memory_snapshot():
+        start = int(segment["address"])
+        if start <= address < start + int(segment["total_size"]):
+            return tuple(segment["segment_pool_id"])  # type: ignore[return-value]
+    raise AssertionError(f"address {address:#x} is in no segment")
+
+
+class Pairwise(nn.Module):
+    """A loss-like region after the net: all pairwise differences of its features (like the
+    detection loss's box IoU), a transient much larger than its inputs. Notes the pool that
+    each call outside a capture allocated its largest tensor from."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+        self.pools: list[tuple[int, int]] = []
+
+    def forward(self, features: Tensor) -> Tensor:
+        points = features.flatten(2)  # (B, C, HW)
+        pairs = points.unsqueeze(-1) - points.unsqueeze(-2)  # (B, C, HW, HW)
+        if not torch.cuda.is_current_stream_capturing():
+            self.pools.append(_pool_of(pairs.data_ptr()))
+        loss: Tensor = (pairs.square() * self.scale).mean(dim=(-1, -2))
+        return loss
+
+
+def _chained(tail: nn.Module) -> tuple[RegionRecorder, RegionRecorder, Any]:
+    torch.manual_seed(0)
+    pool = ReplayPool("cuda")
+    head = RegionRecorder(ModuleRegion(DeepNet(depth=2).cuda()), pool=pool, name="head")
+    second = RegionRecorder(ModuleRegion(tail.cuda()), pool=pool, name="tail")
+    return head, second, pool.handle
+
+
+def test_gpu_later_region_warms_up_inside_the_pool() -> None:
+    """The tail records while the head's graphs hold the pool: its warm-up passes allocate
+    from the pool (the head's backward scratch), not beside it on the side stream."""
+    tail = Pairwise()
+    head, second, handle = _chained(tail)
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    for _ in range(3):  # native, record both, replay both
+        second(head(x)).sum().backward()
+    torch.cuda.synchronize()
+    assert (head.telemetry.recordings, second.telemetry.recordings) == (1, 1)
+    assert second.telemetry.replays == 2
+    # native call, then the warm-up's first and second forward (capture and replays not noted)
+    assert tail.pools == [(0, 0), tuple(handle), tuple(handle)]
+
+
+class Hoarding(nn.Module):
+    """Keeps every output it computes: a device tensor that outlives the call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(()))
+        self.kept: list[Tensor] = []
+
+    def forward(self, features: Tensor) -> Tensor:
+        out = features * self.scale
+        self.kept.append(out.detach())
+        return out
+
+
+def test_gpu_warm_up_leaving_a_block_in_the_pool_stops_the_step() -> None:
+    """A block the tail's warm-up leaves alive in the pool sits in the head's backward
+    scratch, which the head's backward graph overwrites: the recording raises."""
+    head, second, _ = _chained(Hoarding())
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    second(head(x)).sum().backward()
+    with pytest.raises(PoolLeakError, match="still alive"):
+        second(head(x))
+    torch.cuda.synchronize()
+
+
+class Projection(nn.Module):
+    """A tail whose matrix products are the first on the side stream (the head is convolutions
+    only): its cuBLAS workspaces must not be taken for a leak."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = nn.Linear(4 * 32 * 32, 8)
+
+    def forward(self, features: Tensor) -> Tensor:
+        out: Tensor = self.linear(features.flatten(1))
+        return out
+
+
+def test_gpu_later_region_with_the_first_matrix_product_records() -> None:
+    head, second, _ = _chained(Projection())
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    for _ in range(3):
+        second(head(x)).sum().backward()
+    torch.cuda.synchronize()
+    assert second.telemetry.recordings == 1
+    assert second.telemetry.replays == 2

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from lucid_yolo.replay import (
     ModuleRegion,
+    PoolLeakError,
     RegionRecorder,
     ReplayConfigError,
     ReplayPool,
@@ -501,6 +502,76 @@ def test_recorder_chained_regions_sharing_pool_match_native() -> None:
     assert first_difference(expected, got) is None
     assert second.telemetry.replays == 3
     assert second.telemetry.native_calls["interleaved"] == 0
+
+
+def _watch_pool_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Log routing into the pool and each region's forward as events."""
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def routed(self: ReplayPool) -> Iterator[None]:
+        events.append("route")
+        yield
+        events.append("unroute")
+
+    def logged(name: str, forward: Callable[..., object]) -> Callable[..., object]:
+        def run(self: nn.Module, x: Tensor) -> object:
+            events.append(name)
+            return forward(self, x)
+
+        return run
+
+    monkeypatch.setattr(ReplayPool, "side_stream_allocates_in_pool", routed)
+    monkeypatch.setattr(SmallNet, "forward", logged("head", SmallNet.forward))
+    monkeypatch.setattr(_Tail, "forward", logged("tail", _Tail.forward))
+    return events
+
+
+def _chained_steps(steps: int, warmup_steps: int) -> None:
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(make_net()), pool=pool, warmup_steps=warmup_steps)
+    second = RegionRecorder(
+        ModuleRegion(_Tail()), pool=pool, warmup_steps=warmup_steps, capture_warmup=1
+    )
+    for _ in range(steps):
+        second(first(torch.randn(2, 3, 8, 8))["a.box"]).square().mean().backward()
+
+
+def test_recorder_later_region_warms_up_in_the_pool_and_leaves_it_before_capture(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = _watch_pool_routing(monkeypatch)
+    _chained_steps(steps=2, warmup_steps=1)
+    # step 1 native; step 2: the head records outside the pool (no graph holds it yet: two
+    # warm-up forwards, the captured one, the replay), then the tail warms up inside the pool
+    # and leaves it before its captured forward and its replay
+    assert events == [
+        *("head", "tail"),
+        *("head", "head", "head", "head"),
+        *("route", "tail", "unroute", "tail", "tail"),
+    ]
+
+
+def test_recorder_without_a_native_call_first_warms_up_outside_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = _watch_pool_routing(monkeypatch)
+    _chained_steps(steps=1, warmup_steps=0)
+    assert "route" not in events
+    assert events.count("tail") == 3  # warm-up, capture, replay
+
+
+def test_recorder_lets_a_pool_leak_stop_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    readings = iter([frozenset(), frozenset({(0, 512)}), frozenset({(0, 512)})])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(make_net()), pool=pool, name="head")
+    second = RegionRecorder(ModuleRegion(_Tail()), pool=pool, name="tail")
+    second(first(torch.randn(2, 3, 8, 8))["a.box"]).square().mean().backward()
+    with pytest.raises(PoolLeakError, match="still alive"):
+        second(first(torch.randn(2, 3, 8, 8))["a.box"])
+    assert second.retired is None
+    assert second.telemetry.retirements.total() == 0
 
 
 def test_recorder_input_gradient_matches_native() -> None:

@@ -11,6 +11,7 @@ from lucid_yolo.replay.digest import first_difference, grads_of, state_digest, t
 from lucid_yolo.replay.ema import ModelEMA
 from lucid_yolo.replay.exceptions import (
     CaptureError,
+    PoolLeakError,
     ReplayConfigError,
     ReplayError,
     ReplayRetiredWarning,
@@ -74,6 +75,7 @@ __all__ = [
     "tensor_digest",
     # errors
     "CaptureError",
+    "PoolLeakError",
     "ReplayConfigError",
     "ReplayError",
     "ReplayRetiredWarning",

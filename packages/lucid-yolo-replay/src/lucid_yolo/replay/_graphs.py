@@ -68,7 +68,8 @@ class RegionGraphs:
         The capture-time outputs stay referenced and every backward body keeps the autograd
         graph (``retain_graph=True``), so the activations the backward graphs read keep their
         pool memory: a later capture in the same pool can never reuse it, which is what lets
-        chained regions (forward 1, forward 2, backward 2, backward 1) share a pool.
+        chained regions (forward 1, forward 2, backward 2, backward 1) share a pool. Once
+        captured, the graphs hold the pool (:meth:`ReplayPool.hold`) while this object lives.
 
         Args:
             forward: the region over its static inputs.
@@ -96,6 +97,7 @@ class RegionGraphs:
                     _bind(self._cuda_capture, self._backward_graphs[pattern], body, outputs),
                     False,
                 )
+            self.pool.hold(self)
             return
         outputs = capture_with_trail(forward, True)
         for pattern, body in bodies.items():
@@ -107,6 +109,7 @@ class RegionGraphs:
             )
         self._forward_body, self._backward_bodies = forward, bodies
         self.static_outputs = tuple(o.detach().clone() for o in outputs)
+        self.pool.hold(self)
 
     def _cuda_capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], _T]) -> _T:
         return cuda_capture(graph, self.pool, body)
@@ -221,6 +224,7 @@ class UpdateGraph:
         else:
             capture_with_trail(body, True)
         self._body = body
+        self.pool.hold(self)
 
     def launch(self) -> None:
         """Run the recorded update."""

@@ -2,7 +2,8 @@
 
 A recorder never raises for a step it cannot honour: it *retires* to native execution and warns
 (:class:`ReplayRetiredWarning`). Exceptions are kept for misuse that no fallback can fix, such as a
-bad argument, and for the internal capture failure that the recorder turns into a retirement.
+bad argument, for the internal capture failure that the recorder turns into a retirement, and for
+the one state no retirement can make safe (:class:`PoolLeakError`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,24 @@ class CaptureError(ReplayError):
         self.op = op
 
 
+class PoolLeakError(ReplayError):
+    """A warm-up inside the shared graph pool left a block alive there.
+
+    The block sits in the scratch of graphs captured earlier, which overwrite it when they
+    replay, and nothing can move it: retiring would leave native code reading it. So the
+    recorder lets this error stop the step instead of retiring
+    (docs/replay-invariants.md, invariant 25).
+    """
+
+
 class ReplayRetiredWarning(UserWarning):
     """A recorder stopped replaying (for one signature or for good) and runs native instead."""
 
 
-__all__ = ["CaptureError", "ReplayConfigError", "ReplayError", "ReplayRetiredWarning"]
+__all__ = [
+    "CaptureError",
+    "PoolLeakError",
+    "ReplayConfigError",
+    "ReplayError",
+    "ReplayRetiredWarning",
+]

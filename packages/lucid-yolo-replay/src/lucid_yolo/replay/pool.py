@@ -2,18 +2,23 @@
 
 Graphs hold their memory for good, so recorders of one training step (network region, update,
 EMA) share one private pool; and warm-up and capture run on a side stream so the capture sees no
-work from the default stream (docs/replay-invariants.md, invariants 18-19).
+work from the default stream (docs/replay-invariants.md, invariants 18-19). A recording made
+while the pool already holds graphs warms up inside the pool, where its blocks are the earlier
+graphs' free scratch and the capture that follows reuses them (invariant 25).
 On a machine without CUDA the pool is a stand-in that only names its device.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
+
+from lucid_yolo.replay.exceptions import PoolLeakError
 
 
 class OpenForward:
@@ -54,6 +59,8 @@ class ReplayPool:
         self._stream: torch.cuda.Stream | None = None
         self._captures = 0
         self._open: list[weakref.ref[OpenForward]] = []
+        self._holders: weakref.WeakSet[object] = weakref.WeakSet()
+        self._primed = False
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -70,6 +77,20 @@ class ReplayPool:
     def push(self, token: OpenForward) -> None:
         """Register a replayed forward that awaits its backward."""
         self._open.append(weakref.ref(token))
+
+    def hold(self, holder: object) -> None:
+        """Register ``holder`` as owning graphs captured in this pool, for as long as it lives.
+
+        Each captured graph keeps a reference on the allocator's private pool until it is
+        destroyed; a live holder therefore means the pool exists and stays alive while a warm-up
+        borrows it (:meth:`warm_up`).
+        """
+        self._holders.add(holder)
+
+    @property
+    def holds_graphs(self) -> bool:
+        """Whether a graph captured in this pool is alive (see :meth:`hold`)."""
+        return len(self._holders) > 0
 
     @property
     def handle(self) -> Any:
@@ -97,6 +118,102 @@ class ReplayPool:
             yield
         current.wait_stream(self.stream)
 
+    @contextlib.contextmanager
+    def warm_up(self, *, into_pool: bool) -> Iterator[None]:
+        """Allocate what the side stream allocates in the body from the graph pool.
+
+        The pool's free blocks are the scratch of the graphs already captured in it (on the
+        side stream). A later region's warm-up, for example the loss's while the network's
+        backward graph still waits, reserves its own blocks beside the pool otherwise, about one
+        pass of its activations on top of everything the graphs hold; inside the pool it reuses
+        that scratch, and the capture that follows reuses the warm-up's blocks. Borrowing the
+        scratch is safe only because no graph replays during the body and nothing the body
+        allocates outlives it: the pool's live blocks are compared before and after.
+
+        Routing applies only when ``into_pool`` and a graph keeps the pool alive
+        (:attr:`holds_graphs`): the allocator asserts when a caller shares a private pool that
+        nothing holds. Otherwise the body runs unchanged, as it does on the CPU stand-in. The side
+        stream is routed on every thread, so the backward's allocations on autograd's device
+        thread go to the pool too.
+
+        Raises:
+            PoolLeakError: when a block allocated in the body is still alive after it.
+        """
+        if not (into_pool and self.holds_graphs):
+            yield
+            return
+        self._prime_blas_workspaces()
+        before = self.live_blocks()
+        with self.side_stream_allocates_in_pool():
+            yield
+        left = self.live_blocks() - before
+        if left:
+            gc.collect()  # a reference cycle may still hold a warm-up tensor
+            left = self.live_blocks() - before
+        if left:
+            raise PoolLeakError(
+                f"{len(left)} block(s) allocated during a warm-up in the graph pool are still "
+                f"alive ({sum(size for _, size in left)} bytes): the region keeps a device tensor "
+                "beyond its call (a cache, a buffer created on first use). The earlier graphs "
+                "of the pool write that memory when they replay. Create it in a native call "
+                "before the recording (warmup_steps >= 1 with the same inputs) or give the "
+                "recorder a pool of its own"
+            )
+
+    def _prime_blas_workspaces(self) -> None:
+        """Give the side stream its cuBLAS workspaces outside the pool, once.
+
+        torch keeps one workspace per cuBLAS handle and stream for good (torch 2.11: 32 MiB
+        each with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), allocated on first use. Handles are per
+        thread, so the forward's thread and autograd's device thread each need one. A first
+        use inside a routed warm-up would leave it alive in the pool, which
+        :meth:`warm_up` rightly refuses; a matrix product with a bias (cuBLASLt) and its
+        backward here create both.
+        """
+        if self._primed or not self.uses_cuda:
+            return
+        # RuntimeError: deterministic mode without CUBLAS_WORKSPACE_CONFIG refuses cuBLAS, so
+        # no region can use it either and there is nothing to prime.
+        with self.side_stream(), contextlib.suppress(RuntimeError):
+            weight = torch.ones(2, 2, device=self.device, requires_grad=True)
+            bias = torch.ones(2, device=self.device)
+            torch.autograd.grad(torch.addmm(bias, weight, weight).sum(), weight)
+        self._primed = True
+
+    @contextlib.contextmanager
+    def side_stream_allocates_in_pool(self) -> Iterator[None]:
+        """Route every allocation made on the side stream, on any thread, to the graph pool
+        (no-op on the CPU stand-in); :meth:`warm_up` says when that is safe."""
+        if not self.uses_cuda:
+            yield
+            return
+        device = self.device.index
+        if device is None:
+            device = torch.cuda.current_device()
+        with torch.cuda.stream(self.stream):
+            torch._C._cuda_beginAllocateCurrentStreamToPool(device, self.handle)
+        try:
+            yield
+        finally:
+            _end_allocate_to_pool(device, self.handle)
+            torch._C._cuda_releasePool(device, self.handle)
+
+    def live_blocks(self) -> frozenset[tuple[int, int]]:
+        """``(address, size)`` of every allocated block of this pool (empty for the stand-in).
+
+        Read from the allocator's memory snapshot, so only call it around a recording.
+        """
+        if not self.uses_cuda or self._handle is None:
+            return frozenset()
+        live = set()
+        for segment in _pool_segments(self._handle):
+            address = int(segment["address"])
+            for block in segment["blocks"]:
+                if block["state"] == "active_allocated":
+                    live.add((address, int(block["size"])))
+                address += int(block["size"])
+        return frozenset(live)
+
     def release_cached_blocks(self) -> None:
         """Hand the allocator's unused cached blocks back to the device (no-op without CUDA).
 
@@ -117,13 +234,22 @@ class ReplayPool:
         """
         if not self.uses_cuda or self._handle is None:
             return 0
-        snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
-        segments = snapshot()
-        return sum(
-            int(s["total_size"])
-            for s in segments
-            if tuple(s.get("segment_pool_id", ())) == tuple(self._handle)
-        )
+        return sum(int(s["total_size"]) for s in _pool_segments(self._handle))
+
+
+def _pool_segments(handle: Any) -> list[dict[str, Any]]:
+    """The allocator's segments that belong to the private pool ``handle``."""
+    snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
+    return [s for s in snapshot() if tuple(s.get("segment_pool_id", ())) == tuple(handle)]
+
+
+def _end_allocate_to_pool(device: int, handle: Any) -> None:
+    """Stop routing to the pool: ``_cuda_endAllocateToPool`` in recent torch, before it
+    ``_cuda_endAllocateCurrentStreamToPool`` (same arguments, same allocator call)."""
+    name = "_cuda_endAllocateToPool"
+    if not hasattr(torch._C, name):
+        name = "_cuda_endAllocateCurrentStreamToPool"
+    getattr(torch._C, name)(device, handle)
 
 
 __all__ = ["ReplayPool"]

@@ -33,7 +33,7 @@ from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._sharing import SharingProbe
 from lucid_yolo.replay._state import StateSnapshot
-from lucid_yolo.replay.exceptions import ReplayConfigError
+from lucid_yolo.replay.exceptions import PoolLeakError, ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
 from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
 from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
@@ -291,6 +291,8 @@ class RegionRecorder:
         snapshot = StateSnapshot(self.binding.buffers, self._devices(args))
         try:
             recording = self._record(signature, args)
+        except PoolLeakError:
+            raise  # no retirement makes it safe: the leaked block sits in graph scratch
         except Exception as error:
             if self.pool.uses_cuda:
                 torch.cuda.synchronize(self.pool.device)
@@ -319,8 +321,9 @@ class RegionRecorder:
         strides of the gradients the native warm-up calls received (:mod:`._grad_layout`).
         """
         # Memory order: release what native steps left cached on the default stream before the
-        # static buffers and the side-stream warm-up take theirs, and release the warm-up's own
-        # blocks before the capture fills the pool (ReplayPool.release_cached_blocks).
+        # static buffers and the warm-up take theirs, and release what a warm-up outside the
+        # pool left on the side stream before the capture fills the pool
+        # (ReplayPool.release_cached_blocks).
         self.pool.release_cached_blocks()
         live_inputs = [a for a in args if isinstance(a, Tensor)]
         with torch.no_grad():
@@ -348,41 +351,46 @@ class RegionRecorder:
             layout_slot[:] = [layout]
             return flat
 
-        with self.pool.side_stream():
-            outputs = forward()
-        groups = layout_slot[0].group_indices(self.groups)
-        differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
-        patterns = gradient_patterns(groups, differentiable) if targets else {}
-        # The static gradient outputs live as long as the recording: allocated on the caller's
-        # stream (from the outputs' shapes only), they pin no side-stream segment that the
-        # release before capture would otherwise hand back. Entering the side stream again
-        # orders the warm-up after their zero fill.
-        with torch.no_grad():
-            static_grad_outputs = {
-                i: self._grad_layouts.static_buffer(signature, i, outputs[i])
-                for i in differentiable
-            }
-        with self.pool.side_stream():
-            with backward_without_autocast(device_type):
-                reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
-            # Warm-up visits every kernel and shape of the forward and of each backward pattern;
-            # the forwards run under the caller's autocast, the backwards without (as natively).
-            for iteration in range(self.capture_warmup):
-                if iteration:
-                    # One pass's activations at a time: the previous pass is freed before the
-                    # next forward allocates, or the warm-up would hold two steps' activations.
-                    del outputs
-                    outputs = forward()
-                for indices in patterns.values():
-                    with backward_without_autocast(device_type):
-                        torch.autograd.grad(
-                            [outputs[i] for i in indices],
-                            targets,
-                            [static_grad_outputs[i] for i in indices],
-                            allow_unused=True,
-                            retain_graph=True,
-                        )
-            del outputs
+        # Once the pool holds graphs (a later region, such as the loss after the network), the
+        # warm-up allocates from their free scratch instead of beside the pool, and the capture
+        # reuses its blocks (ReplayPool.warm_up). Only after a native call of this signature:
+        # what the region creates on first use then exists outside the pool already.
+        with self.pool.warm_up(into_pool=self.warmup_steps > 0):
+            with self.pool.side_stream():
+                outputs = forward()
+            groups = layout_slot[0].group_indices(self.groups)
+            differentiable = tuple(i for i, o in enumerate(outputs) if o.requires_grad)
+            patterns = gradient_patterns(groups, differentiable) if targets else {}
+            # The static gradient outputs live as long as the recording: allocated on the caller's
+            # stream (from the outputs' shapes only), they pin no side-stream segment that the
+            # release before capture would otherwise hand back. Entering the side stream again
+            # orders the warm-up after their zero fill.
+            with torch.no_grad():
+                static_grad_outputs = {
+                    i: self._grad_layouts.static_buffer(signature, i, outputs[i])
+                    for i in differentiable
+                }
+            with self.pool.side_stream():
+                with backward_without_autocast(device_type):
+                    reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
+                # Warm-up visits every kernel and shape of the forward and of each backward pattern;
+                # the forwards run under the caller's autocast, the backwards without (as natively).
+                for iteration in range(self.capture_warmup):
+                    if iteration:
+                        # One pass's activations at a time: the previous pass is freed before the
+                        # next forward allocates, or the warm-up would hold two steps' activations.
+                        del outputs
+                        outputs = forward()
+                    for indices in patterns.values():
+                        with backward_without_autocast(device_type):
+                            torch.autograd.grad(
+                                [outputs[i] for i in indices],
+                                targets,
+                                [static_grad_outputs[i] for i in indices],
+                                allow_unused=True,
+                                retain_graph=True,
+                            )
+                del outputs
 
         def backward_of(indices: tuple[int, ...]) -> BackwardBody:
             def backward(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:

@@ -1,0 +1,94 @@
+"""CPU tests of the shared pool: which graphs hold it, and when a warm-up borrows it.
+
+On the CPU stand-in the routing itself is a no-op, so these tests watch the calls that route and
+the allocator reading that checks the warm-up (``live_blocks``); what CUDA does with them is in
+``tests/replay/test_gpu_memory.py``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+
+import pytest
+import torch
+from torch import Tensor
+
+from lucid_yolo.replay import PoolLeakError, ReplayPool
+from lucid_yolo.replay._graphs import RegionGraphs
+
+
+def _captured(pool: ReplayPool) -> RegionGraphs:
+    weight = torch.ones(3, requires_grad=True)
+
+    def forward() -> tuple[Tensor, ...]:
+        return ((weight * 2.0).sum(),)
+
+    graphs = RegionGraphs(pool)
+    graphs.capture(forward, {})
+    return graphs
+
+
+def _count_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def routed(self: ReplayPool) -> Iterator[None]:
+        events.append("route")
+        yield
+        events.append("unroute")
+
+    monkeypatch.setattr(ReplayPool, "side_stream_allocates_in_pool", routed)
+    return events
+
+
+def test_pool_holds_graphs_while_a_capture_lives() -> None:
+    pool = ReplayPool("cpu")
+    assert not pool.holds_graphs
+    graphs = _captured(pool)
+    assert pool.holds_graphs
+    del graphs
+    gc.collect()
+    assert not pool.holds_graphs
+
+
+def test_pool_warm_up_routes_only_while_graphs_hold_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = _count_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    with pool.warm_up(into_pool=True):
+        events.append("body")
+    graphs = _captured(pool)
+    with pool.warm_up(into_pool=False):
+        events.append("body")
+    with pool.warm_up(into_pool=True):
+        events.append("body")
+    assert events == ["body", "body", "route", "body", "unroute"]
+    assert graphs.static_outputs
+
+
+def test_pool_warm_up_raises_when_a_block_outlives_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 1024)})
+    readings = iter([before, after, after])  # before, after, and after collecting cycles
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    leak = r"1 block\(s\) .* still alive \(1024 bytes\)"
+    with pytest.raises(PoolLeakError, match=leak), pool.warm_up(into_pool=True):
+        pass
+    assert graphs.static_outputs
+
+
+def test_pool_warm_up_forgives_a_block_that_only_a_reference_cycle_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readings = iter([frozenset(), frozenset({(0, 512)}), frozenset()])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    with pool.warm_up(into_pool=True):
+        pass
+    assert next(readings, None) is None  # read before, after, and after collecting cycles
+    assert graphs.static_outputs
