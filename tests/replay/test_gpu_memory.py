@@ -77,6 +77,41 @@ def test_gpu_recording_leaves_no_live_block_on_the_side_stream() -> None:
     assert live_side_segments == []
 
 
+class WithProduct(nn.Module):
+    """Convolutions and a matrix product of constant buffers in the forward only, so the side
+    stream's one cuBLAS workspace is the forward thread's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+        self.register_buffer("basis", torch.eye(64))
+
+    def forward(self, x: Tensor) -> Tensor:
+        gain = (self.basis @ self.basis).trace() / 64.0
+        out: Tensor = self.conv(x) * gain
+        return out
+
+
+def test_gpu_recording_keeps_no_cublas_workspace_beside_the_pool() -> None:
+    """The capture allocates its cuBLAS workspace inside the pool and leaves it there as
+    scratch: the side stream keeps no live block outside the pool (it kept the workspace,
+    32 MiB with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, for the whole run)."""
+    torch.manual_seed(0)
+    pool = ReplayPool("cuda")
+    recorder = RegionRecorder(ModuleRegion(WithProduct().cuda()), pool=pool)
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    for _ in range(3):
+        recorder(x).sum().backward()
+    torch.cuda.synchronize()
+    assert recorder.telemetry.replays == 2
+    live_side_segments = [
+        (s["total_size"], s["allocated_size"])
+        for s in side_stream_segments(pool)
+        if s["allocated_size"] > 0
+    ]
+    assert live_side_segments == []
+
+
 def _pool_of(address: int) -> tuple[int, int]:
     """The private pool id of the segment holding ``address`` (``(0, 0)`` outside every pool)."""
     for segment in torch.cuda.memory_snapshot():

@@ -145,15 +145,26 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
 
     Python's cycle collector is paused meanwhile: collecting an old recorder's graph or tensors
     would free device memory inside the capture, which invalidates it.
+
+    torch keeps a cuBLAS workspace per handle and stream for good (torch 2.11: 32 MiB each with
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), and a graph bakes in the one its matrix products used.
+    Cleared before the capture, the graph's workspaces are allocated inside it, in the pool;
+    cleared after, those blocks are pool scratch like the graph's other temporaries, which later
+    captures may reuse, instead of live blocks beside the pool that the side stream keeps for the
+    whole run (two, one per thread, 0.063 GiB in the session-6 fits). The same rule as for any
+    scratch keeps this safe: a later capture's live memory is only used while no earlier graph
+    runs (:class:`ReplayPool`). Where torch allocates workspaces per call, clearing is a no-op.
     """
     collecting = gc.isenabled()
     gc.disable()
     try:
+        torch._C._cuda_clearCublasWorkspaces()
         # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
         with torch.cuda.graph(
             graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
         ):
             result = body()
+        torch._C._cuda_clearCublasWorkspaces()
     except BaseException:
         # Best effort: free what the broken capture holds; the caller reports the original error.
         with contextlib.suppress(RuntimeError):

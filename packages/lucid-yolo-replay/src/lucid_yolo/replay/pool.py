@@ -60,7 +60,6 @@ class ReplayPool:
         self._captures = 0
         self._open: list[weakref.ref[OpenForward]] = []
         self._holders: weakref.WeakSet[object] = weakref.WeakSet()
-        self._primed = False
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -161,16 +160,17 @@ class ReplayPool:
             )
 
     def _prime_blas_workspaces(self) -> None:
-        """Give the side stream its cuBLAS workspaces outside the pool, once.
+        """Give the side stream its cuBLAS workspaces outside the pool.
 
         torch keeps one workspace per cuBLAS handle and stream for good (torch 2.11: 32 MiB
         each with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), allocated on first use. Handles are per
         thread, so the forward's thread and autograd's device thread each need one. A first
-        use inside a routed warm-up would leave it alive in the pool, which
-        :meth:`warm_up` rightly refuses; a matrix product with a bias (cuBLASLt) and its
-        backward here create both.
+        use inside a routed warm-up would leave it alive in the pool, which :meth:`warm_up`
+        rightly refuses; a matrix product with a bias (cuBLASLt) and its backward here create
+        both. Every capture clears the workspaces (:func:`~lucid_yolo.replay._graphs.
+        cuda_capture`), so this runs before every routed warm-up.
         """
-        if self._primed or not self.uses_cuda:
+        if not self.uses_cuda:
             return
         # RuntimeError: deterministic mode without CUBLAS_WORKSPACE_CONFIG refuses cuBLAS, so
         # no region can use it either and there is nothing to prime.
@@ -178,7 +178,6 @@ class ReplayPool:
             weight = torch.ones(2, 2, device=self.device, requires_grad=True)
             bias = torch.ones(2, device=self.device)
             torch.autograd.grad(torch.addmm(bias, weight, weight).sum(), weight)
-        self._primed = True
 
     @contextlib.contextmanager
     def side_stream_allocates_in_pool(self) -> Iterator[None]:
