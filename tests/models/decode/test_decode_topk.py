@@ -104,18 +104,23 @@ def test_decode_dense_keeps_static_shapes() -> None:
     assert dense.scores.shape == (1, A, 5)
 
 
-def test_decode_end2end_keep_shape_flags_the_rows_it_would_drop() -> None:
+def test_topk_dense_flags_the_rows_decode_end2end_keeps() -> None:
     raw = raw_outputs()
     raw["o2o.cls"][0] = torch.randn(3, A, generator=torch.Generator().manual_seed(2)) * 3
     (cut,) = decode_end2end(raw, (64, 64), conf_threshold=0.995, max_det=20)
-    (kept,) = decode_end2end(raw, (64, 64), conf_threshold=0.995, max_det=20, keep_shape=True)
-    assert kept.valid is not None
-    assert cut.valid is None
-    assert kept.scores.shape == (20,)
+    dense = decode_dense(raw, (64, 64), branch="o2o")
+    top = topk_dense(dense, 20, conf_threshold=0.995)
+    valid = top["valid"][0]
+    assert top["scores"].shape == (1, 20)
     assert 0 < len(cut) < 20
-    assert torch.equal(kept.scores[kept.valid], cut.scores)
-    assert torch.equal(kept.boxes[kept.valid], cut.boxes)
-    assert torch.equal(kept.classes[kept.valid], cut.classes)
+    assert torch.equal(top["scores"][0][valid], cut.scores)
+    assert torch.equal(top["boxes"][0][valid], cut.boxes)
+    assert torch.equal(top["classes"][0][valid], cut.classes)
+
+
+def test_topk_dense_flags_nothing_without_a_threshold() -> None:
+    dense = decode_dense(raw_outputs(), (64, 64), branch="o2o")
+    assert "valid" not in topk_dense(dense, 20)
 
 
 def _segment_outputs() -> dict[str, Tensor]:

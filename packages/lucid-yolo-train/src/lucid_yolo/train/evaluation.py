@@ -266,7 +266,6 @@ class Evaluator:
             rboxes=None
             if detections.rboxes is None
             else unletterbox_rboxes(detections.rboxes, scale_pad),
-            valid=detections.valid,
         )
 
     def targets(self, batch: Batch, i: int, sizes: SourceSizes | None = None) -> ImageTargets:
@@ -309,8 +308,7 @@ class Evaluator:
         height, width = batch["images"].shape[-2:]
         float_outputs = {k: v.float() for k, v in outputs.items()}
         dense = decode_dense(float_outputs, (height, width), branch=O2O, strides=self.strides)
-        top = topk_dense(dense, self.max_det, masks=False)
-        top["valid"] = top["scores"] >= self.conf
+        top = topk_dense(dense, self.max_det, masks=False, conf_threshold=self.conf)
         if dense.protos is not None:
             top["protos"] = dense.protos
         return top

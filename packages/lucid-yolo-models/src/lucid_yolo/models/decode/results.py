@@ -48,8 +48,6 @@ class Detections:
             ``mask_coef`` they give masks at any resolution (the evaluator's source-size masks).
         keypoints: (N, K, 3) ``x, y`` pixels and visibility probability (pose), else ``None``.
         rboxes: (N, 5) ``xywhr`` (obb), else ``None``.
-        valid: (N,) bool, rows at or above the confidence cut, when the decoder kept all of its
-            top-k rows (``keep_shape``); ``None`` when it dropped the rows below the cut.
     """
 
     boxes: Tensor
@@ -60,7 +58,6 @@ class Detections:
     rboxes: Tensor | None = None
     mask_coef: Tensor | None = None
     protos: Tensor | None = None
-    valid: Tensor | None = None
 
     def __len__(self) -> int:
         return int(self.scores.shape[0])

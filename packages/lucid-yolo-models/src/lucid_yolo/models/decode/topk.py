@@ -53,7 +53,11 @@ def topk_pairs(scores: Tensor, k: int) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def topk_dense(
-    dense: DensePredictions, k: int = MAX_DETECTIONS, *, masks: bool = True
+    dense: DensePredictions,
+    k: int = MAX_DETECTIONS,
+    *,
+    masks: bool = True,
+    conf_threshold: float | None = None,
 ) -> dict[str, Tensor]:
     """Select the top-k of dense predictions, static shapes.
 
@@ -62,14 +66,20 @@ def topk_dense(
         k: rows kept per image.
         masks: segment: also build ``masks``; ``False`` leaves them to the caller, which
             saves B · k · H/4 · W/4 floats of work and memory (32 MiB per image at 640 px).
+        conf_threshold: also flag the rows scoring at or above it in ``valid``. The rows stay,
+            so the shapes stay static: dropping them by a boolean index makes the host wait for
+            the device, which a validation pass on the GPU should not (issue 11).
 
     Returns:
         ``boxes`` (B, k, 4), ``scores`` (B, k), ``classes`` (B, k) int64, and when present
         ``mask_coef`` (B, k, M) with ``masks`` (B, k, H/4, W/4) cropped probabilities,
-        ``keypoints`` (B, k, K, 3), ``rboxes`` (B, k, 5).
+        ``keypoints`` (B, k, K, 3), ``rboxes`` (B, k, 5), ``valid`` (B, k) bool (a prefix of
+        each image's rows, since they are best first).
     """
     scores, anchors, classes = topk_pairs(dense.scores, k)
     result = {"boxes": _gather(dense.boxes, anchors), "scores": scores, "classes": classes}
+    if conf_threshold is not None:
+        result["valid"] = scores >= conf_threshold
     if dense.keypoints is not None:
         result["keypoints"] = _gather(dense.keypoints, anchors)
     if dense.rboxes is not None:
@@ -90,7 +100,6 @@ def decode_end2end(
     max_det: int = MAX_DETECTIONS,
     strides: Sequence[int] = STRIDES,
     assemble_masks_at_input: bool = True,
-    keep_shape: bool = False,
 ) -> list[Detections]:
     """Detections of every image from the one-to-one branch.
 
@@ -103,20 +112,16 @@ def decode_end2end(
         assemble_masks_at_input: segment: also build ``masks`` at input resolution; ``False``
             keeps only ``mask_coef`` and ``protos`` (an evaluator that needs masks at another
             size skips N · H · W floats of work and memory per image).
-        keep_shape: keep all ``max_det`` rows of every image and flag those at or above
-            ``conf_threshold`` in ``Detections.valid``, instead of dropping the others: a
-            boolean index makes the host wait for the device once per image and field, which a
-            validation loop on the GPU should not (issue 11).
 
     Returns:
         One :class:`Detections` per image.
     """
     dense = decode_dense(raw, image_size, branch=keys.O2O, strides=strides)
-    top = topk_dense(dense, max_det, masks=False)  # masks are assembled per image below
+    # masks are assembled per image below
+    top = topk_dense(dense, max_det, masks=False, conf_threshold=conf_threshold)
     detections = []
     for i in range(top["scores"].shape[0]):
-        above = top["scores"][i] >= conf_threshold
-        keep: slice | Tensor = slice(None) if keep_shape else above
+        keep = top["valid"][i]
         boxes = top["boxes"][i][keep]
         masks = coef = protos = None
         if dense.protos is not None:
@@ -133,7 +138,6 @@ def decode_end2end(
                 rboxes=top["rboxes"][i][keep] if "rboxes" in top else None,
                 mask_coef=coef,
                 protos=protos,
-                valid=above if keep_shape else None,
             )
         )
     return detections
