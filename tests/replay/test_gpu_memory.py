@@ -126,13 +126,14 @@ class Pairwise(nn.Module):
     detection loss's box IoU), a transient much larger than its inputs. Notes the pool that
     each call outside a capture allocated its largest tensor from."""
 
-    def __init__(self) -> None:
+    def __init__(self, step: int = 1) -> None:
         super().__init__()
         self.scale = nn.Parameter(torch.ones(()))
+        self.step = step
         self.pools: list[tuple[int, int]] = []
 
     def forward(self, features: Tensor) -> Tensor:
-        points = features.flatten(2)  # (B, C, HW)
+        points = features[..., :: self.step, :: self.step].flatten(2)  # (B, C, HW / step**2)
         pairs = points.unsqueeze(-1) - points.unsqueeze(-2)  # (B, C, HW, HW)
         if not torch.cuda.is_current_stream_capturing():
             self.pools.append(_pool_of(pairs.data_ptr()))
@@ -161,6 +162,37 @@ def test_gpu_later_region_warms_up_inside_the_pool() -> None:
     assert second.telemetry.replays == 2
     # native call, then the warm-up's first and second forward (capture and replays not noted)
     assert tail.pools == [(0, 0), tuple(handle), tuple(handle)]
+
+
+def _reserved_peak_of_step(head: RegionRecorder, second: RegionRecorder, x: Tensor) -> int:
+    """Peak reserved bytes of one step, from an allocator without cached free blocks."""
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    second(head(x)).sum().backward()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_reserved()
+
+
+def test_gpu_later_recording_reserves_no_more_than_a_replayed_step() -> None:
+    """The tail records in a step where the head replays: its warm-up (about 3 x 8 MiB) fits in
+    the head's backward scratch, so that step reserves what a replayed step does. Warmed up
+    beside the pool, it reserved at least one 20 MiB segment more on the side stream."""
+    torch.manual_seed(0)
+    pool = ReplayPool("cuda")
+    head = RegionRecorder(ModuleRegion(DeepNet().cuda()), pool=pool, name="head")
+    tail = RegionRecorder(
+        ModuleRegion(Pairwise(step=8).cuda()), pool=pool, name="tail", warmup_steps=2
+    )
+    x = torch.randn(8, 3, 128, 128, device="cuda")
+    for _ in range(2):  # both native; the head records, the tail runs native
+        tail(head(x)).sum().backward()
+    recording = _reserved_peak_of_step(head, tail, x)
+    assert (head.telemetry.recordings, tail.telemetry.recordings) == (1, 1)
+    _reserved_peak_of_step(head, tail, x)
+    steady = _reserved_peak_of_step(head, tail, x)
+    assert tail.telemetry.replays == 3
+    assert recording - steady < 8 * 2**20, (recording, steady)
 
 
 class Hoarding(nn.Module):

@@ -153,7 +153,8 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
     captures may reuse, instead of live blocks beside the pool that the side stream keeps for the
     whole run (two, one per thread, 0.063 GiB in the session-6 fits). The same rule as for any
     scratch keeps this safe: a later capture's live memory is only used while no earlier graph
-    runs (:class:`ReplayPool`). Where torch allocates workspaces per call, clearing is a no-op.
+    runs (:class:`ReplayPool`). Where torch allocates workspaces per call, clearing is a no-op;
+    where its map is per thread, only this thread's are cleared.
     """
     collecting = gc.isenabled()
     gc.disable()

@@ -141,10 +141,14 @@ class ReplayPool:
         if not (into_pool and self.holds_graphs):
             yield
             return
-        self._prime_blas_workspaces()
         before = self.live_blocks()
         with self.side_stream_allocates_in_pool():
             yield
+        # torch keeps a cuBLAS workspace per handle and stream for good (torch 2.11), so one
+        # the warm-up created is alive in the pool: drop it, the capture makes its own
+        # (cuda_capture).
+        if self.uses_cuda:
+            torch._C._cuda_clearCublasWorkspaces()
         left = self.live_blocks() - before
         if left:
             gc.collect()  # a reference cycle may still hold a warm-up tensor
@@ -158,26 +162,6 @@ class ReplayPool:
                 "before the recording (warmup_steps >= 1 with the same inputs) or give the "
                 "recorder a pool of its own"
             )
-
-    def _prime_blas_workspaces(self) -> None:
-        """Give the side stream its cuBLAS workspaces outside the pool.
-
-        torch keeps one workspace per cuBLAS handle and stream for good (torch 2.11: 32 MiB
-        each with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``), allocated on first use. Handles are per
-        thread, so the forward's thread and autograd's device thread each need one. A first
-        use inside a routed warm-up would leave it alive in the pool, which :meth:`warm_up`
-        rightly refuses; a matrix product with a bias (cuBLASLt) and its backward here create
-        both. Every capture clears the workspaces (:func:`~lucid_yolo.replay._graphs.
-        cuda_capture`), so this runs before every routed warm-up.
-        """
-        if not self.uses_cuda:
-            return
-        # RuntimeError: deterministic mode without CUBLAS_WORKSPACE_CONFIG refuses cuBLAS, so
-        # no region can use it either and there is nothing to prime.
-        with self.side_stream(), contextlib.suppress(RuntimeError):
-            weight = torch.ones(2, 2, device=self.device, requires_grad=True)
-            bias = torch.ones(2, device=self.device)
-            torch.autograd.grad(torch.addmm(bias, weight, weight).sum(), weight)
 
     @contextlib.contextmanager
     def side_stream_allocates_in_pool(self) -> Iterator[None]:
