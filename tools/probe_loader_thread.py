@@ -14,6 +14,10 @@ replayed), and over the second half of the steps, without a profiler:
 * ``between_ms``: host time per step from one step's end to the next one's start (the batch's
   fetch, pin where the main thread pins, copy, unpacking and the device's pixel work launched).
 
+With ``--receive N`` it runs no fit: it times the main thread taking N training batches from the
+loader alone, the workers ahead (``--gap`` seconds between batches), per variant; on a machine
+without CUDA nothing is pinned, so the main thread itself receives each batch from the workers.
+
 Variants (``--variants``): ``default`` (today's); ``switch-0.5ms`` (``sys.setswitchinterval``,
 5 ms by default, so a thread waiting for the lock gets it sooner); ``pin-main`` (no pin-memory
 thread: the main thread reads the workers' queue and pins right before the copy);
@@ -21,8 +25,9 @@ thread: the main thread reads the workers' queue and pins right before the copy)
 ``file-system`` (``torch.multiprocessing``'s ``file_system`` sharing strategy: tensors shared by
 name, no descriptor passing).
 
-Run (GPU machine, from source; results in ``$OUT/loader_thread.json`` and ``.md``, written after
-each fit so a run cut short keeps what finished)::
+Run (GPU machine, from source; results in ``$OUT/loader_thread.json`` and ``.md``, or
+``loader_receive.*`` with ``--receive``, written after each process so a run cut short keeps what
+finished)::
 
     python3 tools/probe_loader_thread.py --batch 4 16 --steps 120
 
@@ -34,11 +39,13 @@ On a machine without CUDA the fits run on the CPU, a smoke test (no pinning ther
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -162,10 +169,82 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def _receive(args: argparse.Namespace) -> dict[str, Any]:
+    """The main thread's time to take one training batch from the loader, with the workers ahead
+    (``args.gap`` seconds between batches let them refill the queue): the fetch, and with
+    ``pin_memory="main"`` the pinning, and a packed batch's unpacking; no model, no trainer.
+
+    Wall time (``receive_us_*``) depends on what else the machine runs; the main thread's CPU
+    time (``main_cpu_us_median``) and the main process's, all its threads (the pin-memory
+    thread, the queues' feeder threads) per batch (``process_cpu_us_per_batch``) much less."""
+    import statistics
+
+    import torch
+
+    from lucid_yolo.train import YoloDataModule
+    from lucid_yolo.train.data.augment import AugmentConfig
+    from lucid_yolo.train.data.packed_batch import PackedBatch, pinned
+
+    variant = VARIANTS[args.child]
+    if variant.switch_interval is not None:
+        sys.setswitchinterval(variant.switch_interval)
+    if variant.sharing_strategy is not None:
+        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)
+    data = YoloDataModule(
+        args.root / TASK / "data.yaml",
+        task=TASK,
+        imgsz=args.imgsz,
+        batch_size=args.batch[0],
+        workers=args.workers,
+        augment=AugmentConfig(pixels_on_device=True),
+        pack_batches=variant.pack_batches,
+        pin_memory=variant.pin_memory,  # type: ignore[arg-type]
+    )
+    data.setup("fit")
+    batches = _epochs(data.train_dataloader())
+    pins = torch.cuda.is_available() and variant.pin_memory == "main"
+    seconds, thread_cpu, process_began = [], [], 0.0
+    for index in range(args.receive + 2):  # the first two wait for the workers to start
+        if index == 2:
+            process_began = time.process_time()
+        time.sleep(args.gap)
+        began, cpu_began = time.perf_counter(), time.thread_time()
+        batch = next(batches)
+        if pins:
+            batch = pinned(batch)
+        if isinstance(batch, PackedBatch):
+            batch = batch.unpack()
+        if index >= 2:
+            seconds.append(time.perf_counter() - began)
+            thread_cpu.append(time.thread_time() - cpu_began)
+    process_cpu = time.process_time() - process_began
+    del batches
+    return {
+        **asdict(variant),
+        "variant": args.child,
+        "batch": args.batch[0],
+        "workers": data.workers,
+        "batches_timed": len(seconds),
+        "receive_us_median": round(statistics.median(seconds) * 1e6, 1),
+        "receive_us_p90": round(statistics.quantiles(seconds, n=10)[-1] * 1e6, 1),
+        "main_cpu_us_median": round(statistics.median(thread_cpu) * 1e6, 1),
+        "process_cpu_us_per_batch": round(process_cpu / len(seconds) * 1e6, 1),
+        "tensors": sum(isinstance(v, torch.Tensor) for v in batch.values()),
+        "pinned": bool(batch["images"].is_pinned()) if torch.cuda.is_available() else False,
+    }
+
+
+def _epochs(loader: Any) -> Iterator[Any]:
+    """The training loader's batches, one epoch after another, as a Trainer asks for them."""
+    for epoch in itertools.count():
+        loader.sampler.set_epoch(epoch)
+        yield from loader
+
+
 def _child_command(args: argparse.Namespace, variant: str, batch: int) -> list[str]:
     command = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
     command += ["--batch", str(batch), "--steps", str(args.steps), "--imgsz", str(args.imgsz)]
-    command += ["--root", str(args.root)]
+    command += ["--root", str(args.root), "--receive", str(args.receive), "--gap", str(args.gap)]
     if args.workers is not None:
         command += ["--workers", str(args.workers)]
     return command
@@ -215,6 +294,25 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def receive_table(rows: list[dict[str, Any]]) -> str:
+    """A markdown table of ``--receive`` rows."""
+    lines = [
+        "| batch | variant | tensors | wall median, us | wall p90, us | main thread CPU, us |"
+        " process CPU per batch, us |",
+        "|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['batch']} | {r['variant']} | failed: {r['error']} | | | | |")
+            continue
+        lines.append(
+            f"| {r['batch']} | {r['variant']} | {r['tensors']} | {r['receive_us_median']:.0f} | "
+            f"{r['receive_us_p90']:.0f} | {r['main_cpu_us_median']:.0f} | "
+            f"{r['process_cpu_us_per_batch']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, nargs="+", default=[4, 16])
@@ -227,10 +325,18 @@ def main() -> None:
     parser.add_argument("--fit-timeout", type=float, default=120.0, help="seconds per fit")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-loader-thread"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument(
+        "--receive",
+        type=int,
+        default=0,
+        help="instead of fits: time N batches taken from the loader alone (no model)",
+    )
+    parser.add_argument("--gap", type=float, default=0.05, help="--receive: seconds between")
     parser.add_argument("--child", choices=sorted(VARIANTS), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child is not None:
-        print(RESULT + json.dumps(_fit(args)), flush=True)
+        row = _receive(args) if args.receive else _fit(args)
+        print(RESULT + json.dumps(row), flush=True)
         return
     from lucid_yolo.train.data.synthetic import generate_synthetic
 
@@ -239,15 +345,16 @@ def main() -> None:
             args.root / TASK, task=TASK, num_train=args.images, num_val=8, imgsz=args.imgsz
         )
     args.out.mkdir(parents=True, exist_ok=True)
+    name, write = ("loader_receive", receive_table) if args.receive else ("loader_thread", table)
     rows: list[dict[str, Any]] = []
     for _ in range(args.rounds):
         for batch in args.batch:
             for variant in args.variants:
                 rows.append(_run_child(args, variant, batch))
                 print(json.dumps(rows[-1]), flush=True)
-                (args.out / "loader_thread.json").write_text(json.dumps(rows, indent=1) + "\n")
-                (args.out / "loader_thread.md").write_text(table(rows))
-    print(table(rows), end="")
+                (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")
+                (args.out / f"{name}.md").write_text(write(rows))
+    print(write(rows), end="")
 
 
 if __name__ == "__main__":

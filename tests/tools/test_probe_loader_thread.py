@@ -42,6 +42,24 @@ def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> No
     assert "| 2 | packed |" in (tmp_path / "loader_thread.md").read_text()
 
 
+@pytest.mark.slow
+def test_probe_loader_thread_receive_times_batches_without_a_fit(tmp_path: Path) -> None:
+    args = "--batch 2 --images 8 --imgsz 64 --workers 1 --receive 3 --gap 0 --variants packed"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
+        env={**os.environ, "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    (row,) = json.loads((tmp_path / "loader_receive.json").read_text())
+    assert row.get("error") is None
+    assert (row["variant"], row["batches_timed"], row["tensors"]) == ("packed", 3, 10)
+    assert row["main_cpu_us_median"] > 0
+    assert not (tmp_path / "loader_thread.json").exists()
+
+
 def test_probe_loader_thread_table_compares_with_the_default(tool: ModuleType) -> None:
     rows = [
         {"variant": "default", "batch": 4, "period_ms": 40.0, "between_ms": 5.0, "fit_s": 20},
