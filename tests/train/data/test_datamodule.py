@@ -241,6 +241,41 @@ def test_datamodule_packed_batches_reach_the_step_bit_for_bit(pose_yaml: Path) -
             assert torch.equal(got, value), key
 
 
+@pytest.mark.gpu
+@pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
+@pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
+@pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
+def test_datamodule_cuda_step_sees_the_same_batch_packed_or_pinned_in_main(
+    pose_yaml: Path,
+) -> None:
+    def fit(pack_batches: bool, pin_memory: str) -> list[Batch]:
+        dm = _module(pose_yaml, workers=1, pack_batches=pack_batches, pin_memory=pin_memory)
+        model = _BatchKeeper()
+        L.Trainer(
+            max_epochs=2,
+            accelerator="cuda",
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
+            limit_val_batches=0,
+        ).fit(model, datamodule=dm)
+        assert dm.datasets["train"].defer_pixels  # the HSV and flips ran on the device
+        return model.batches
+
+    expected = fit(False, "thread")
+    assert expected[0]["images"].is_cuda
+    for pack_batches, pin_memory in [(True, "thread"), (True, "main"), (False, "main")]:
+        for batch, want in zip(fit(pack_batches, pin_memory), expected, strict=True):
+            assert list(batch) == list(want)
+            for key, value in want.items():
+                got = batch[key]  # type: ignore[literal-required]
+                assert (got.dtype, got.shape) == (value.dtype, value.shape)
+                assert got.device == value.device
+                assert torch.equal(got, value), (pack_batches, pin_memory, key)
+
+
 def test_datamodule_packs_only_the_training_batches(pose_yaml: Path) -> None:
     dm = _module(pose_yaml, pack_batches=True)
     dm.setup("fit")
