@@ -18,7 +18,8 @@ With ``--receive N`` it runs no fit: it times the main thread taking N training 
 loader alone, the workers ahead (``--gap`` seconds between batches), per variant; on a machine
 without CUDA nothing is pinned, so the main thread itself receives each batch from the workers.
 
-Variants (``--variants``): ``default`` (today's); ``switch-0.5ms`` (``sys.setswitchinterval``,
+Variants (``--variants``): ``tensors`` (session 6's path: the batch as ten tensors, pinned in
+the DataLoader's thread); ``switch-0.5ms`` (``sys.setswitchinterval``,
 5 ms by default, so a thread waiting for the lock gets it sooner); ``pin-main`` (no pin-memory
 thread: the main thread reads the workers' queue and pins right before the copy);
 ``packed`` (one buffer per batch: one descriptor, one pin, one copy); ``packed-pin-main``;
@@ -75,7 +76,7 @@ class Variant:
 
 
 VARIANTS = {
-    "default": Variant(),
+    "tensors": Variant(),
     "switch-0.5ms": Variant(switch_interval=0.0005),
     "pin-main": Variant(pin_memory="main"),
     "packed": Variant(pack_batches=True),
@@ -274,12 +275,12 @@ def _run_child(args: argparse.Namespace, variant: str, batch: int) -> dict[str, 
 
 
 def table(rows: list[dict[str, Any]]) -> str:
-    """A markdown table of the rows, each period also against the same batch's ``default``."""
+    """A markdown table of the rows, each period also against the same batch's ``tensors``."""
     base = {
-        r["batch"]: r["period_ms"] for r in rows if r["variant"] == "default" and "period_ms" in r
+        r["batch"]: r["period_ms"] for r in rows if r["variant"] == "tensors" and "period_ms" in r
     }
     lines = [
-        "| batch | variant | period, ms | vs default | between steps, ms | fit, s |",
+        "| batch | variant | period, ms | vs tensors | between steps, ms | fit, s |",
         "|---:|---|---:|---:|---:|---:|",
     ]
     for r in rows:

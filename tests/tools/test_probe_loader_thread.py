@@ -60,9 +60,9 @@ def test_probe_loader_thread_receive_times_batches_without_a_fit(tmp_path: Path)
     assert not (tmp_path / "loader_thread.json").exists()
 
 
-def test_probe_loader_thread_table_compares_with_the_default(tool: ModuleType) -> None:
+def test_probe_loader_thread_table_compares_with_ten_tensors(tool: ModuleType) -> None:
     rows = [
-        {"variant": "default", "batch": 4, "period_ms": 40.0, "between_ms": 5.0, "fit_s": 20},
+        {"variant": "tensors", "batch": 4, "period_ms": 40.0, "between_ms": 5.0, "fit_s": 20},
         {"variant": "packed", "batch": 4, "period_ms": 30.0, "between_ms": 2.0, "fit_s": 19},
         {"variant": "pin-main", "batch": 4, "error": "timed out (120 s)"},
     ]
