@@ -7,7 +7,7 @@ groups and the trainer's EMA, random gradients, and the trainer's
 :class:`~lucid_yolo.train.replay.UpdateStep`. It reports, per model and mode, device milliseconds
 per step between CUDA events (synchronised at both ends of the window) and host milliseconds to
 issue one step (no synchronisation), replayed with and without the late non-finite check's
-backup, plus the model's parameter tensors, matrices and Newton–Schulz shape buckets, and the
+backup, plus the model's parameter tensors, matrices, their shapes and Newton–Schulz stacks, and the
 kernels one native update dispatches (counted on the CPU).
 Rounds alternate the models. Times are only clean on a GPU the run has to itself.
 
@@ -32,7 +32,6 @@ import torch
 from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
-from lucid_yolo.train.optim.musgd import _matrix_key
 from lucid_yolo.train.replay import UpdateStep
 
 MODES = ("native", "replay", "replay-backup")
@@ -52,19 +51,20 @@ def _build(name: str, device: str, replay: bool, backup: bool = False) -> tuple[
 
 
 def describe(name: str) -> dict[str, Any]:
-    """Parameter tensors, matrices, shape buckets and kernels of one native update (CPU)."""
+    """Parameter tensors, matrices, their shapes and Newton–Schulz stacks, and the kernels of one
+    native update (CPU)."""
     optimizer, _ = _build(name, "cpu", replay=False)
     params = [p for group in optimizer.param_groups for p in group["params"]]
     matrices = [p for p in params if p.ndim >= 2]
-    buckets = Counter(_matrix_key(p)[:2] for p in matrices)
+    shapes = Counter((p.shape[0], p.numel() // p.shape[0]) for p in matrices)
     with DispatchCount(ignore=VIEW_OPS) as count:
         optimizer.step()
     return {
         "parameters": sum(p.numel() for p in params),
         "tensors": len(params),
         "matrices": len(matrices),
-        "buckets": len(buckets),
-        "single_matrix_buckets": sum(1 for n in buckets.values() if n == 1),
+        "shapes": len(shapes),
+        "ns_stacks": [list(shape) for shape in optimizer.ns_stack_shapes],
         "kernels": sum(count.ops.values()),
         "kernels_by_op": dict(count.ops.most_common()),
     }

@@ -28,7 +28,6 @@ def test_measure_reports_the_bookkeeping_of_yolo26n(bench: ModuleType) -> None:
 def test_graph_ops_counts_each_graph_of_the_step(bench: ModuleType) -> None:
     ops = bench.graph_ops("yolo26n")
     assert set(ops) == {"network_forward", "network_backward", "update"}
-    # five Newton-Schulz iterations of three batched products for each of 41 matrix buckets
-    # alone put the update above the network's backward
-    assert ops["update"] > 5 * 3 * 41
-    assert ops["update"] > ops["network_backward"] > 0
+    # the Newton-Schulz products of a few padded stacks, the momentum, the blend and the EMA
+    assert ops["update"] > 5 * 3
+    assert ops["network_backward"] > 0

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
 )
 
-EXPECTED_FIT = "acc727865d48a306e10524c8453627eba6f290b74391189fb7be664e16fd7543"
+EXPECTED_FIT = "00371102e5405470ae9e7309d8b3108138058b54d6d0b0ba7f0c7438fd5026b8"
 """SHA-256 over the EMA weights, the EMA update count, the model and optimizer digests and the loss
 bits of a 4-step native detect fit at 64 px (accumulation 2: 8 micro-batches), unclipped (the
 gradient clip came later). Recorded again,
@@ -32,7 +32,11 @@ again when every head output got its own conv (issue 14, pose as two convs): the
 and module reprs in the digests changed, and the box and class biases' gradients come out of a
 conv backward whose incoming gradient has other strides (no split node any more), so three bias
 momentum buffers differ in the last bits after the first step (faac78bd… before; weights, outputs
-and weight gradients of a fresh network were checked equal under the old and new code)."""
+and weight gradients of a fresh network were checked equal under the old and new code).
+Recorded again when MuSGD began orthogonalising zero-padded stacks of several shapes (session 7,
+docs/engineering/musgd-ema.md): the padded products round differently (acc72786… before, on the
+code just before that change; 3 MuSGD steps of yolo26n then differ by at most 6e-8 in 38 of 366
+weights)."""
 
 
 @pytest.fixture

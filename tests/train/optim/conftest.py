@@ -88,10 +88,15 @@ def net() -> nn.Module:
 
 
 def backward_on(model: nn.Module, seed: int) -> None:
-    """Accumulate the gradient of a fixed random regression loss into ``model``'s ``.grad``."""
+    """Accumulate the gradient of a fixed random regression loss into ``model``'s ``.grad``.
+
+    The inputs are drawn in float32 and cast to the model's dtype, so a float64 model sees the
+    same data as a float32 one.
+    """
     generator = torch.Generator().manual_seed(seed)
-    x = torch.randn(4, 3, 8, 8, generator=generator)
-    y = torch.randn(4, 10, generator=generator)
+    dtype = next(model.parameters()).dtype
+    x = torch.randn(4, 3, 8, 8, generator=generator).to(dtype)
+    y = torch.randn(4, 10, generator=generator).to(dtype)
     loss = (model(x) - y).pow(2).mean()
     loss.backward()
 

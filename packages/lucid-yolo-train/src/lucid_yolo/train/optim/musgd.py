@@ -19,7 +19,8 @@ SGD term, which reacts to the gradient's magnitude, next to the Muon term, which
 direction. Depthwise conv weights ``(C, 1, k, k)`` are matrices too: tall ``C × k²`` ones.
 
 Cost: the orthogonalisation is about 9.5 GFLOP per step for yolo26n (docs/engineering/musgd-ema.md),
-negligible on a GPU but seconds on a laptop CPU.
+about 17 GFLOP once padded into stacks (below): negligible on a GPU, seconds on a laptop CPU. On a
+GPU the cost is the number of kernels, which the stacks keep to about 45 per stack.
 
 Graph safety (docs/replay-invariants.md, invariant 15): the native ``step`` is the
 exact op sequence a CUDA-graph update replay records, so
@@ -27,7 +28,8 @@ exact op sequence a CUDA-graph update replay records, so
 - every numeric hyperparameter of a group (``lr``, ``momentum``, ``weight_decay``, ``muon_weight``,
   ``sgd_weight``) is a 0-dim float32 tensor on the group's device; schedules change it in place
   (``group["lr"].fill_(v)``) and a recorded graph sees the new value;
-- the shape factors are 0-dim device tensors made at construction;
+- the padded stacks' gather indices and per-matrix shape factors are device tensors made at
+  construction (:class:`.shape_buckets.ShapeBuckets`);
 - momentum buffers are created at construction, so the first step allocates no state;
 - ``step`` has no ``.item()``, no ``nonzero`` and no Python branch on tensor values; the only
   branches are structural (``nesterov``, which parameters have a gradient, parameter shapes);
@@ -36,7 +38,11 @@ exact op sequence a CUDA-graph update replay records, so
 - ``load_state_dict`` copies into the live tensors instead of replacing them, so addresses recorded
   in a graph stay valid after a checkpoint restore.
 
-Equal-shape matrices (over all groups) are stacked and orthogonalised in one batched call.
+Matrices of all groups are orthogonalised together: transposed to wide, zero-padded into a few
+stacks of equal shape (chosen at construction so that the padded FLOPs stay within
+``ns_max_flop_ratio`` of the unpadded ones; 6 stacks instead of 41 shapes for yolo26n), one
+batched Newton–Schulz call per stack. Padding changes the rounding, not the math
+(:mod:`.shape_buckets`); native and graphed steps run the same code and give the same bits.
 """
 
 from collections.abc import Callable
@@ -48,15 +54,15 @@ from torch import Tensor
 from torch.optim.optimizer import Optimizer, ParamsT
 
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
-from lucid_yolo.train.optim.newton_schulz import orthogonalise
+from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
 
 __all__ = ["HYPERPARAMETERS", "MuSGD"]
 
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "weight_decay", "muon_weight", "sgd_weight")
 """Param-group keys held as 0-dim float32 device tensors (change them in place, never rebind)."""
 
-_MatrixKey = tuple[int, int, torch.dtype, torch.device]
-"""``(rows, cols, dtype, device)`` of a parameter viewed as a 2-D matrix: one batching bucket."""
+_BatchKey = tuple[torch.dtype, torch.device]
+"""Matrices of one dtype and device are orthogonalised together."""
 
 
 @dataclass
@@ -70,9 +76,12 @@ class _GroupPlan:
     matrix_orth: list[Tensor] = field(default_factory=list)
 
 
-def _matrix_key(p: Tensor) -> _MatrixKey:
-    rows = p.shape[0]
-    return (rows, p.numel() // rows, p.dtype, p.device)
+@dataclass(frozen=True)
+class _MatrixBatch:
+    """Every matrix parameter of one dtype and device, in group order, and their padded stacks."""
+
+    params: list[Tensor]
+    buckets: ShapeBuckets
 
 
 def _device_scalar(value: object, name: str, device: torch.device) -> Tensor:
@@ -109,10 +118,14 @@ class MuSGD(Optimizer):
         ns_steps: Newton–Schulz iterations.
         ns_dtype: compute dtype of the orthogonalisation (float32 by default: exact enough and
             bitwise reproducible on CPU; bfloat16 is faster on tensor cores).
+        ns_max_flop_ratio: matrices of different shapes share a zero-padded Newton–Schulz stack
+            as long as the padded FLOPs stay within this multiple of the unpadded ones (2.0: a
+            handful of stacks, twice the FLOPs); 1.0 stacks only equal shapes.
 
     Raises:
         OptimizerConfigError: for a negative or non-finite hyperparameter, ``momentum >= 1``,
-            ``ns_steps < 0``, an empty group or a group spanning devices.
+            ``ns_steps < 0``, ``ns_max_flop_ratio < 1``, an empty group or a group spanning
+            devices.
 
     Example:
         >>> from lucid_yolo.train.optim import MuSGD, param_groups
@@ -133,17 +146,24 @@ class MuSGD(Optimizer):
         sgd_weight: float = 0.5,
         ns_steps: int = 5,
         ns_dtype: torch.dtype = torch.float32,
+        ns_max_flop_ratio: float = 2.0,
     ) -> None:
         if ns_steps < 0:
             raise OptimizerConfigError(f"ns_steps must be >= 0, got {ns_steps!r}")
         if not ns_dtype.is_floating_point:
             raise OptimizerConfigError(f"ns_dtype must be a floating dtype, got {ns_dtype!r}")
+        if not 1.0 <= ns_max_flop_ratio < float("inf"):
+            raise OptimizerConfigError(
+                f"ns_max_flop_ratio must be finite and >= 1.0 (1.0 stacks only equal shapes), "
+                f"got {ns_max_flop_ratio!r}"
+            )
         self.ns_steps = ns_steps
         self.ns_dtype = ns_dtype
+        self.ns_max_flop_ratio = ns_max_flop_ratio
         self.update_runner: Callable[[], None] | None = None
         """Runs in place of :meth:`apply_update` when set: the trainer installs a step that
         also blends the EMA and can replay both from one CUDA graph (``train.update_step``)."""
-        self._shape_scales: dict[_MatrixKey, Tensor] = {}
+        self._matrix_batches: list[_MatrixBatch] = []
         defaults: dict[str, Any] = {
             "lr": lr,
             "momentum": momentum,
@@ -167,6 +187,7 @@ class MuSGD(Optimizer):
         except OptimizerConfigError:
             self.param_groups.pop()
             raise
+        self._matrix_batches = self._plan_matrix_batches()
 
     def _init_group(self, group: dict[str, Any]) -> None:
         """Validate a normalised group, then make its device hyperparameters and state."""
@@ -184,13 +205,31 @@ class MuSGD(Optimizer):
             self.state[p]["momentum_buffer"] = torch.zeros_like(
                 p, memory_format=torch.preserve_format
             )
-            if p.ndim >= 2:
-                bucket = _matrix_key(p)
-                if bucket not in self._shape_scales:
-                    rows, cols = bucket[0], bucket[1]
-                    self._shape_scales[bucket] = torch.tensor(
-                        max(1.0, rows / cols) ** 0.5, dtype=torch.float32, device=device
-                    )
+
+    def _plan_matrix_batches(self) -> list[_MatrixBatch]:
+        """Group every matrix parameter by dtype and device and make its padded stacks."""
+        params: dict[_BatchKey, list[Tensor]] = {}
+        for group in self.param_groups:
+            for p in group["params"]:
+                if p.ndim >= 2:
+                    params.setdefault((p.dtype, p.device), []).append(p)
+        return [
+            _MatrixBatch(
+                matrices,
+                ShapeBuckets(
+                    [p.shape for p in matrices],
+                    dtype=dtype,
+                    device=device,
+                    max_flop_ratio=self.ns_max_flop_ratio,
+                ),
+            )
+            for (dtype, device), matrices in params.items()
+        ]
+
+    @property
+    def ns_stack_shapes(self) -> list[tuple[int, int, int]]:
+        """``(B, R, C)`` of every padded Newton–Schulz stack, one batched call each per step."""
+        return [shape for batch in self._matrix_batches for shape in batch.buckets.stack_shapes]
 
     @overload
     def step(self, closure: None = None) -> None: ...
@@ -256,21 +295,26 @@ class MuSGD(Optimizer):
         return plan
 
     def _orthogonalise_matrices(self, plans: list[_GroupPlan]) -> None:
-        """Fill ``matrix_orth`` with ``s · NS(d)``, one batched call per matrix shape."""
-        buckets: dict[_MatrixKey, list[tuple[int, int]]] = {}
-        for plan_index, plan in enumerate(plans):
-            for index, p in enumerate(plan.matrix_params):
-                buckets.setdefault(_matrix_key(p), []).append((plan_index, index))
-        results: dict[tuple[int, int], Tensor] = {}
-        for key, slots in buckets.items():
-            rows, cols, dtype, _ = key
-            stacked = torch.stack([plans[j].matrix_dirs[i].reshape(rows, cols) for j, i in slots])
-            orth = orthogonalise(stacked, steps=self.ns_steps, dtype=self.ns_dtype).to(dtype)
-            orth = orth * self._shape_scales[key]  # (B, rows, cols)
-            for (j, i), o in zip(slots, orth.unbind(0), strict=True):
-                results[j, i] = o.reshape(plans[j].matrix_params[i].shape)
-        for plan_index, plan in enumerate(plans):
-            plan.matrix_orth = [results[plan_index, i] for i in range(len(plan.matrix_params))]
+        """Fill ``matrix_orth`` with ``s · NS(d)``, one batched call per padded stack.
+
+        The stacks hold every matrix parameter; one without a gradient this step enters as zeros
+        (shapes stay fixed) and its result is dropped.
+        """
+        directions = {
+            p: d
+            for plan in plans
+            for p, d in zip(plan.matrix_params, plan.matrix_dirs, strict=True)
+        }
+        results: dict[Tensor, Tensor] = {}
+        for batch in self._matrix_batches:
+            updates = []
+            for index, p in enumerate(batch.params):
+                d = directions.get(p)
+                updates.append(batch.buckets.zeros_like(index) if d is None else d)
+            orth = batch.buckets.orthogonalise(updates, steps=self.ns_steps, dtype=self.ns_dtype)
+            results.update(zip(batch.params, orth, strict=True))
+        for plan in plans:
+            plan.matrix_orth = [results[p] for p in plan.matrix_params]
 
     @staticmethod
     def _apply(group: dict[str, Any], plan: _GroupPlan) -> None:

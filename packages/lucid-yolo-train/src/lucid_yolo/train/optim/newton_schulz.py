@@ -11,7 +11,8 @@ docs/engineering/musgd-ema.md) instead of exactly 1, which is what the optimiser
 
 The iteration only uses matmuls and elementwise ops on tensors of fixed shape, so it has no host
 sync and can be recorded in a CUDA graph. It is written for a stack of equal-shape matrices
-(``bmm``) so that MuSGD orthogonalises all conv weights of one shape with one launch per matmul.
+(``bmm``); MuSGD zero-pads matrices of several shapes into a few such stacks
+(:mod:`.shape_buckets`), so one launch per matmul serves many conv weights.
 """
 
 import torch
