@@ -125,7 +125,9 @@ def test_shape_buckets_dispatch_one_gather_each_way_and_one_chain_per_stack(
     stacks = len(buckets.stack_shapes)
     assert ops.count("index_select") == 2
     assert ops.count("cat") == 2
-    assert ops.count("bmm") == 5 * 3 * stacks
+    # five iterations of X·Xᵀ, then b·A + c·A² and a·X + P·X with their scalings fused
+    assert ops.count("bmm") == 5 * stacks
+    assert ops.count("baddbmm") == 5 * 2 * stacks
     assert not host_sync_ops & set(ops)
 
 

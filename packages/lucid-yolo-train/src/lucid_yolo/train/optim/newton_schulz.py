@@ -10,9 +10,11 @@ singular values land in a band around 1 (about ``[0.68, 1.14]`` for Gaussian mat
 docs/engineering/musgd-ema.md) instead of exactly 1, which is what the optimiser needs.
 
 The iteration only uses matmuls and elementwise ops on tensors of fixed shape, so it has no host
-sync and can be recorded in a CUDA graph. It is written for a stack of equal-shape matrices
-(``bmm``); MuSGD zero-pads matrices of several shapes into a few such stacks
-(:mod:`.shape_buckets`), so one launch per matmul serves many conv weights.
+sync and can be recorded in a CUDA graph. Each step is three batched products with the scalings
+fused into them (``baddbmm``: ``b·A + c·A²`` and ``a·X + P·X`` each round once, in the product's
+epilogue), because on a GPU these tiny matrices cost what their kernel launches cost. It is
+written for a stack of equal-shape matrices; MuSGD zero-pads matrices of several shapes into a
+few such stacks (:mod:`.shape_buckets`), so one launch per product serves many conv weights.
 """
 
 import torch
@@ -67,6 +69,6 @@ def orthogonalise(G: Tensor, *, steps: int = 5, dtype: torch.dtype = torch.float
         X = X.mT
     for _ in range(steps):
         A = X @ X.mT  # (B, r, r) with r = min(rows, cols)
-        P = b * A + c * (A @ A)
-        X = a * X + P @ X
+        P = torch.baddbmm(A, A, A, beta=b, alpha=c)  # b·A + c·A², one kernel
+        X = torch.baddbmm(X, P, X, beta=a)  # a·X + P·X, one kernel
     return X.mT if tall else X
