@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from lucid_yolo.cli.ignored_options import explicit_flags, ignored_option_warnings
+from lucid_yolo.cli.lightning_cli import UNSAVED_MODEL_OPTIONS
 
 
 def test_explicit_flags_reads_both_spellings_and_skips_values() -> None:
@@ -51,3 +52,11 @@ def test_ignored_options_predict_only_flags_outside_predict() -> None:
     lines = ignored_option_warnings("fit", args, ckpt_path=None, kept_model_options=())
     assert [line.split(" is ignored")[0] for line in lines] == ["--data.source", "--output.dir"]
     assert ignored_option_warnings("predict", args, ckpt_path="b.ckpt", kept_model_options=()) == []
+
+
+def test_ignored_options_checkpoint_keeps_unsaved_model_options_and_groups() -> None:
+    args = ["--model.memory_format", "contiguous", "--model.replay.network=true", "--model.lr0=1"]
+    lines = ignored_option_warnings(
+        "fit", args, ckpt_path="last.ckpt", kept_model_options=UNSAVED_MODEL_OPTIONS
+    )
+    assert [line.split(" is ignored")[0] for line in lines] == ["--model.lr0"]

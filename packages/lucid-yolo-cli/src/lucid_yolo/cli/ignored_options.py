@@ -37,7 +37,8 @@ def ignored_option_warnings(
         subcommand: ``fit``, ``validate``, ``test`` or ``predict``.
         args: the subcommand's command-line arguments.
         ckpt_path: ``--ckpt_path``, when given.
-        kept_model_options: model options taken from the command line even with a checkpoint.
+        kept_model_options: model options (or option groups, ``replay``) taken from the command
+            line even with a checkpoint.
     """
     lines = []
     for name in explicit_flags(args):
@@ -46,7 +47,7 @@ def ignored_option_warnings(
         replay = option.partition(".")[0] == REPLAY_GROUP
         if group == "model" and subcommand != "fit" and replay:
             reason = f"replay records training steps; {subcommand} runs the network natively"
-        elif group == "model" and ckpt_path and option not in kept_model_options:
+        elif group == "model" and ckpt_path and option.partition(".")[0] not in kept_model_options:
             reason = "with --ckpt_path the model options are the checkpoint's hyperparameters"
         elif group == "output" and subcommand != "predict":
             reason = "only `predict` writes prediction files"

@@ -65,6 +65,9 @@ PREDICT_CONF = 0.25
 """``predict``'s default ``--model.val_conf``: validation's 0.001 serves mAP, not a reader."""
 INFERENCE_OPTIONS = ("val_conf", "max_det")
 """Model options that ``predict`` takes from the command line, not from the checkpoint."""
+UNSAVED_MODEL_OPTIONS = ("memory_format", "replay")
+"""Model options (or groups) a checkpoint's hyperparameters leave out, so that the command line's
+value holds with ``--ckpt_path``: they change how a step runs, not what a checkpoint holds."""
 
 
 def task_of(model: str) -> str:
@@ -196,7 +199,10 @@ class YoloCLI(LightningCLI):
                 subcommand,
                 [str(a) for a in args],
                 ckpt_path=ckpt_path,
-                kept_model_options=INFERENCE_OPTIONS if subcommand == "predict" else (),
+                kept_model_options=(
+                    *UNSAVED_MODEL_OPTIONS,
+                    *(INFERENCE_OPTIONS if subcommand == "predict" else ()),
+                ),
             ):
                 _print_once(f"lucid-yolo: warning: {line}", file=sys.stderr)
 
