@@ -41,12 +41,13 @@ from lightning.pytorch.plugins.precision import MixedPrecision
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.memory_format import MemoryFormat
 from parity_extras import EXTRAS
 
 TASKS = ("detect", "segment", "pose", "obb")
 PRECISIONS = ("32-true", "16-mixed", "bf16-mixed")
 ACCUMULATIONS = (1, 2, 3)
-LAYOUTS = ("contiguous", "channels_last")
+LAYOUTS: tuple[MemoryFormat, ...] = ("contiguous", "channels_last")
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 STEPS = 4
 REGION_WARMUP = 1
@@ -60,7 +61,7 @@ class Case:
     task: str
     precision: str
     accumulation: int
-    layout: str
+    layout: MemoryFormat
     segment_heads: bool = True
     extra: str = ""
     """An extra case's name (:data:`parity_extras.EXTRAS`), empty for a matrix case."""
@@ -189,9 +190,8 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
         warmup_epochs=0.0,
         ema_tau=3.0,
         replay=case.replay_config() if replay else ReplayConfig(),
+        memory_format=case.layout,
     )
-    if case.layout == "channels_last":
-        module = module.to(memory_format=torch.channels_last)
     record = Record()
     callbacks = [] if extra is None else extra.callbacks()
     trainer = pl.Trainer(

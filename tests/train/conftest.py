@@ -9,13 +9,13 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
-import torch
 from lightning.pytorch.callbacks import Callback
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.memory_format import MemoryFormat
 
 
 @pytest.fixture(scope="session")
@@ -71,15 +71,15 @@ def digested_fit(
     imgsz: int = 128,
     max_steps: int = 6,
     weights: str | None = None,
-    channels_last: bool = False,
+    memory_format: MemoryFormat = "auto",
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
-    optimizer (and scaler), learning-rate schedule, per-step loss bits. ``channels_last``
-    converts the module's weights (the images stay NCHW), as the parity matrix does.
+    optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
+    the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
     ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder."""
     pl.seed_everything(0)
@@ -96,10 +96,9 @@ def digested_fit(
         warmup_epochs=0.0,
         weights=weights,
         replay=replay,
+        memory_format=memory_format,
         **clip,
     )
-    if channels_last:
-        module = module.to(memory_format=torch.channels_last)
     losses = _LossBits()
     trainer = pl.Trainer(
         accelerator=accelerator,

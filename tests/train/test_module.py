@@ -312,3 +312,75 @@ def test_module_gradient_clip_of_the_trainer_takes_precedence(
     never = fit_digests(yaml, "detect", "32-true", 1, gradient_clip_val=1e12, **cpu)
     unclipped = fit_digests(yaml, "detect", "32-true", 1, grad_clip_norm=0.0, **cpu)
     assert never.digests == unclipped.digests
+
+
+def test_module_memory_format_defaults_to_auto_outside_the_hyperparameters() -> None:
+    module = YoloModule("yolo26n", num_classes=2)
+    assert module.memory_format_choice == "auto"
+    assert "memory_format" not in module.hparams
+    # resolved for the trainer's device in setup; until then the network stays NCHW
+    assert module.memory_format == torch.contiguous_format
+
+
+def test_module_rejects_an_unknown_memory_format() -> None:
+    with pytest.raises(TrainConfigError, match=r"memory_format='NHWC' is not a layout; use one"):
+        YoloModule("yolo26n", num_classes=2, memory_format="NHWC")  # type: ignore[arg-type]
+
+
+def _in_layout(tensor: torch.Tensor, layout: torch.memory_format) -> bool:
+    return tensor.is_contiguous(memory_format=layout)
+
+
+def _weights_in_layout(module: YoloModule, layout: torch.memory_format) -> bool:
+    """Every 4-D tensor of the network and the EMA network in ``layout``."""
+    tensors = [*module.net.state_dict().values(), *module.ema_net.state_dict().values()]
+    return all(_in_layout(t, layout) for t in tensors if t.dim() == 4)
+
+
+@pytest.mark.parametrize(
+    ("choice", "layout"),
+    [("channels_last", torch.channels_last), ("auto", torch.contiguous_format)],
+)
+def test_module_fit_lays_out_networks_and_images_as_memory_format_says(
+    choice: str, layout: torch.memory_format, tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect")
+    module = _module(data, "detect", memory_format=choice)
+    seen: dict[str, list[bool]] = {"train": [], "val": []}
+    for stage, net in (("train", module.net), ("val", module.ema_net)):
+        net.register_forward_pre_hook(
+            lambda _, args, stage=stage: seen[stage].append(_in_layout(args[0], layout))
+        )
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=1,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        enable_checkpointing=False,
+    )
+    trainer.fit(module, data)
+    assert module.memory_format == layout
+    assert seen == {"train": [True, True], "val": [True]}
+    assert _weights_in_layout(module, layout)
+
+
+@pytest.mark.parametrize(
+    ("written", "loaded"), [("channels_last", "contiguous"), ("contiguous", "channels_last")]
+)
+def test_module_checkpoint_written_in_one_layout_loads_into_the_other(
+    written: str, loaded: str, tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect")
+    module = _module(data, "detect", memory_format=written)
+    trainer = _trainer(tmp_path, max_steps=1, limit_val_batches=0, enable_checkpointing=False)
+    trainer.fit(module, data)
+    path = tmp_path / f"{written}.ckpt"
+    trainer.save_checkpoint(path)
+    restored = _module(data, "detect", memory_format=loaded)
+    (result,) = _trainer(tmp_path, limit_val_batches=1).validate(restored, data, ckpt_path=path)
+    assert "val/fitness" in result
+    layout = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}[loaded]
+    assert _weights_in_layout(restored, layout)
+    saved = module.state_dict()
+    for name, value in restored.state_dict().items():
+        assert torch.equal(value, saved[name]), name

@@ -115,6 +115,29 @@ def test_replayed_cpu_fit_with_the_default_gradient_clip_equals_native(
     assert native.losses == replayed.losses
 
 
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_replayed_cpu_fit_in_channels_last_equals_native(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # The replay keys on the images' strides: built in another layout than the recording's,
+    # they would record again (two recordings) or run natively.
+    yaml = tiny_dataset("detect")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3, "memory_format": "channels_last"}
+    native = fit_digests(yaml, "detect", "32-true", 1, **cpu)
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **cpu)
+    assert replayed.module.memory_format == torch.channels_last
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == {
+        "network": 2,
+        "loss": 2,
+        "optimizer MuSGD": 2,
+    }
+    assert [r.recordings for r in replayed.module.replay.recorders()] == [1, 1]
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
 class _SumLoss(torch.nn.Module):
     """A loss over whatever outputs it gets, to change the loss region's input keys."""
 
@@ -213,15 +236,19 @@ def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.dtype == b.dtype and torch.equal(a.view(torch.int32), b.view(torch.int32))
 
 
-def test_network_replay_images_are_built_in_the_network_static_input_once_recorded() -> None:
-    net = create_model("yolo26n", num_classes=3)
+@pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
+def test_network_replay_images_are_built_in_the_network_static_input_once_recorded(
+    layout: torch.memory_format,
+) -> None:
+    net = create_model("yolo26n", num_classes=3).to(memory_format=layout)
     replay = NetworkReplay(net, "detect", ReplayConfig(network=True))
     gen = torch.Generator().manual_seed(0)
     built = []
     for _ in range(4):  # native warm-up, recording, then two replays
         raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8, generator=gen)
-        images = replay.images(raw)
+        images = replay.images(raw, layout)
         assert _same_bits(images, raw.float().div_(255.0))
+        assert images.is_contiguous(memory_format=layout)
         built.append(images)
         sum(v.float().square().mean() for v in replay(images).values()).backward()
     assert replay.network is not None

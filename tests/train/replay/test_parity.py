@@ -3,7 +3,8 @@
 Two fits with the same seed, one with the network region(s) and/or the update (MuSGD + EMA)
 replayed from CUDA graphs: digests of the model, EMA, optimizer and GradScaler state and every
 per-step loss must be identical. The fits clip gradients at the module's default norm (10)
-unless a test says otherwise.
+and run in its default layout (``memory_format="auto"``: channels-last on CUDA) unless a test
+says otherwise.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from lucid_yolo.replay import first_difference
 from lucid_yolo.train import ReplayConfig
@@ -81,6 +83,24 @@ def test_replayed_fit_is_bitwise_native(
     assert native.losses == replayed.losses
 
 
+def test_replayed_fit_in_the_default_layout_is_channels_last_and_bitwise_native(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    yaml = tiny_dataset("detect")
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    native = fit_digests(yaml, "detect", "bf16-mixed", 1)
+    replayed = fit_digests(yaml, "detect", "bf16-mixed", 1, replay=replay)
+    for fit in (native, replayed):
+        assert fit.module.memory_format == torch.channels_last
+        for net in (fit.module.net, fit.module.ema_net):
+            weights = [p for p in net.parameters() if p.dim() == 4]
+            assert all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
+    assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
 @pytest.mark.parametrize("grad_clip_norm", [10.0, 0.0])
 @pytest.mark.parametrize("precision", ["32-true", "16-mixed", "bf16-mixed"])
 def test_replayed_fit_clipped_or_not_is_bitwise_native(
@@ -107,17 +127,16 @@ def test_replayed_fit_clipped_or_not_is_bitwise_native(
 
 
 @pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
-def test_replayed_segment_fit_with_channels_last_weights_is_bitwise_native(
+def test_replayed_segment_fit_in_channels_last_is_bitwise_native(
     precision: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
     # The parity matrix's 6 failing cases, smallest: the prototype head's outputs are
     # channels_last, the gradients the loss hands them are not.
     yaml = tiny_dataset("segment")
     replay = ReplayConfig(network=True, segment_heads=True)
-    native = fit_digests(yaml, "segment", precision, 1, max_steps=3, channels_last=True)
-    replayed = fit_digests(
-        yaml, "segment", precision, 1, max_steps=3, channels_last=True, replay=replay
-    )
+    options: dict[str, Any] = {"max_steps": 3, "memory_format": "channels_last"}
+    native = fit_digests(yaml, "segment", precision, 1, **options)
+    replayed = fit_digests(yaml, "segment", precision, 1, replay=replay, **options)
     micro_batches = len(replayed.losses)
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
         "network": micro_batches - 1,
@@ -161,20 +180,20 @@ def test_replayed_fit_with_verifier_finds_no_difference(
 
 
 @pytest.mark.parametrize(
-    ("task", "accumulate", "channels_last"),
-    [("segment", 2, True), ("pose", 3, True)],
+    ("task", "accumulate", "memory_format"),
+    [("segment", 2, "channels_last"), ("pose", 3, "channels_last"), ("detect", 2, "contiguous")],
 )
 def test_replayed_fit_with_loss_is_bitwise_native_under_bf16_accumulation(
     task: str,
     accumulate: int,
-    channels_last: bool,
+    memory_format: str,
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
 ) -> None:
     # Segment under bf16 is the case whose mask product's backward once ran under autocast.
     yaml = tiny_dataset(task)
     replay = ReplayConfig(network=True, segment_heads=task == "segment", loss=True, update=True)
-    options = {"max_steps": 3, "channels_last": channels_last}
+    options = {"max_steps": 3, "memory_format": memory_format}
     native = fit_digests(yaml, task, "bf16-mixed", accumulate, **options)
     replayed = fit_digests(yaml, task, "bf16-mixed", accumulate, replay=replay, **options)
     micro_batches = len(replayed.losses)

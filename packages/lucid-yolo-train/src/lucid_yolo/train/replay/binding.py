@@ -24,6 +24,7 @@ from lucid_yolo.replay import (
 )
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.memory_format import float_images, layout_stride
 from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
@@ -67,23 +68,32 @@ class NetworkReplay:
         self._pool: ReplayPool | None = None
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
 
-    def images(self, raw: Tensor) -> Tensor:
-        """Float images in [0, 1] for :meth:`__call__`: ``raw.float().div_(255.0)``, bit for bit.
+    def images(
+        self, raw: Tensor, memory_format: torch.memory_format = torch.contiguous_format
+    ) -> Tensor:
+        """Float images in [0, 1] for :meth:`__call__`, in ``memory_format``, bit for bit
+        :func:`~lucid_yolo.train.memory_format.float_images`.
 
         Once the network region has recorded, they are built in its static input buffer
         (:meth:`~lucid_yolo.replay.RegionRecorder.static_input`), so the replay copies nothing
         in and the step holds one float batch instead of two: 78.6 MB at batch 16, 640 px
-        (issue 11, memory). A uint8 to float32 copy is exact and the same division follows.
+        (issue 11, memory). A uint8 to float32 copy is exact in any layout and the same division
+        follows.
 
         Args:
-            raw: (B, 3, H, W) uint8 images, as the batch brings them.
+            raw: (B, 3, H, W) uint8 images, as the batch brings them, in any layout.
+            memory_format: the layout of the result, the fit's one layout
+                (:mod:`lucid_yolo.train.memory_format`), so the region's signature stays the
+                same every step.
         """
         buffer = None
         if self.network is not None:
-            spec = TensorSpec(tuple(raw.shape), raw.stride(), torch.float32, raw.device, False)
+            shape = tuple(raw.shape)
+            stride = layout_stride(shape, memory_format)
+            spec = TensorSpec(shape, stride, torch.float32, raw.device, False)
             buffer = self.network.static_input(0, spec)
         if buffer is None:
-            return raw.float().div_(255.0)
+            return float_images(raw, memory_format)
         with torch.no_grad():
             return buffer.copy_(raw).div_(255.0)
 
