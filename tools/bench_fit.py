@@ -28,6 +28,7 @@ from lightning.pytorch.callbacks import Callback
 from bench_trainer import step_trainer
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.memory_format import MEMORY_FORMATS
 
 
 class _StepClock(Callback):
@@ -63,6 +64,7 @@ def _fit(data_yaml: Path, args: argparse.Namespace, replay: bool) -> dict[str, f
         replay=ReplayConfig(
             network=replay, update=replay and args.update, loss=replay and args.loss
         ),
+        memory_format=args.memory_format,
     )
     clock = _StepClock(args.steps // 2)
     trainer = step_trainer(args.steps, clock)
@@ -100,6 +102,12 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-bench"))
     parser.add_argument("--update", action="store_true", help="replay the update and EMA too")
     parser.add_argument("--loss", action="store_true", help="replay the loss too")
+    parser.add_argument(
+        "--memory-format",
+        choices=MEMORY_FORMATS,
+        default="auto",
+        help="the module's layout (auto: channels_last on CUDA)",
+    )
     args = parser.parse_args()
     data_yaml = generate_synthetic(
         args.root, task="detect", num_train=args.images, num_val=0, imgsz=args.imgsz, seed=0

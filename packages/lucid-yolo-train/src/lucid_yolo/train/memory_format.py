@@ -6,8 +6,8 @@ in ``torch.channels_last`` against 32.62 ms in NCHW (``tools/bench_memory_format
 NHWC convolutions skip the layout transposes the NCHW ones pay. The layout changes which kernels
 run, not what the network computes; a native and a replayed fit that share it stay bitwise
 equal. What it costs: a fit in one layout is not bitwise equal to a fit in the other (other
-kernels, other rounding). On the CPU it has not been measured, so ``auto`` keeps NCHW there and
-CPU fits compute what they did before.
+kernels, other rounding). On the CPU only one small probe timed it (no slower there), so ``auto``
+keeps NCHW on the CPU and CPU fits compute what they did before.
 
 One layout for the whole fit matters to replay as much as to speed: a recorded region keys on its
 inputs' strides (:class:`~lucid_yolo.replay.TensorSpec`), so images arriving in another layout
