@@ -364,6 +364,27 @@ def test_module_fit_lays_out_networks_and_images_as_memory_format_says(
     assert _weights_in_layout(module, layout)
 
 
+@pytest.mark.parametrize("task", ["segment", "pose", "obb"])
+def test_module_trains_and_validates_every_task_in_channels_last(
+    task: str, tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # what every task runs on CUDA by default: the heads' outputs (segment's prototypes) come
+    # out channels-last into the loss and the evaluator
+    data = _data(tiny_dataset(task), task)
+    module = _module(data, task, memory_format="channels_last")
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=1,
+        enable_checkpointing=False,
+    )
+    trainer.fit(module, data)
+    assert trainer.global_step == 1
+    assert _weights_in_layout(module, torch.channels_last)
+    assert 0.0 <= float(trainer.callback_metrics["val/fitness"]) <= 1.0
+
+
 @pytest.mark.parametrize(
     ("written", "loaded"), [("channels_last", "contiguous"), ("contiguous", "channels_last")]
 )
