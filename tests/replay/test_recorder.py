@@ -504,6 +504,37 @@ def test_recorder_chained_regions_sharing_pool_match_native() -> None:
     assert second.telemetry.native_calls["interleaved"] == 0
 
 
+def test_recorder_chained_region_reads_the_earlier_static_output_in_place() -> None:
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(make_net()), pool=pool, warmup_steps=0, name="head")
+    second = RegionRecorder(ModuleRegion(_Tail()), pool=pool, warmup_steps=0, name="tail")
+    for _ in range(2):
+        box = first(torch.randn(2, 3, 8, 8))["a.box"]
+        second(box).square().mean().backward()
+    (recording,) = second._recordings.values()
+    assert recording.read_in_place == (0,)
+    assert recording.static_inputs[0].data_ptr() == box.data_ptr()
+    assert second.telemetry.replays == 2
+    assert second.static_input(0, TensorSpec.of(box)) is None  # not the caller's to write
+
+
+def test_recorder_runs_native_when_an_in_place_input_is_another_tensor() -> None:
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(make_net()), pool=pool, warmup_steps=0, name="head")
+    tail = _Tail()
+    second = RegionRecorder(ModuleRegion(tail), pool=pool, warmup_steps=0, name="tail")
+    second(first(torch.randn(2, 3, 8, 8))["a.box"]).square().mean().backward()
+    box = first(torch.randn(2, 3, 8, 8))["a.box"]
+    before = box.detach().clone()
+    other = box * 2.0
+    with pytest.warns(ReplayRetiredWarning, match=r"inputs-changed.*\[0\]"):
+        out = second(other)
+    assert torch.equal(out, tail(other))  # type: ignore[arg-type]
+    assert torch.equal(box, before)  # the head's static output was not written
+    assert second.telemetry.native_calls["inputs-changed"] == 1
+    out.square().mean().backward()  # type: ignore[union-attr]
+
+
 def _watch_pool_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Log routing into the pool and each region's forward as events."""
     events: list[str] = []

@@ -98,6 +98,7 @@ class RegionGraphs:
                     False,
                 )
             self.pool.hold(self)
+            self.pool.register_static_outputs(self.static_outputs)
             return
         outputs = capture_with_trail(forward, True)
         for pattern, body in bodies.items():
@@ -110,6 +111,7 @@ class RegionGraphs:
         self._forward_body, self._backward_bodies = forward, bodies
         self.static_outputs = tuple(o.detach().clone() for o in outputs)
         self.pool.hold(self)
+        self.pool.register_static_outputs(self.static_outputs)
 
     def _cuda_capture(self, graph: torch.cuda.CUDAGraph, body: Callable[[], _T]) -> _T:
         return cuda_capture(graph, self.pool, body)

@@ -13,10 +13,11 @@ from __future__ import annotations
 import contextlib
 import gc
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+from torch import Tensor
 
 from lucid_yolo.replay.exceptions import PoolLeakError
 
@@ -60,6 +61,7 @@ class ReplayPool:
         self._captures = 0
         self._open: list[weakref.ref[OpenForward]] = []
         self._holders: weakref.WeakSet[object] = weakref.WeakSet()
+        self._static_outputs: weakref.WeakSet[Tensor] = weakref.WeakSet()
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -85,6 +87,29 @@ class ReplayPool:
         borrows it (:meth:`warm_up`).
         """
         self._holders.add(holder)
+
+    def register_static_outputs(self, outputs: Sequence[Tensor]) -> None:
+        """Note a recording's static outputs: buffers at fixed addresses that only that
+        recording's forward graph writes (:meth:`static_output_of`)."""
+        self._static_outputs.update(outputs)
+
+    def static_output_of(self, tensor: Tensor) -> Tensor | None:
+        """The registered static output that ``tensor`` is exactly (same address, shape,
+        strides, dtype and device), or ``None``.
+
+        A region fed by an earlier region of the pool (the loss by the network) can read that
+        buffer in place instead of copying it into a static input of its own.
+        """
+        for static in self._static_outputs:
+            if (
+                static.data_ptr() == tensor.data_ptr()
+                and static.shape == tensor.shape
+                and static.stride() == tensor.stride()
+                and static.dtype == tensor.dtype
+                and static.device == tensor.device
+            ):
+                return static
+        return None
 
     @property
     def holds_graphs(self) -> bool:

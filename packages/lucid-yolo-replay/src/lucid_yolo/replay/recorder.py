@@ -49,6 +49,7 @@ class _Recording:
     graphs: RegionGraphs
     layout: OutputLayout
     static_inputs: tuple[Tensor, ...]
+    read_in_place: tuple[int, ...]
     static_grad_outputs: dict[int, Tensor]
     differentiable: tuple[int, ...]
     grad_input_positions: tuple[int, ...]
@@ -56,6 +57,18 @@ class _Recording:
     groups: dict[str, tuple[int, ...]]
     reach: dict[int, frozenset[int]]
     replays: int = 0
+
+
+def _fresh_copy(live: Tensor) -> Tensor:
+    """A new buffer with ``live``'s shape, strides and dtype, holding its values."""
+    return torch.empty_strided(
+        live.shape, live.stride(), dtype=live.dtype, device=live.device
+    ).copy_(live)
+
+
+def _same(live: Tensor, recording: _Recording, position: int) -> bool:
+    static = recording.static_inputs[position]
+    return live.data_ptr() == static.data_ptr() and live.stride() == static.stride()
 
 
 class _Call:
@@ -186,6 +199,15 @@ class RegionRecorder:
             if recording is None:
                 return self._native("retired-signature", args)
         tensors = [a for a in args if isinstance(a, Tensor)]
+        moved = [i for i in recording.read_in_place if not _same(tensors[i], recording, i)]
+        if moved:
+            self.fall_back(
+                RetireReason.INPUTS_CHANGED,
+                f"tensor inputs {moved!r} were recorded as an earlier region's static outputs, "
+                "read in place, and this call passed other tensors (the earlier region ran "
+                "native, or its outputs were replaced); this call runs native",
+            )
+            return self.region(*args)
         if not self._may_open(recording, tensors):
             self.fall_back(
                 RetireReason.INTERLEAVED,
@@ -231,8 +253,9 @@ class RegionRecorder:
             return None
         if self.pool.open_forwards():
             return None
-        static_inputs = self._recordings[self._last_recorded].static_inputs
-        if not 0 <= position < len(static_inputs):
+        recording = self._recordings[self._last_recorded]
+        static_inputs = recording.static_inputs
+        if not 0 <= position < len(static_inputs) or position in recording.read_in_place:
             return None
         static = static_inputs[position]
         return static if TensorSpec.of(static) == spec else None
@@ -317,7 +340,8 @@ class RegionRecorder:
         """Warm up on the side stream, then capture forward and backward.
 
         Static inputs are fresh buffers with each input's exact shape, stride and dtype, filled
-        with the current inputs so warm-up sees real values. Static gradient outputs take the
+        with the current inputs so warm-up sees real values; an input that is an earlier region's
+        static output is that buffer itself (issue 11, memory). Static gradient outputs take the
         strides of the gradients the native warm-up calls received (:mod:`._grad_layout`).
         """
         # Memory order: release what native steps left cached on the default stream before the
@@ -326,10 +350,16 @@ class RegionRecorder:
         # (ReplayPool.release_cached_blocks).
         self.pool.release_cached_blocks()
         live_inputs = [a for a in args if isinstance(a, Tensor)]
+        # An input that is an earlier region's static output (the network's outputs for the
+        # loss) is read in place: only that region's forward graph writes it, before this
+        # region's forward on every step, and a call passing another tensor runs native.
+        read_in_place = tuple(
+            i for i, a in enumerate(live_inputs) if self.pool.static_output_of(a) is not None
+        )
         with torch.no_grad():
             static_inputs = tuple(
-                torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device=a.device).copy_(a)
-                for a in live_inputs
+                a.detach() if i in read_in_place else _fresh_copy(a)
+                for i, a in enumerate(live_inputs)
             )
         for static, live in zip(static_inputs, live_inputs, strict=True):
             static.requires_grad_(live.requires_grad)
@@ -414,6 +444,7 @@ class RegionRecorder:
             graphs=graphs,
             layout=layout_slot[0],
             static_inputs=static_inputs,
+            read_in_place=read_in_place,
             static_grad_outputs=static_grad_outputs,
             differentiable=differentiable,
             grad_input_positions=grad_input_positions,

@@ -50,8 +50,9 @@ class RetireReason(enum.StrEnum):
     """A forward came while a replayed forward of the same pool awaited its backward and was not
     nested above it (forward, forward, backward): that call runs native."""
     INPUTS_CHANGED = "inputs-changed"
-    """The caller's named inputs differ from those the region was built for: that call runs
-    native."""
+    """The caller's named inputs differ from those the region was built for, or a call passed
+    another tensor where the recording reads an earlier region's static output in place: that
+    call runs native."""
     GRAD_LAYOUT = "grad-layout"
     """An output's incoming gradient had other strides than the native warm-up's, which the
     recorded backward reads with: its reductions would round differently."""
