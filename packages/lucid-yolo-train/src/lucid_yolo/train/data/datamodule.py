@@ -45,6 +45,7 @@ from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.packed_batch import PackedBatch, pinned
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.data.repeating_loader import RepeatingLoader
 from lucid_yolo.train.data.resources import (
     CacheRequest,
     available_memory,
@@ -248,7 +249,7 @@ class YoloDataModule(L.LightningDataModule):
 
     @override
     def val_dataloader(self) -> DataLoader[Targets]:
-        return self._loader(self._dataset("val"), self.val_batch_size, train=False)
+        return self._loader(self._dataset("val"), self.val_batch_size, train=False, repeats=True)
 
     @override
     def test_dataloader(self) -> DataLoader[Targets]:
@@ -431,7 +432,9 @@ class YoloDataModule(L.LightningDataModule):
             return None
         return max(0, max_epochs - self.close_mosaic)
 
-    def _loader(self, dataset: YoloDataset, batch_size: int, *, train: bool) -> DataLoader[Targets]:
+    def _loader(
+        self, dataset: YoloDataset, batch_size: int, *, train: bool, repeats: bool = False
+    ) -> DataLoader[Targets]:
         # Each process of a data-parallel run loads its own shard; the trainer says which.
         trainer = self.trainer
         sampler = EpochSampler(
@@ -448,8 +451,9 @@ class YoloDataModule(L.LightningDataModule):
             # with opencv-python-headless 5.0 when the synthetic set was generated in-process).
             # Shrinking the pool in the parent before the workers fork avoids it.
             cv2.setNumThreads(1)
-        # the training loader saves its position in checkpoints, so a fit resumes mid-epoch
-        loader = ResumableLoader if train else DataLoader
+        # the training loader saves its position in checkpoints, so a fit resumes mid-epoch;
+        # the validation loader's workers load the next pass while the model trains
+        loader = ResumableLoader if train else RepeatingLoader if repeats else DataLoader
         return loader(
             dataset,
             batch_size=batch_size,

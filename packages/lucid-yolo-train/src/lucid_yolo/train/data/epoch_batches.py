@@ -7,14 +7,25 @@ is a batch sampler without end. It yields epoch ``e``'s batches from a given one
 batch of ``e + 1``, and so on, each as :class:`~lucid_yolo.train.data.sampler.EpochSampler` and
 ``BatchSampler`` would cut them. A DataLoader iterating it keeps ``prefetch_factor`` batches per
 worker in flight across the boundary, so the next epoch's first batches load while this one's
-last steps and its validation run.
+last steps and its validation run. :func:`batch_stream` builds that DataLoader for the training
+loader (:class:`~lucid_yolo.train.data.resumable_loader.ResumableLoader`) and the validation one
+(:class:`~lucid_yolo.train.data.repeating_loader.RepeatingLoader`) alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset
 
 from lucid_yolo.train.data.sampler import EpochSampler
+
+STREAM_REPLACES = frozenset(
+    {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "persistent_workers"}
+)
+"""DataLoader options a stream replaces: its batch sampler cuts the batches, and its one
+iterator serves every epoch, so it needs no persistent workers."""
 
 
 class EpochBatches:
@@ -71,4 +82,24 @@ class EpochBatches:
             epoch, first = epoch + 1, 0
 
 
-__all__ = ["EpochBatches"]
+def batch_stream(
+    dataset: Dataset[Any],
+    sampler: EpochSampler,
+    batch_size: int,
+    options: Mapping[str, Any],
+    *,
+    drop_last: bool,
+    epoch: int,
+    first: int,
+) -> tuple[Iterator[Any], EpochBatches]:
+    """One DataLoader iterator over :class:`EpochBatches` from batch ``first`` of ``epoch`` on.
+
+    ``options`` are a DataLoader's keyword options; those in :data:`STREAM_REPLACES` are left
+    out. Returns the iterator and its batch sampler (which says what it has handed out).
+    """
+    batches = EpochBatches(sampler, batch_size, drop_last=drop_last, epoch=epoch, first=first)
+    kept = {key: value for key, value in options.items() if key not in STREAM_REPLACES}
+    return iter(DataLoader(dataset, batch_sampler=batches, **kept)), batches
+
+
+__all__ = ["STREAM_REPLACES", "EpochBatches", "batch_stream"]

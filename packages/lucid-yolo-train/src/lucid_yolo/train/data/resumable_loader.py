@@ -26,14 +26,8 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.epoch_batches import EpochBatches
+from lucid_yolo.train.data.epoch_batches import EpochBatches, batch_stream
 from lucid_yolo.train.data.sampler import EpochSampler
-
-_BATCHING = frozenset(
-    {"batch_size", "shuffle", "sampler", "batch_sampler", "drop_last", "persistent_workers"}
-)
-"""DataLoader options the cross-epoch stream replaces: its batch sampler cuts the batches, and
-its one iterator serves every epoch, so it needs no persistent workers."""
 
 
 class ResumableLoader(DataLoader[Targets]):
@@ -55,7 +49,7 @@ class ResumableLoader(DataLoader[Targets]):
                 f"{type(self.sampler).__name__} and batch_size={self.batch_size!r}"
             )
         self.epoch_sampler: EpochSampler = self.sampler
-        self._stream_options = {k: v for k, v in options.items() if k not in _BATCHING}
+        self._options = options
         self.batches_done = 0
         self._stream: Iterator[Any] | None = None
         self._stream_batches: EpochBatches | None = None
@@ -92,15 +86,14 @@ class ResumableLoader(DataLoader[Targets]):
         position = self._position(epoch, first)
         if self._stream is None or self._stream_next != position:
             self._stream = None  # its workers shut down before the new ones start
-            self._stream_batches = EpochBatches(
+            self._stream, self._stream_batches = batch_stream(
+                self.dataset,
                 self.epoch_sampler,
                 int(self.batch_size or 1),
+                self._options,
                 drop_last=self.drop_last,
                 epoch=position[0],
                 first=position[1],
-            )
-            self._stream = iter(
-                DataLoader(self.dataset, batch_sampler=self._stream_batches, **self._stream_options)
             )
             self._stream_next = position
         return self._stream
