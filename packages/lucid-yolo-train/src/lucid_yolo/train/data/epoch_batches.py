@@ -7,7 +7,7 @@ is a batch sampler without end. It yields epoch ``e``'s batches from a given one
 batch of ``e + 1``, and so on, each as :class:`~lucid_yolo.train.data.sampler.EpochSampler` and
 ``BatchSampler`` would cut them. A DataLoader iterating it keeps ``prefetch_factor`` batches per
 worker in flight across the boundary, so the next epoch's first batches load while this one's
-last steps and its validation run. :func:`batch_stream` builds that DataLoader for the training
+last steps and its validation run. :class:`BatchStream` holds that DataLoader for the training
 loader (:class:`~lucid_yolo.train.data.resumable_loader.ResumableLoader`) and the validation one
 (:class:`~lucid_yolo.train.data.repeating_loader.RepeatingLoader`) alike.
 """
@@ -82,24 +82,55 @@ class EpochBatches:
             epoch, first = epoch + 1, 0
 
 
-def batch_stream(
-    dataset: Dataset[Any],
-    sampler: EpochSampler,
-    batch_size: int,
-    options: Mapping[str, Any],
-    *,
-    drop_last: bool,
-    epoch: int,
-    first: int,
-) -> tuple[Iterator[Any], EpochBatches]:
-    """One DataLoader iterator over :class:`EpochBatches` from batch ``first`` of ``epoch`` on.
+class BatchStream:
+    """A loader's worker stream: one DataLoader iterator over :class:`EpochBatches`, restarted
+    where the loader needs it.
 
-    ``options`` are a DataLoader's keyword options; those in :data:`STREAM_REPLACES` are left
-    out. Returns the iterator and its batch sampler (which says what it has handed out).
+    Args:
+        dataset: the loader's dataset.
+        sampler: gives each epoch's order.
+        batch_size: samples per batch.
+        options: the loader's DataLoader keyword options; those in :data:`STREAM_REPLACES` are
+            left out.
+        drop_last: leave out each epoch's last batch when it is short.
+
+    Attributes:
+        started: streams started so far.
     """
-    batches = EpochBatches(sampler, batch_size, drop_last=drop_last, epoch=epoch, first=first)
-    kept = {key: value for key, value in options.items() if key not in STREAM_REPLACES}
-    return iter(DataLoader(dataset, batch_sampler=batches, **kept)), batches
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        sampler: EpochSampler,
+        batch_size: int,
+        options: Mapping[str, Any],
+        *,
+        drop_last: bool,
+    ) -> None:
+        self.dataset = dataset
+        self.sampler = sampler
+        self.batch_size = batch_size
+        self.drop_last = drop_last
+        self._options = {key: value for key, value in options.items() if key not in STREAM_REPLACES}
+        self._batches: EpochBatches | None = None
+        self.current: Iterator[Any] | None = None
+        self.started = 0
+
+    def restart(self, epoch: int, first: int) -> Iterator[Any]:
+        """A new stream from batch ``first`` of ``epoch`` on; the current one's workers shut down
+        before the new ones start."""
+        self.current = None
+        self._batches = EpochBatches(
+            self.sampler, self.batch_size, drop_last=self.drop_last, epoch=epoch, first=first
+        )
+        self.current = iter(DataLoader(self.dataset, batch_sampler=self._batches, **self._options))
+        self.started += 1
+        return self.current
+
+    @property
+    def dispatched(self) -> tuple[int, int] | None:
+        """``(epoch, batch)`` of the last batch handed to the workers (``None`` before any)."""
+        return None if self._batches is None else self._batches.dispatched
 
 
-__all__ = ["STREAM_REPLACES", "EpochBatches", "batch_stream"]
+__all__ = ["STREAM_REPLACES", "BatchStream", "EpochBatches"]

@@ -6,7 +6,7 @@ at the next ``iter()``, when validation has already begun, so every pass starts 
 batch to be loaded, and loads the rest while the network waits (issue 11, "validation at GPU
 speed": 0.27 s of a 0.33 s pass at detect batch 32 on the H200 was the loader wait, session 6).
 :class:`RepeatingLoader` iterates one DataLoader over the passes as one stream
-(:func:`~lucid_yolo.train.data.epoch_batches.batch_stream`), so the workers load the next pass's
+(:class:`~lucid_yolo.train.data.epoch_batches.BatchStream`), so the workers load the next pass's
 first ``prefetch_factor`` batches each as soon as this pass is handed out, during training.
 
 The batches are those of a plain DataLoader over the same sampler, in the same order, every
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.epoch_batches import EpochBatches, batch_stream
+from lucid_yolo.train.data.epoch_batches import BatchStream
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
@@ -41,9 +41,6 @@ class RepeatingLoader(DataLoader[Targets]):
     Raises:
         TypeError: another sampler, a shuffling one (passes would differ), or no fixed batch
             size.
-
-    Attributes:
-        streams: streams started so far (one per pass left early, plus the first).
     """
 
     def __init__(self, dataset: Any, **options: Any) -> None:
@@ -57,11 +54,10 @@ class RepeatingLoader(DataLoader[Targets]):
         if self.batch_size is None:
             raise TypeError("RepeatingLoader needs a batch size, got batch_size=None")
         self.epoch_sampler: EpochSampler = self.sampler
-        self._options = options
-        self._stream: Iterator[Any] | None = None
-        self._stream_batches: EpochBatches | None = None
+        self._stream = BatchStream(
+            dataset, self.epoch_sampler, self.batch_size, options, drop_last=self.drop_last
+        )
         self._at_pass_start = False
-        self.streams = 0
 
     @override
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
@@ -75,25 +71,20 @@ class RepeatingLoader(DataLoader[Targets]):
         self._at_pass_start = True
 
     @property
+    def streams(self) -> int:
+        """Streams started so far (the first, then one per pass left early)."""
+        return self._stream.started
+
+    @property
     def dispatched(self) -> tuple[int, int] | None:
         """``(pass, batch)`` of the last batch handed to the workers (``None`` without them)."""
-        return None if self._stream_batches is None else self._stream_batches.dispatched
+        return self._stream.dispatched
 
     def _stream_at_pass_start(self) -> Iterator[Any]:
         """The current stream if a pass ended there, else a new one (a pass left early)."""
-        if self._stream is None or not self._at_pass_start:
-            self._stream = None  # its workers shut down before the new ones start
-            self._stream, self._stream_batches = batch_stream(
-                self.dataset,
-                self.epoch_sampler,
-                int(self.batch_size or 1),
-                self._options,
-                drop_last=self.drop_last,
-                epoch=0,
-                first=0,
-            )
-            self.streams += 1
-        return self._stream
+        if self._stream.current is None or not self._at_pass_start:
+            return self._stream.restart(0, 0)
+        return self._stream.current
 
 
 __all__ = ["RepeatingLoader"]

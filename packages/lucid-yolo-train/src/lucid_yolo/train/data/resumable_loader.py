@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.epoch_batches import EpochBatches, batch_stream
+from lucid_yolo.train.data.epoch_batches import BatchStream
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
@@ -49,10 +49,10 @@ class ResumableLoader(DataLoader[Targets]):
                 f"{type(self.sampler).__name__} and batch_size={self.batch_size!r}"
             )
         self.epoch_sampler: EpochSampler = self.sampler
-        self._options = options
         self.batches_done = 0
-        self._stream: Iterator[Any] | None = None
-        self._stream_batches: EpochBatches | None = None
+        self._stream = BatchStream(
+            dataset, self.epoch_sampler, self.batch_size, options, drop_last=self.drop_last
+        )
         self._stream_next: tuple[int, int] | None = None
 
     @override
@@ -74,7 +74,7 @@ class ResumableLoader(DataLoader[Targets]):
     @property
     def dispatched(self) -> tuple[int, int] | None:
         """``(epoch, batch)`` of the last batch handed to the workers (``None`` without them)."""
-        return None if self._stream_batches is None else self._stream_batches.dispatched
+        return self._stream.dispatched
 
     def _position(self, epoch: int, batch: int) -> tuple[int, int]:
         """``(epoch, batch)`` with an epoch's end written as the next epoch's start."""
@@ -84,19 +84,10 @@ class ResumableLoader(DataLoader[Targets]):
         """The cross-epoch stream at batch ``first`` of ``epoch``: the current one if it stands
         there, else a new one (an epoch left early, a resume, another epoch set)."""
         position = self._position(epoch, first)
-        if self._stream is None or self._stream_next != position:
-            self._stream = None  # its workers shut down before the new ones start
-            self._stream, self._stream_batches = batch_stream(
-                self.dataset,
-                self.epoch_sampler,
-                int(self.batch_size or 1),
-                self._options,
-                drop_last=self.drop_last,
-                epoch=position[0],
-                first=position[1],
-            )
+        if self._stream.current is None or self._stream_next != position:
             self._stream_next = position
-        return self._stream
+            return self._stream.restart(*position)
+        return self._stream.current
 
     def state_dict(self) -> dict[str, int]:
         """The epoch being iterated and how many of its batches were yielded."""
