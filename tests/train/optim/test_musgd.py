@@ -157,6 +157,22 @@ def test_musgd_flop_ratio_one_stacks_only_equal_shapes(net: nn.Module) -> None:
     )
 
 
+def test_musgd_channels_last_weights_step_as_contiguous_ones(net: nn.Module) -> None:
+    strided = copy.deepcopy(net).to(memory_format=torch.channels_last)
+    opts = [MuSGD(param_groups(m, weight_decay=0.01), **_HYPERS) for m in (net, strided)]
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(2):
+        grads = [torch.randn(p.shape, generator=generator) for p in net.parameters()]
+        for model, opt in zip((net, strided), opts, strict=True):
+            for p, g in zip(model.parameters(), grads, strict=True):
+                p.grad = torch.empty_like(p).copy_(g)  # in the parameter's layout
+            opt.step()
+    assert _bit_equal(net, strided)
+    conv = strided[3].weight
+    assert conv.is_contiguous(memory_format=torch.channels_last)
+    assert not conv.is_contiguous()
+
+
 def test_musgd_lr_written_into_tensor_takes_effect(net: nn.Module, backward: Backward) -> None:
     opt = MuSGD(param_groups(net, weight_decay=0.01), **_HYPERS)
     lr_tensors = [group["lr"] for group in opt.param_groups]

@@ -27,7 +27,7 @@ _SHAPES = [
 
 
 def _buckets(dtype: torch.dtype, ratio: float = 4.0) -> ShapeBuckets:
-    return ShapeBuckets(_SHAPES, dtype=dtype, device=torch.device("cpu"), max_flop_ratio=ratio)
+    return ShapeBuckets([torch.empty(s, dtype=dtype) for s in _SHAPES], max_flop_ratio=ratio)
 
 
 def _updates(dtype: torch.dtype) -> list[torch.Tensor]:
@@ -131,6 +131,55 @@ def test_shape_buckets_dispatch_one_gather_each_way_and_one_chain_per_stack(
     assert not host_sync_ops & set(ops)
 
 
+def test_shape_buckets_read_and_write_channels_last_matrices_in_their_layout(
+    record_ops: Callable[[Callable[[], object]], list[str]],
+) -> None:
+    def channels_last(t: torch.Tensor) -> torch.Tensor:
+        return t.to(memory_format=torch.channels_last) if t.ndim == 4 else t
+
+    updates = _updates(torch.float64)
+    expected = _buckets(torch.float64).orthogonalise(updates, steps=5, dtype=torch.float64)
+    buckets = ShapeBuckets(
+        [channels_last(torch.empty(s, dtype=torch.float64)) for s in _SHAPES], max_flop_ratio=4.0
+    )
+    strided = [channels_last(u) for u in updates]
+    ops: list[str] = []
+    results: list[torch.Tensor] = []
+    ops += record_ops(
+        lambda: results.extend(buckets.orthogonalise(strided, steps=5, dtype=torch.float64))
+    )
+    assert [r.stride() for r in results] == [u.stride() for u in strided]
+    assert any(not u.is_contiguous() for u in strided)
+    assert not {"clone", "copy_"} & set(ops)  # every channels-last update was read as a view
+    for result, reference in zip(results, expected, strict=True):
+        torch.testing.assert_close(result, reference, rtol=0.0, atol=1e-12)
+
+
+def test_shape_buckets_read_an_update_of_another_layout_correctly() -> None:
+    buckets = _buckets(torch.float64)
+    updates = _updates(torch.float64)
+    expected = buckets.orthogonalise(updates, steps=5, dtype=torch.float64)
+    updates[1] = updates[1].to(memory_format=torch.channels_last)
+    results = buckets.orthogonalise(updates, steps=5, dtype=torch.float64)
+    assert torch.equal(results[1], expected[1])
+    assert results[1].is_contiguous()
+
+
+def test_shape_buckets_read_a_matrix_parameter_that_is_not_dense_row_major() -> None:
+    wide = torch.randn(8, 20, dtype=torch.float64)
+    every_other = wide[:, ::2]  # (8, 10) with strides (20, 2): not dense
+    buckets = ShapeBuckets([every_other], max_flop_ratio=2.0)
+    (result,) = buckets.orthogonalise([every_other], steps=5, dtype=torch.float64)
+    assert result.is_contiguous()
+    torch.testing.assert_close(result, _unpadded(every_other, torch.float64), rtol=0.0, atol=1e-12)
+
+
 def test_shape_buckets_reject_an_empty_list() -> None:
-    with pytest.raises(OptimizerConfigError, match="at least one matrix shape"):
-        ShapeBuckets([], dtype=torch.float32, device=torch.device("cpu"), max_flop_ratio=2.0)
+    with pytest.raises(OptimizerConfigError, match="at least one matrix, got none"):
+        ShapeBuckets([], max_flop_ratio=2.0)
+
+
+def test_shape_buckets_reject_matrices_of_two_dtypes() -> None:
+    matrices = [torch.empty(4, 8), torch.empty(4, 8, dtype=torch.float64)]
+    with pytest.raises(OptimizerConfigError, match=r"one dtype and device, got .*float64"):
+        ShapeBuckets(matrices, max_flop_ratio=2.0)

@@ -215,16 +215,8 @@ class MuSGD(Optimizer):
                 if p.ndim >= 2:
                     params.setdefault((p.dtype, p.device), []).append(p)
         return [
-            _MatrixBatch(
-                matrices,
-                ShapeBuckets(
-                    [p.shape for p in matrices],
-                    dtype=dtype,
-                    device=device,
-                    max_flop_ratio=self.ns_max_flop_ratio,
-                ),
-            )
-            for (dtype, device), matrices in params.items()
+            _MatrixBatch(matrices, ShapeBuckets(matrices, max_flop_ratio=self.ns_max_flop_ratio))
+            for matrices in params.values()
         ]
 
     @property

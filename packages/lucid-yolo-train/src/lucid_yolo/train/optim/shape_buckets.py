@@ -101,6 +101,28 @@ class _Stack:
         return self.count * self.rows * self.cols
 
 
+def _row_major_strides(shape: torch.Size) -> tuple[int, ...]:
+    strides = [1] * len(shape)
+    for dim in range(len(shape) - 2, -1, -1):
+        strides[dim] = strides[dim + 1] * shape[dim + 1]
+    return tuple(strides)
+
+
+def _dense_strides(t: Tensor) -> tuple[int, ...]:
+    """``t``'s strides when they lay its entries out densely without overlap, else row-major ones.
+
+    Dense strides (contiguous, channels-last, any permutation) map the entries one-to-one onto
+    ``numel`` consecutive elements, so a flat slice of that length can be viewed with them.
+    """
+    shape, strides = t.shape, t.stride()
+    expected = 1
+    for dim in sorted((d for d in range(t.ndim) if shape[d] != 1), key=lambda d: strides[d]):
+        if strides[dim] != expected:
+            return _row_major_strides(shape)
+        expected *= shape[dim]
+    return tuple(strides)
+
+
 class ShapeBuckets:
     """Orthogonalise a fixed list of matrices in a few zero-padded stacks, with fixed indices.
 
@@ -109,30 +131,44 @@ class ShapeBuckets:
     so :meth:`orthogonalise` allocates only its results and has no host sync and no branch on
     values: it is recorded as is in a CUDA graph.
 
+    The matrices are read and written in their parameters' memory order (a channels-last conv
+    weight is read without a copy and its result has the parameter's strides), so the foreach
+    ops that blend the result with the SGD direction and the parameter keep their fast path,
+    which needs equal strides across their lists.
+
     Args:
-        shapes: parameter shapes (``(out, in, k, k)``, ``(out, in)``, …) of the matrices, each
-            viewed as ``(shape[0], numel // shape[0])``; at least one.
-        dtype: dtype of the matrices' updates (the parameters' dtype).
-        device: their device.
+        matrices: the parameters (``(out, in, k, k)``, ``(out, in)``, …), each viewed as
+            ``(shape[0], numel // shape[0])``; at least one, all of one dtype and device. Their
+            shapes, strides, dtype and device are what :meth:`orthogonalise` expects.
         max_flop_ratio: see :func:`bucket_shapes`.
+
+    Raises:
+        OptimizerConfigError: for no matrix, or matrices of several dtypes or devices.
     """
 
-    def __init__(
-        self,
-        shapes: Sequence[torch.Size],
-        *,
-        dtype: torch.dtype,
-        device: torch.device,
-        max_flop_ratio: float,
-    ) -> None:
-        if not shapes:
-            raise OptimizerConfigError("ShapeBuckets needs at least one matrix shape, got none")
-        self.shapes = [torch.Size(s) for s in shapes]
+    def __init__(self, matrices: Sequence[Tensor], *, max_flop_ratio: float) -> None:
+        if not matrices:
+            raise OptimizerConfigError("ShapeBuckets needs at least one matrix, got none")
+        kinds = {(m.dtype, m.device) for m in matrices}
+        if len(kinds) != 1:
+            raise OptimizerConfigError(
+                f"ShapeBuckets needs matrices of one dtype and device, got "
+                f"{sorted(map(str, kinds))!r}; make one ShapeBuckets per dtype and device"
+            )
+        ((dtype, device),) = kinds
+        self.shapes = [m.shape for m in matrices]
         self._numels = [s.numel() for s in self.shapes]
         self.dtype = dtype
         self.device = device
-        matrices = [(s[0], s.numel() // s[0]) for s in self.shapes]
-        wide = [(min(r, c), max(r, c)) for r, c in matrices]
+        self._strides = [_dense_strides(m) for m in matrices]
+        self._row_major = [
+            strides == _row_major_strides(s)
+            for strides, s in zip(self._strides, self.shapes, strict=True)
+        ]
+        """Row-major matrices are flattened and shaped with ``view``, the others with
+        ``as_strided`` (both views; ``view`` is the cheaper call)."""
+        matrices_2d = [(s[0], s.numel() // s[0]) for s in self.shapes]
+        wide = [(min(r, c), max(r, c)) for r, c in matrices_2d]
         stack_shapes = bucket_shapes(wide, max_flop_ratio)
         slots: dict[tuple[int, int], list[int]] = {}
         for index, stack_shape in enumerate(stack_shapes):
@@ -144,23 +180,27 @@ class ShapeBuckets:
         for (stack_rows, stack_cols), members in sorted(slots.items()):
             stack = _Stack(len(members), stack_rows, stack_cols, offset)
             for slot, index in enumerate(members):
-                rows, cols = matrices[index]
-                row = torch.arange(rows).unsqueeze(1)  # (rows, 1)
-                col = torch.arange(cols).unsqueeze(0)  # (1, cols)
+                rows, cols = matrices_2d[index]
+                shape = self.shapes[index]
+                # the logical (row-major) index of each entry, listed in memory order
+                logical = torch.empty(shape.numel(), dtype=torch.int64)
+                logical.as_strided(shape, self._strides[index]).copy_(
+                    torch.arange(shape.numel()).view(shape)
+                )
+                row, col = logical // cols, logical % cols
                 # entry (row, col) of the matrix lands at (row, col) of its slot, or at
                 # (col, row) when the matrix is tall and enters transposed
                 inside = row * stack_cols + col if rows <= cols else col * stack_cols + row
-                base = offset + slot * stack_rows * stack_cols
-                padded_position[index] = (base + inside).reshape(-1)  # (rows·cols,)
+                padded_position[index] = offset + slot * stack_rows * stack_cols + inside
             scales.append(
                 torch.tensor(
-                    [max(1.0, matrices[i][0] / matrices[i][1]) ** 0.5 for i in members],
+                    [max(1.0, matrices_2d[i][0] / matrices_2d[i][1]) ** 0.5 for i in members],
                     dtype=torch.float64,
                 ).view(-1, 1, 1)  # (count, 1, 1)
             )
             self._stacks.append(stack)
             offset += stack.numel
-        unpack = torch.cat(padded_position)  # (N,) padded position of each entry, in input order
+        unpack = torch.cat(padded_position)  # (N,) padded position of each entry, memory order
         entries = unpack.numel()
         index_dtype = torch.int32 if max(offset, entries) < 2**31 else torch.int64
         pack = torch.full((offset,), entries, dtype=torch.int64)  # padding reads the zero at N
@@ -178,8 +218,24 @@ class ShapeBuckets:
 
     def zeros_like(self, index: int) -> Tensor:
         """A zero update for matrix ``index`` (a view of a tensor made at construction)."""
-        shape = self.shapes[index]
-        return self._zeros[: shape.numel()].view(shape)
+        return self._shaped(self._zeros[: self._numels[index]], index)
+
+    def _shaped(self, flat: Tensor, index: int) -> Tensor:
+        """View ``flat``, in matrix ``index``'s memory order, with its shape and strides."""
+        if self._row_major[index]:
+            return flat.view(self.shapes[index])
+        return flat.as_strided(self.shapes[index], self._strides[index])
+
+    def _flat(self, update: Tensor, index: int) -> Tensor:
+        """``update``'s entries in matrix ``index``'s memory order; a view when strides match."""
+        strides = self._strides[index]
+        if update.stride() != strides:  # another layout: copied into the expected one
+            update = torch.empty_strided(
+                update.shape, strides, dtype=update.dtype, device=update.device
+            ).copy_(update)
+        if self._row_major[index]:
+            return update.view(-1)
+        return update.as_strided((self._numels[index],), (1,))
 
     def orthogonalise(
         self, updates: Sequence[Tensor], *, steps: int, dtype: torch.dtype
@@ -187,23 +243,25 @@ class ShapeBuckets:
         """``s · NS(u)`` for every matrix update ``u``, in its own shape and the input dtype.
 
         Args:
-            updates: one tensor per shape given at construction, in that order, each of that
+            updates: one tensor per matrix given at construction, in that order, each of its
                 shape, dtype and device (use :meth:`zeros_like` for a matrix without an update).
+                Another memory layout is read correctly, with a copy.
             steps: Newton–Schulz iterations.
             dtype: compute dtype of the iteration.
 
         Returns:
-            Contiguous views of one flat tensor, one per update, shaped like the updates.
+            Views of one flat tensor, one per update, each with its matrix's shape and strides.
         """
         # pack: (N + 1,) entries, the last one zero, gathered into every stack at once
-        entries = torch.cat([u.reshape(-1) for u in updates] + [self._zeros[:1]])
+        in_memory_order = [self._flat(u, index) for index, u in enumerate(updates)]
+        entries = torch.cat([*in_memory_order, self._zeros[:1]])
         padded = entries.to(dtype).index_select(0, self._pack_index)  # (Σ B·R·C,)
         results = []
         for stack, scale in zip(self._stacks, self._scales, strict=True):
             X = padded[stack.offset : stack.offset + stack.numel]
             X = X.view(stack.count, stack.rows, stack.cols)  # (B, R, C), R <= C: no transpose
             results.append(orthogonalise(X, steps=steps, dtype=dtype).to(self.dtype) * scale)
-        # unpack: every stack's corners back to input order, each update a contiguous slice
+        # unpack: every stack's corners back to the matrices' memory order, one slice each
         flat = torch.cat([r.reshape(-1) for r in results]).index_select(0, self._unpack_index)
         pieces = flat.split_with_sizes(self._numels)
-        return [piece.view(shape) for piece, shape in zip(pieces, self.shapes, strict=True)]
+        return [self._shaped(piece, index) for index, piece in enumerate(pieces)]
