@@ -15,6 +15,7 @@ Example (GPU machine, from the repository root)::
 
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
     python3 tools/bench_update_step.py --models yolo26n yolo26n-seg --out $OUT/update_step.json
+    python3 tools/bench_update_step.py --memory-format channels_last --out $OUT/update_cl.json
 """
 
 from __future__ import annotations
@@ -38,10 +39,19 @@ MODES = ("native", "replay", "replay-backup")
 """``replay-backup``: replayed with the backup the late non-finite check needs (the fit's default
 in fp32 and bf16 when the update replays)."""
 
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+"""``--memory-format``: the layout of the timed models' weights (the CPU counts stay contiguous)."""
 
-def _build(name: str, device: str, replay: bool, backup: bool = False) -> tuple[MuSGD, UpdateStep]:
+
+def _build(
+    name: str,
+    device: str,
+    replay: bool,
+    backup: bool = False,
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> tuple[MuSGD, UpdateStep]:
     torch.manual_seed(0)
-    net = create_model(name, num_classes=80).to(device)
+    net = create_model(name, num_classes=80).to(device, memory_format=memory_format)
     ema = trainer_ema(net)
     optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
     step = UpdateStep(optimizer, ema, replay=replay, backup=backup)
@@ -90,12 +100,24 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--memory-format",
+        choices=sorted(MEMORY_FORMATS),
+        default="contiguous",
+        help="layout of the timed models' conv weights (fits on CUDA default to channels_last)",
+    )
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    memory_format = MEMORY_FORMATS[args.memory_format]
     report: dict[str, Any] = {name: {"model": describe(name)} for name in args.models}
+    report["memory_format"] = args.memory_format
     runs = {
         (name, mode): _build(
-            name, "cuda", replay=mode.startswith("replay"), backup=mode == "replay-backup"
+            name,
+            "cuda",
+            replay=mode.startswith("replay"),
+            backup=mode == "replay-backup",
+            memory_format=memory_format,
         )[0]
         for name in args.models
         for mode in MODES
