@@ -12,19 +12,21 @@ replayed), and over the second half of the steps, without a profiler:
 
 * ``period_ms``: wall time per step, the device synchronised at both ends of the window;
 * ``between_ms``: host time per step from one step's end to the next one's start (the batch's
-  fetch, pin where the main thread pins, copy, unpacking and the device's pixel work launched).
+  fetch, copy, unpacking and the launches of the device pixels).
 
 With ``--receive N`` it runs no fit: it times the main thread taking N training batches from the
 loader alone, the workers ahead (``--gap`` seconds between batches), per variant; on a machine
 without CUDA nothing is pinned, so the main thread itself receives each batch from the workers.
 
 Variants (``--variants``): ``tensors`` (session 6's path: the batch as ten tensors, pinned in
-the DataLoader's thread); ``switch-0.5ms`` (``sys.setswitchinterval``,
-5 ms by default, so a thread waiting for the lock gets it sooner); ``pin-main`` (no pin-memory
-thread: the main thread reads the workers' queue and pins right before the copy);
-``packed`` (one buffer per batch: one descriptor, one pin, one copy); ``packed-pin-main``;
-``file-system`` (``torch.multiprocessing``'s ``file_system`` sharing strategy: tensors shared by
-name, no descriptor passing).
+the DataLoader's thread); ``switch-0.5ms`` (``sys.setswitchinterval``, 5 ms by default, so a
+thread waiting for the lock gets it sooner); ``packed`` (one buffer per batch: one descriptor,
+one pin, one copy); ``file-system`` (``torch.multiprocessing``'s ``file_system`` sharing
+strategy: tensors shared by name, no descriptor passing); ``phase-timer`` (``tensors`` with the
+``PhaseTimer`` the CLI adds to every fit); ``cli-callbacks`` (``tensors`` with every callback the
+CLI's ``fit`` adds but the two checkpoints, which need validation metrics, and its CSV logger).
+Rounds (``--rounds``) run the variants in alternating order (ABBA...), so a drift over the run
+does not read as a difference between variants.
 
 Run (GPU machine, from source; results in ``$OUT/loader_thread.json`` and ``.md``, or
 ``loader_receive.*`` with ``--receive``, written after each process so a run cut short keeps what
@@ -66,23 +68,41 @@ class Variant:
         sharing_strategy: ``torch.multiprocessing.set_sharing_strategy``; ``None`` leaves the
             platform's default (``file_descriptor`` on Linux).
         pack_batches: ``YoloDataModule(pack_batches=...)``.
-        pin_memory: ``YoloDataModule(pin_memory=...)``.
+        phase_timer: add the CLI's ``PhaseTimer``.
+        cli_callbacks: add every callback of the CLI's ``fit`` but the checkpoints, and its
+            CSV logger.
     """
 
     switch_interval: float | None = None
     sharing_strategy: str | None = None
     pack_batches: bool = False
-    pin_memory: str = "thread"
+    phase_timer: bool = False
+    cli_callbacks: bool = False
 
 
 VARIANTS = {
     "tensors": Variant(),
     "switch-0.5ms": Variant(switch_interval=0.0005),
-    "pin-main": Variant(pin_memory="main"),
     "packed": Variant(pack_batches=True),
-    "packed-pin-main": Variant(pack_batches=True, pin_memory="main"),
     "file-system": Variant(sharing_strategy="file_system"),
+    "phase-timer": Variant(phase_timer=True),
+    "cli-callbacks": Variant(cli_callbacks=True),
 }
+
+
+def _extra_callbacks(variant: Variant, log_dir: Path) -> tuple[list[Any], Any]:
+    """The variant's callbacks beside the window, and its logger (``False``: none)."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import CSVLogger
+
+    from lucid_yolo.cli.lightning_cli import trainer_defaults
+    from lucid_yolo.train.callbacks import PhaseTimer
+
+    if variant.cli_callbacks:
+        callbacks = trainer_defaults("fit")["callbacks"]
+        kept = [c for c in callbacks if not isinstance(c, ModelCheckpoint)]
+        return kept, CSVLogger(save_dir=log_dir)
+    return ([PhaseTimer()] if variant.phase_timer else []), False
 
 
 def _fit(args: argparse.Namespace) -> dict[str, Any]:
@@ -91,7 +111,6 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     import torch
     from lightning.pytorch.callbacks import Callback
 
-    from bench_trainer import step_trainer
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 
     variant = VARIANTS[args.child]
@@ -142,7 +161,6 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         batch_size=args.batch[0],
         workers=args.workers,
         pack_batches=variant.pack_batches,
-        pin_memory=variant.pin_memory,  # type: ignore[arg-type]
     )
     module = YoloModule(
         MODEL,
@@ -150,8 +168,19 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         replay=ReplayConfig(network=True, loss=True, update=True),
     )
     window = Window(args.steps // 2)
-    trainer = step_trainer(
-        args.steps, window, accelerator="auto", precision="bf16-mixed" if cuda else "32-true"
+    callbacks, logger = _extra_callbacks(variant, args.out / "logs" / args.child)
+    # bench_trainer.step_trainer's trainer, with the variant's callbacks and logger
+    trainer = pl.Trainer(
+        accelerator="auto",
+        devices=1,
+        precision="bf16-mixed" if cuda else "32-true",
+        max_steps=args.steps,
+        limit_val_batches=0,
+        logger=logger,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[window, *callbacks],
     )
     trainer.fit(module, data)
     steps = max(window.steps, 1)
@@ -167,13 +196,15 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "sharing_strategy": torch.multiprocessing.get_sharing_strategy(),
         "replays": int(module.replay_telemetry.replays),
         "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "callbacks": sorted({type(c).__name__ for c in trainer.callbacks}),
+        "logger": type(trainer.logger).__name__ if trainer.logger else None,
     }
 
 
 def _receive(args: argparse.Namespace) -> dict[str, Any]:
     """The main thread's time to take one training batch from the loader, with the workers ahead
-    (``args.gap`` seconds between batches let them refill the queue): the fetch, and with
-    ``pin_memory="main"`` the pinning, and a packed batch's unpacking; no model, no trainer.
+    (``args.gap`` seconds between batches let them refill the queue): the fetch and a packed
+    batch's unpacking; no model, no trainer.
 
     Wall time (``receive_us_*``) depends on what else the machine runs; the main thread's CPU
     time (``main_cpu_us_median``) and the main process's, all its threads (the pin-memory
@@ -184,7 +215,7 @@ def _receive(args: argparse.Namespace) -> dict[str, Any]:
 
     from lucid_yolo.train import YoloDataModule
     from lucid_yolo.train.data.augment import AugmentConfig
-    from lucid_yolo.train.data.packed_batch import PackedBatch, pinned
+    from lucid_yolo.train.data.packed_batch import PackedBatch
 
     variant = VARIANTS[args.child]
     if variant.switch_interval is not None:
@@ -199,11 +230,9 @@ def _receive(args: argparse.Namespace) -> dict[str, Any]:
         workers=args.workers,
         augment=AugmentConfig(pixels_on_device=True),
         pack_batches=variant.pack_batches,
-        pin_memory=variant.pin_memory,  # type: ignore[arg-type]
     )
     data.setup("fit")
     batches = _epochs(data.train_dataloader())
-    pins = torch.cuda.is_available() and variant.pin_memory == "main"
     seconds, thread_cpu, process_began = [], [], 0.0
     for index in range(args.receive + 2):  # the first two wait for the workers to start
         if index == 2:
@@ -211,8 +240,6 @@ def _receive(args: argparse.Namespace) -> dict[str, Any]:
         time.sleep(args.gap)
         began, cpu_began = time.perf_counter(), time.thread_time()
         batch = next(batches)
-        if pins:
-            batch = pinned(batch)
         if isinstance(batch, PackedBatch):
             batch = batch.unpack()
         if index >= 2:
@@ -246,6 +273,7 @@ def _child_command(args: argparse.Namespace, variant: str, batch: int) -> list[s
     command = [sys.executable, str(Path(__file__).resolve()), "--child", variant]
     command += ["--batch", str(batch), "--steps", str(args.steps), "--imgsz", str(args.imgsz)]
     command += ["--root", str(args.root), "--receive", str(args.receive), "--gap", str(args.gap)]
+    command += ["--out", str(args.out)]
     if args.workers is not None:
         command += ["--workers", str(args.workers)]
     return command
@@ -348,9 +376,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     name, write = ("loader_receive", receive_table) if args.receive else ("loader_thread", table)
     rows: list[dict[str, Any]] = []
-    for _ in range(args.rounds):
+    for round_ in range(args.rounds):
+        order = args.variants if round_ % 2 == 0 else args.variants[::-1]
         for batch in args.batch:
-            for variant in args.variants:
+            for variant in order:
                 rows.append(_run_child(args, variant, batch))
                 print(json.dumps(rows[-1]), flush=True)
                 (args.out / f"{name}.json").write_text(json.dumps(rows, indent=1) + "\n")

@@ -23,7 +23,7 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 @pytest.mark.slow
 def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> None:
     args = "--batch 2 --steps 4 --images 8 --imgsz 64 --workers 1 --fit-timeout 600"
-    args += " --variants packed file-system"
+    args += " --variants packed cli-callbacks --rounds 2"
     done = subprocess.run(
         [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
         env={**os.environ, "OUT": str(tmp_path)},
@@ -33,11 +33,15 @@ def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "loader_thread.json").read_text())
-    assert [(r["variant"], r["batch"]) for r in rows] == [("packed", 2), ("file-system", 2)]
-    assert [r.get("error") for r in rows] == [None, None]
-    packed, file_system = rows
-    assert packed["pack_batches"] is True
-    assert file_system["sharing_strategy"] == "file_system"
+    order = [r["variant"] for r in rows]
+    assert order == ["packed", "cli-callbacks", "cli-callbacks", "packed"]  # ABBA
+    assert [r.get("error") for r in rows] == [None] * 4
+    assert rows[0]["pack_batches"] is True
+    assert rows[1]["cli_callbacks"] is True
+    assert {"PhaseTimer", "EpochSummary", "RngState"} <= set(rows[1]["callbacks"])
+    assert "ModelCheckpoint" not in rows[1]["callbacks"]
+    assert (rows[1]["logger"], rows[0]["logger"]) == ("CSVLogger", None)
+    assert "PhaseTimer" not in rows[0]["callbacks"]
     assert all(r["steps_timed"] == 2 and r["period_ms"] > 0 for r in rows)
     assert "| 2 | packed |" in (tmp_path / "loader_thread.md").read_text()
 
@@ -64,8 +68,8 @@ def test_probe_loader_thread_table_compares_with_ten_tensors(tool: ModuleType) -
     rows = [
         {"variant": "tensors", "batch": 4, "period_ms": 40.0, "between_ms": 5.0, "fit_s": 20},
         {"variant": "packed", "batch": 4, "period_ms": 30.0, "between_ms": 2.0, "fit_s": 19},
-        {"variant": "pin-main", "batch": 4, "error": "timed out (120 s)"},
+        {"variant": "file-system", "batch": 4, "error": "timed out (120 s)"},
     ]
     lines = tool.table(rows).splitlines()
     assert lines[3] == "| 4 | packed | 30.00 | 0.750 | 2.00 | 19 |"
-    assert lines[4].startswith("| 4 | pin-main | failed: timed out")
+    assert lines[4].startswith("| 4 | file-system | failed: timed out")

@@ -245,11 +245,9 @@ def test_datamodule_packed_batches_reach_the_step_bit_for_bit(pose_yaml: Path) -
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
 @pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
-def test_datamodule_cuda_step_sees_the_same_batch_packed_or_pinned_in_main(
-    pose_yaml: Path,
-) -> None:
-    def fit(pack_batches: bool, pin_memory: str) -> list[Batch]:
-        dm = _module(pose_yaml, workers=1, pack_batches=pack_batches, pin_memory=pin_memory)
+def test_datamodule_cuda_step_sees_the_same_batch_packed_or_not(pose_yaml: Path) -> None:
+    def fit(pack_batches: bool) -> list[Batch]:
+        dm = _module(pose_yaml, workers=1, pack_batches=pack_batches)
         model = _BatchKeeper()
         L.Trainer(
             max_epochs=2,
@@ -264,16 +262,15 @@ def test_datamodule_cuda_step_sees_the_same_batch_packed_or_pinned_in_main(
         assert dm.datasets["train"].defer_pixels  # the HSV and flips ran on the device
         return model.batches
 
-    expected = fit(False, "thread")
+    expected = fit(False)
     assert expected[0]["images"].is_cuda
-    for pack_batches, pin_memory in [(True, "thread"), (True, "main"), (False, "main")]:
-        for batch, want in zip(fit(pack_batches, pin_memory), expected, strict=True):
-            assert list(batch) == list(want)
-            for key, value in want.items():
-                got = batch[key]  # type: ignore[literal-required]
-                assert (got.dtype, got.shape) == (value.dtype, value.shape)
-                assert got.device == value.device
-                assert torch.equal(got, value), (pack_batches, pin_memory, key)
+    for batch, want in zip(fit(True), expected, strict=True):
+        assert list(batch) == list(want)
+        for key, value in want.items():
+            got = batch[key]  # type: ignore[literal-required]
+            assert (got.dtype, got.shape) == (value.dtype, value.shape)
+            assert got.device == value.device
+            assert torch.equal(got, value), key
 
 
 def test_datamodule_packs_only_the_training_batches(pose_yaml: Path) -> None:
@@ -282,23 +279,6 @@ def test_datamodule_packs_only_the_training_batches(pose_yaml: Path) -> None:
     packed = next(iter(dm.train_dataloader()))
     assert isinstance(packed, PackedBatch)
     assert isinstance(next(iter(dm.val_dataloader())), dict)
-
-
-def test_datamodule_pins_nothing_without_cuda(
-    pose_yaml: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    dm = _module(pose_yaml, pin_memory="main")
-    dm.setup("fit")
-    loader = dm.train_dataloader()
-    batch = next(iter(loader))
-    assert loader.pin_memory is False
-    assert dm.on_before_batch_transfer(batch, 0) is batch
-
-
-def test_datamodule_refuses_an_unknown_pin_memory(pose_yaml: Path) -> None:
-    with pytest.raises(TrainConfigError, match="pin_memory='worker' must be 'thread' or 'main'"):
-        _module(pose_yaml, pin_memory="worker")
 
 
 def test_datamodule_worker_loaders_shrink_opencv_pool_before_fork(pose_yaml: Path) -> None:

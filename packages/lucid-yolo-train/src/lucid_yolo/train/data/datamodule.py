@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import cv2
 import lightning as L
@@ -43,7 +43,7 @@ from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.image_source import list_images, unlabelled
 from lucid_yolo.train.data.labels import ImageLabels
-from lucid_yolo.train.data.packed_batch import PackedBatch, pinned
+from lucid_yolo.train.data.packed_batch import PackedBatch
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.repeating_loader import RepeatingLoader
 from lucid_yolo.train.data.resources import (
@@ -62,8 +62,6 @@ from lucid_yolo.train.exceptions import TrainConfigError
 DEFAULT_IMGSZ = 640
 PREDICT = "predict"
 """Name of the split built from ``source`` (unlabelled images)."""
-PinMemory = Literal["thread", "main"]
-"""Where batches are copied to page-locked memory on a CUDA machine (``YoloDataModule``)."""
 
 
 class YoloDataModule(L.LightningDataModule):
@@ -111,9 +109,6 @@ class YoloDataModule(L.LightningDataModule):
             (:mod:`.packed_batch`): one shared-memory handle, one pin and one copy to the
             device per batch instead of one per tensor; the step sees the same Batch, bit for
             bit (unpacked in :meth:`on_after_batch_transfer`).
-        pin_memory: on a CUDA machine, where batches are pinned before their copy to the
-            device: ``"thread"``, the DataLoader's pin-memory thread; ``"main"``, the main
-            thread right before the copy (no pin-memory thread). Batches are the same either way.
 
     Raises:
         TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range, or
@@ -142,15 +137,12 @@ class YoloDataModule(L.LightningDataModule):
         allow_unlabelled: bool = False,
         seed: int = 0,
         pack_batches: bool = False,
-        pin_memory: PinMemory = "thread",
     ) -> None:
         super().__init__()
         if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
             raise TrainConfigError(
                 f"batch_size={batch_size!r} and val_batch_size={val_batch_size!r} must be >= 1"
             )
-        if pin_memory not in ("thread", "main"):
-            raise TrainConfigError(f"pin_memory={pin_memory!r} must be 'thread' or 'main'")
         if (workers is not None and workers < 0) or close_mosaic < 0:
             raise TrainConfigError(
                 f"workers={workers!r} and close_mosaic={close_mosaic!r} must be >= 0"
@@ -203,7 +195,6 @@ class YoloDataModule(L.LightningDataModule):
         self.allow_unlabelled = allow_unlabelled
         self.seed = seed
         self.pack_batches = pack_batches
-        self.pin_memory: PinMemory = pin_memory
         self.counters = DataCounters(self.workers)
         self._train_loader: ResumableLoader | None = None
         self._train_position: dict[str, int] | None = None
@@ -258,13 +249,6 @@ class YoloDataModule(L.LightningDataModule):
     @override
     def predict_dataloader(self) -> DataLoader[Targets]:
         return self._loader(self._dataset(self._predict_split()), self.val_batch_size, train=False)
-
-    @override
-    def on_before_batch_transfer(
-        self, batch: Batch | PackedBatch, dataloader_idx: int
-    ) -> Batch | PackedBatch:
-        """Pin the batch here, right before its copy, with ``pin_memory="main"``."""
-        return pinned(batch) if self._pins_in_main else batch
 
     @override
     def on_after_batch_transfer(self, batch: Batch | PackedBatch, dataloader_idx: int) -> Batch:
@@ -416,15 +400,6 @@ class YoloDataModule(L.LightningDataModule):
         trainer = self.trainer
         return trainer is not None and trainer.strategy.root_device.type == "cuda"
 
-    @property
-    def _pins(self) -> bool:
-        """Whether batches are pinned at all: on a CUDA machine, as they are copied to it."""
-        return torch.cuda.is_available()
-
-    @property
-    def _pins_in_main(self) -> bool:
-        return self._pins and self.pin_memory == "main"
-
     def _close_mosaic_epoch(self) -> int | None:
         trainer = self.trainer
         max_epochs = None if trainer is None else trainer.max_epochs
@@ -467,7 +442,7 @@ class YoloDataModule(L.LightningDataModule):
             worker_init_fn=SigtermFilter(owner=os.getpid()),
             num_workers=self.workers,
             collate_fn=collate_packed if train and self.pack_batches else collate,
-            pin_memory=self._pins and self.pin_memory == "thread",
+            pin_memory=torch.cuda.is_available(),
             persistent_workers=self.workers > 0,
             drop_last=train and len(dataset) >= batch_size,
         )

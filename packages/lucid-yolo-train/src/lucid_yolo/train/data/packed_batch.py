@@ -142,13 +142,4 @@ class PackedBatch:
         return cast(Batch, {key: values[key] for key in self.keys})
 
 
-def pinned(batch: Batch | PackedBatch) -> Batch | PackedBatch:
-    """``batch`` with its tensors in page-locked memory, as the DataLoader's pin-memory thread
-    leaves them (for pinning in the thread that copies the batch to the device)."""
-    if isinstance(batch, PackedBatch):
-        return batch.pin_memory()
-    values = {k: v.pin_memory() if isinstance(v, Tensor) else v for k, v in batch.items()}
-    return cast(Batch, values)
-
-
-__all__ = ["ALIGNMENT", "PackedBatch", "PackedField", "pinned"]
+__all__ = ["ALIGNMENT", "PackedBatch", "PackedField"]

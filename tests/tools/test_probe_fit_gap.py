@@ -1,0 +1,64 @@
+"""The fit-gap probe splits a CLI fit's epochs at their hooks, on a CPU too."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from tool_modules import load_tool
+
+TOOL = Path(__file__).resolve().parents[2] / "tools" / "probe_fit_gap.py"
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("probe_fit_gap", monkeypatch)
+
+
+def _epoch(steps: int, steps_s: float, turnover_s: float) -> dict[str, float]:
+    return {
+        "steps": steps,
+        "first_s": 0.1,
+        "steps_s": steps_s,
+        "period_ms": steps_s * 1000.0 / (steps - 1),
+        "to_val_s": 0.0,
+        "val_s": 2.0,
+        "turnover_s": turnover_s,
+        "checkpoint_s": turnover_s / 2,
+    }
+
+
+def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> None:
+    epochs = [_epoch(11, 5.0, 9.0), _epoch(11, 0.2, 0.3), _epoch(11, 0.2, 0.5)]
+    result = tool.summary(epochs)
+    assert (result["epochs"], result["steps"]) == (2, 22)
+    assert result["train_s"] == pytest.approx(0.1 + 0.2 + 0.3 + 0.1 + 0.2 + 0.5)
+    assert result["per_step_ms"]["turnover_s"] == pytest.approx(800.0 / 22)
+    assert result["per_step_ms"]["val_s"] == pytest.approx(4000.0 / 22)
+    assert result["steady_period_ms"] == pytest.approx(20.0)
+    assert "| turnover_s | 36.36 | 0.800 |" in tool.table(result)
+
+
+@pytest.mark.slow
+def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
+    args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --native"
+    done = subprocess.run(
+        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
+        env={**os.environ, "OUT": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "fit_gap.json").read_text())
+    assert [e["steps"] for e in result["per_epoch"]] == [4, 4]
+    for epoch in result["per_epoch"]:
+        assert epoch["val_s"] > 0  # the CLI fit validates every epoch
+        assert epoch["checkpoint_s"] > 0  # and saves best and last
+        assert epoch["turnover_s"] >= epoch["checkpoint_s"]
+    assert result["epochs"] == 1

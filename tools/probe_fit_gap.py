@@ -1,0 +1,225 @@
+"""Where a benchmark fit's training seconds go besides its steady steps.
+
+``tools/bench_side_by_side.py`` reports ``train_s``: the fit's wall time from its first batch,
+less validation. At batch 4 the replayed detect fit's ``train_s`` per step was about 31 ms in
+session 6, while the same step in a bare fit (``tools/probe_loader_thread.py``: validation off,
+no CLI callbacks) takes 20.7 ms on the H200. This tool runs the benchmark's own fit
+(``bench_side_by_side.lucid_fit_arguments``: the packaged config, replay flags, no progress bar;
+the CLI's callbacks, logger and checkpoints) with one more callback, :class:`FitGaps`, that
+splits every epoch at its hooks:
+
+* ``first_s``: the epoch's start to its first batch's end (the first fetch after the turnover,
+  and the first step);
+* ``steps_s`` and ``period_ms``: the first batch's end to the last one's, and per step: steady
+  steps (the device synchronised at both ends, the only synchronisations the probe adds);
+* ``to_val_s``: the last batch's end to validation's start;
+* ``val_s``: validation (as the benchmark counts it);
+* ``turnover_s``: validation's end to the next epoch's start (the fit's end after the last
+  epoch): epoch-end hooks, logging, checkpoints;
+* ``checkpoint_s``: of that, the time in ``Trainer.save_checkpoint`` (best and last).
+
+``train_s`` (the benchmark's) is the sum of all but ``val_s``. Each row also gives each part per
+training step, so the parts say where ``train_s / steps`` exceeds the steady period.
+
+Run (GPU machine, from source; ``$OUT/fit_gap.json`` and ``.md``)::
+
+    python3 tools/probe_fit_gap.py --batch 4 --epochs 6
+
+On a machine without CUDA the fit runs on the CPU, natively (the CLI refuses replay there; a
+smoke test: ``--native --imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+GAPS_ENV = "LUCID_FIT_GAPS"
+"""Environment variable naming the JSON file :class:`FitGaps` writes."""
+TOOLS_DIR = Path(__file__).resolve().parent
+
+
+def _sync() -> float:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+    return time.perf_counter()
+
+
+class FitGaps(pl.Callback):
+    """Times each training epoch's parts at its hooks; writes them at the fit's end.
+
+    Add it to a CLI fit with ``--trainer.callbacks+=probe_fit_gap.FitGaps`` (``tools/`` on
+    ``PYTHONPATH``, the output file in ``$LUCID_FIT_GAPS``). It measures and changes nothing the
+    fit computes; it synchronises the device at each epoch's first and last batch end.
+    """
+
+    def __init__(self) -> None:
+        self.epochs: list[dict[str, float]] = []
+        self._marks: dict[str, float] = {}
+        self._checkpoint_s = 0.0
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        save = trainer.save_checkpoint
+
+        @wraps(save)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return save(*args, **kwargs)
+            finally:
+                self._checkpoint_s += time.perf_counter() - began
+
+        trainer.save_checkpoint = timed  # type: ignore[method-assign]
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._close_epoch(time.perf_counter())
+        self._marks = {"start": time.perf_counter()}
+        self._checkpoint_s = 0.0
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, _module: Any, _out: Any, _batch: Any, batch_idx: int
+    ) -> None:
+        if batch_idx == 0:
+            self._marks["first_end"] = _sync()
+        if batch_idx + 1 == trainer.num_training_batches:
+            self._marks["last_end"] = _sync()
+            self._marks["steps"] = batch_idx
+
+    def on_validation_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not trainer.sanity_checking:
+            self._marks["val_start"] = time.perf_counter()
+
+    def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not trainer.sanity_checking:
+            self._marks["val_end"] = time.perf_counter()
+
+    def on_fit_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._close_epoch(_sync())
+        path = os.environ.get(GAPS_ENV)
+        if path and trainer.is_global_zero:
+            Path(path).write_text(json.dumps(self.epochs, indent=1) + "\n")
+
+    def _close_epoch(self, now: float) -> None:
+        """Split the epoch whose marks are held, now that the next one starts (or the fit ends)."""
+        m = self._marks
+        if not {"start", "first_end", "last_end"} <= m.keys():
+            return
+        val_start, val_end = m.get("val_start", m["last_end"]), m.get("val_end", m["last_end"])
+        steps = int(m["steps"])
+        self.epochs.append(
+            {
+                "steps": steps + 1,
+                "first_s": m["first_end"] - m["start"],
+                "steps_s": m["last_end"] - m["first_end"],
+                "period_ms": (m["last_end"] - m["first_end"]) * 1000.0 / max(steps, 1),
+                "to_val_s": val_start - m["last_end"],
+                "val_s": val_end - val_start,
+                "turnover_s": now - val_end,
+                "checkpoint_s": self._checkpoint_s,
+            }
+        )
+        self._marks = {}
+
+
+PARTS = ("first_s", "steps_s", "to_val_s", "turnover_s", "checkpoint_s", "val_s")
+
+
+def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
+    """Totals over the epochs after the first (start-up's recordings stay out), and per step."""
+    tail = epochs[1:] or epochs
+    steps = sum(int(e["steps"]) for e in tail)
+    totals = {part: sum(e[part] for e in tail) for part in PARTS}
+    train_s = sum(totals[p] for p in ("first_s", "steps_s", "to_val_s", "turnover_s"))
+    return {
+        "epochs": len(tail),
+        "steps": steps,
+        "train_s": train_s,
+        "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
+        "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
+        "per_step_ms": {part: totals[part] * 1000.0 / max(steps, 1) for part in PARTS},
+        "totals_s": totals,
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    """A markdown table of the summary's parts per step."""
+    per_step = result["per_step_ms"]
+    lines = [
+        f"{result['epochs']} epochs after the first, {result['steps']} steps; train_s / steps "
+        f"{result['train_ms_per_step']:.2f} ms, steady period (median epoch) "
+        f"{result['steady_period_ms']:.2f} ms",
+        "",
+        "| part | ms per training step | seconds |",
+        "|---|---:|---:|",
+    ]
+    lines += [
+        f"| {part} | {per_step[part]:.2f} | {result['totals_s'][part]:.3f} |" for part in PARTS
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    from bench_side_by_side import lucid_fit_arguments
+    from lucid_yolo.train.data.synthetic import generate_synthetic
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--images", type=int, default=512)
+    parser.add_argument("--val-images", type=int, default=128)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--native", action="store_true", help="the native fit, not the replayed")
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    args = parser.parse_args()
+    data = args.root / f"detect-{args.images}-{args.imgsz}"
+    if not (data / "data.yaml").is_file():
+        generate_synthetic(
+            data,
+            task="detect",
+            num_train=args.images,
+            num_val=args.val_images,
+            imgsz=args.imgsz,
+            seed=0,
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    gaps = args.out / "fit_gap_epochs.json"
+    command = [
+        sys.executable, "-m", "lucid_yolo.cli", "fit",
+        *lucid_fit_arguments(
+            "detect", data / "data.yaml", args.out / "run", batch=args.batch, imgsz=args.imgsz,
+            epochs=args.epochs, replay=not args.native, cpu=not torch.cuda.is_available(),
+        ),
+        "--trainer.callbacks+=probe_fit_gap.FitGaps",
+    ]  # fmt: skip
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+    env[GAPS_ENV] = str(gaps)
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    (args.out / "fit_gap_fit.log").write_text(done.stdout[-20000:] + done.stderr[-20000:])
+    if done.returncode != 0:
+        raise SystemExit(f"the fit failed ({done.returncode}): {done.stderr[-2000:]}")
+    epochs = json.loads(gaps.read_text())
+    result = {
+        "batch": args.batch,
+        "replay": not args.native,
+        **summary(epochs),
+        "per_epoch": epochs,
+    }
+    (args.out / "fit_gap.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "fit_gap.md").write_text(table(result))
+    print(table(result), end="")
+
+
+if __name__ == "__main__":
+    main()
