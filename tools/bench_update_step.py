@@ -7,9 +7,11 @@ groups and the trainer's EMA, random gradients, and the trainer's
 :class:`~lucid_yolo.train.replay.UpdateStep`. It reports, per model and mode, device milliseconds
 per step between CUDA events (synchronised at both ends of the window) and host milliseconds to
 issue one step (no synchronisation), replayed with and without the late non-finite check's
-backup, plus the model's parameter tensors, matrices, their shapes and Newton–Schulz stacks, and the
-kernels one native update dispatches (counted on the CPU).
-Rounds alternate the models. Times are only clean on a GPU the run has to itself.
+backup, for each MuSGD ``ns_max_flop_ratio`` asked for (2.0, the default, against 1.0, one
+Newton–Schulz stack per matrix shape), plus the model's parameter tensors, matrices, their shapes
+and Newton–Schulz stacks, and the kernels one native update dispatches (counted on the CPU).
+Rounds alternate the runs; the JSON is rewritten and the rows printed after each round, so a run
+cut short keeps what finished. Times are only clean on a GPU the run has to itself.
 
 Example (GPU machine, from the repository root)::
 
@@ -49,11 +51,17 @@ def _build(
     replay: bool,
     backup: bool = False,
     memory_format: torch.memory_format = torch.contiguous_format,
+    ns_max_flop_ratio: float = 2.0,
 ) -> tuple[MuSGD, UpdateStep]:
     torch.manual_seed(0)
     net = create_model(name, num_classes=80).to(device, memory_format=memory_format)
     ema = trainer_ema(net)
-    optimizer = MuSGD(param_groups(net, weight_decay=5e-4), lr=0.01, weight_decay=5e-4)
+    optimizer = MuSGD(
+        param_groups(net, weight_decay=5e-4),
+        lr=0.01,
+        weight_decay=5e-4,
+        ns_max_flop_ratio=ns_max_flop_ratio,
+    )
     step = UpdateStep(optimizer, ema, replay=replay, backup=backup)
     for p in net.parameters():
         p.grad = torch.randn_like(p) * 1e-3
@@ -95,11 +103,39 @@ def _time(optimizer: MuSGD, steps: int) -> tuple[float, float]:
     return float(start.elapsed_time(end)) / steps, host_ms  # type: ignore[no-untyped-call]
 
 
+def _rows(samples: dict[tuple[str, float, str], list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    """One row per model, flop ratio and mode: medians (and the device range) over the rounds."""
+    return [
+        {
+            "model": name,
+            "ns_max_flop_ratio": ratio,
+            "mode": mode,
+            "device_ms": round(statistics.median(r[0] for r in rows), 3),
+            "device_ms_range": [
+                round(min(r[0] for r in rows), 3),
+                round(max(r[0] for r in rows), 3),
+            ],
+            "host_ms": round(statistics.median(r[1] for r in rows), 3),
+            "rounds": len(rows),
+        }
+        for (name, ratio, mode), rows in samples.items()
+        if rows
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="+", default=["yolo26n", "yolo26n-seg"])
-    parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--flop-ratios",
+        type=float,
+        nargs="+",
+        default=[2.0, 1.0],
+        help="MuSGD ns_max_flop_ratio values to time (1.0: one Newton-Schulz stack per shape)",
+    )
+    parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
         "--memory-format",
         choices=sorted(MEMORY_FORMATS),
@@ -109,38 +145,40 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     memory_format = MEMORY_FORMATS[args.memory_format]
-    report: dict[str, Any] = {name: {"model": describe(name)} for name in args.models}
-    report["memory_format"] = args.memory_format
+    report: dict[str, Any] = {"memory_format": args.memory_format, "models": {}, "rows": []}
+    for name in args.models:
+        report["models"][name] = describe(name)
+        print(
+            name,
+            json.dumps({k: v for k, v in report["models"][name].items() if k != "kernels_by_op"}),
+            flush=True,
+        )
     runs = {
-        (name, mode): _build(
+        (name, ratio, mode): _build(
             name,
             "cuda",
             replay=mode.startswith("replay"),
             backup=mode == "replay-backup",
             memory_format=memory_format,
+            ns_max_flop_ratio=ratio,
         )[0]
         for name in args.models
-        for mode in MODES
+        for ratio in args.flop_ratios
+        for mode in args.modes
     }
     for optimizer in runs.values():
         _time(optimizer, 3)  # native warm-up step, then the recording
-    samples: dict[tuple[str, str], list[tuple[float, float]]] = {key: [] for key in runs}
+    samples: dict[tuple[str, float, str], list[tuple[float, float]]] = {key: [] for key in runs}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     for round_index in range(args.rounds):
         keys = list(runs) if round_index % 2 == 0 else list(runs)[::-1]
         for key in keys:
             samples[key].append(_time(runs[key], args.steps))
-    for (name, mode), rows in samples.items():
-        report[name][mode] = {
-            "device_ms": round(statistics.median(r[0] for r in rows), 3),
-            "device_ms_range": [
-                round(min(r[0] for r in rows), 3),
-                round(max(r[0] for r in rows), 3),
-            ],
-            "host_ms": round(statistics.median(r[1] for r in rows), 3),
-        }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1))
-    print(json.dumps(report, indent=1))
+        report["rows"] = _rows(samples)
+        args.out.write_text(json.dumps(report, indent=1))  # a cut run keeps the finished rounds
+        print(f"round {round_index + 1}/{args.rounds}", flush=True)
+        for row in report["rows"]:
+            print(json.dumps(row), flush=True)
 
 
 if __name__ == "__main__":
