@@ -358,9 +358,12 @@ def test_musgd_rejects_group_on_two_devices() -> None:
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ns_dtype", [torch.float32, torch.bfloat16])
-def test_musgd_step_replays_in_cuda_graph_bitwise(ns_dtype: torch.dtype) -> None:
+@pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
+def test_musgd_step_replays_in_cuda_graph_bitwise(
+    ns_dtype: torch.dtype, memory_format: torch.memory_format
+) -> None:
     torch.manual_seed(0)
-    native_net = _cuda_net()
+    native_net = _cuda_net().to(memory_format=memory_format)
     graph_net = copy.deepcopy(native_net)
     native = MuSGD(param_groups(native_net, weight_decay=0.01), ns_dtype=ns_dtype, **_HYPERS)
     graphed = MuSGD(param_groups(graph_net, weight_decay=0.01), ns_dtype=ns_dtype, **_HYPERS)
