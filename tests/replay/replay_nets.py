@@ -43,11 +43,14 @@ def loss_of(outputs: dict[str, Tensor], target: Tensor) -> Tensor:
     return ((a - target[:, :4]) ** 2).mean() + nn.functional.softplus(b).mean()
 
 
-def recorded_small_net(device: str) -> tuple[RegionRecorder, ReplayPool]:
+def recorded_small_net(
+    device: str, pool: ReplayPool | None = None
+) -> tuple[RegionRecorder, ReplayPool]:
     """A 32-channel :class:`SmallNet` region after three steps on ``device`` (a native warm-up,
-    the recording, one replay) at batch 8, 128 px, and the pool it recorded into."""
+    the recording, one replay) at batch 8, 128 px, and the pool it recorded into (``pool``, or a
+    new one)."""
     net = make_net(device, channels=32)
-    pool = ReplayPool(device)
+    pool = ReplayPool(device) if pool is None else pool
     recorder = RegionRecorder(ModuleRegion(net), pool=pool)
     x = torch.randn(8, 3, 128, 128, device=device)
     target = torch.randn(8, 4, 128, 128, device=device)
@@ -64,3 +67,15 @@ def side_stream_segments(pool: ReplayPool) -> list[dict[str, Any]]:
         for s in torch.cuda.memory_snapshot()
         if s["stream"] == side and tuple(s["segment_pool_id"]) == (0, 0)
     ]
+
+
+def live_side_stream_blocks(pool: ReplayPool) -> set[tuple[int, int]]:
+    """``(address, size)`` of the allocated blocks on ``pool``'s side stream outside every pool."""
+    live = set()
+    for segment in side_stream_segments(pool):
+        address = int(segment["address"])
+        for block in segment["blocks"]:
+            if block["state"] == "active_allocated":
+                live.add((address, int(block["size"])))
+            address += int(block["size"])
+    return live

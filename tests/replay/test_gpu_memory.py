@@ -6,11 +6,12 @@ are ratios of allocated bytes measured in the same process, never times.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import torch
-from replay_nets import recorded_small_net, side_stream_segments
+from replay_nets import live_side_stream_blocks, recorded_small_net
 from torch import Tensor, nn
 
 from lucid_yolo.replay import ModuleRegion, PoolLeakError, RegionRecorder, ReplayPool
@@ -62,19 +63,39 @@ def test_gpu_recording_peak_holds_one_pass_of_activations() -> None:
     assert recording < 1.4 * native, (recording, native)
 
 
-def test_gpu_recording_leaves_no_live_block_on_the_side_stream() -> None:
+@pytest.fixture
+def rng_state_held() -> Iterator[None]:
+    """Hold one graph for the test, so that torch's graph-safe RNG state exists before it.
+
+    When the first live graph of the process registers with the default CUDA generator, the
+    generator allocates its seed and offset for graphs (two one-element int64 tensors, 512-byte
+    blocks) on the current stream, and frees them when the last such graph is destroyed
+    (``CUDAGeneratorState::register_graph`` and ``unregister_graph`` in torch). A recording made
+    while no other graph lives therefore allocates them on the pool's side stream, where they
+    pin a 2 MiB segment while the recording lives: torch's blocks, not the recorder's. Whether
+    an earlier test's graphs were still alive decided it, which made the side-stream tests
+    below pass or fail from run to run.
+    """
+    graph = torch.cuda.CUDAGraph()
+    counter = torch.zeros(1, device="cuda")
+    with torch.cuda.graph(graph):
+        counter.add_(1.0)
+    yield
+    del graph
+
+
+def test_gpu_recording_leaves_no_live_block_on_the_side_stream(rng_state_held: None) -> None:
     """Buffers a recording keeps outside the pool (the static gradient outputs) sit on the
     caller's stream: a live block on the side stream would pin its whole segment there, where
-    no default-stream work can reuse the rest."""
-    recorder, pool = recorded_small_net("cuda")
+    no default-stream work can reuse the rest. Blocks on the stream before the recording (torch
+    hands out streams from a small pool, so an earlier test's stream may be this one) are not
+    the recording's."""
+    pool = ReplayPool("cuda")
+    before = live_side_stream_blocks(pool)
+    recorder, _ = recorded_small_net("cuda", pool)
     torch.cuda.synchronize()
     assert recorder.telemetry.recordings == 1
-    live_side_segments = [
-        (s["total_size"], s["allocated_size"])
-        for s in side_stream_segments(pool)
-        if s["allocated_size"] > 0
-    ]
-    assert live_side_segments == []
+    assert live_side_stream_blocks(pool) == before
 
 
 class WithProduct(nn.Module):
@@ -92,24 +113,20 @@ class WithProduct(nn.Module):
         return out
 
 
-def test_gpu_recording_keeps_no_cublas_workspace_beside_the_pool() -> None:
+def test_gpu_recording_keeps_no_cublas_workspace_beside_the_pool(rng_state_held: None) -> None:
     """The capture allocates its cuBLAS workspace inside the pool and leaves it there as
     scratch: the side stream keeps no live block outside the pool (it kept the workspace,
     32 MiB with ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, for the whole run)."""
     torch.manual_seed(0)
     pool = ReplayPool("cuda")
+    before = live_side_stream_blocks(pool)
     recorder = RegionRecorder(ModuleRegion(WithProduct().cuda()), pool=pool)
     x = torch.randn(4, 3, 32, 32, device="cuda")
     for _ in range(3):
         recorder(x).sum().backward()
     torch.cuda.synchronize()
     assert recorder.telemetry.replays == 2
-    live_side_segments = [
-        (s["total_size"], s["allocated_size"])
-        for s in side_stream_segments(pool)
-        if s["allocated_size"] > 0
-    ]
-    assert live_side_segments == []
+    assert live_side_stream_blocks(pool) == before
 
 
 def _pool_of(address: int) -> tuple[int, int]:
