@@ -405,3 +405,8 @@ def test_module_checkpoint_written_in_one_layout_loads_into_the_other(
     saved = module.state_dict()
     for name, value in restored.state_dict().items():
         assert torch.equal(value, saved[name]), name
+    # outside a trainer (export, the CLI's checkpoint loading) the module stays as built: NCHW
+    exported = YoloModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    assert _weights_in_layout(exported, torch.contiguous_format)
+    for name, value in exported.ema_net.state_dict().items():
+        assert torch.equal(value, module.ema_net.state_dict()[name]), name
