@@ -11,6 +11,7 @@ from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, MuSGD
 from lucid_yolo.train.optim.newton_schulz import NS_COEFFICIENTS, orthogonalise
 from lucid_yolo.train.optim.param_groups import BIAS, NORM, WEIGHT, param_groups
 from lucid_yolo.train.optim.schedule import WarmupLinearSchedule
+from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
 
 __all__ = [
     # optimiser
@@ -18,6 +19,7 @@ __all__ = [
     "HYPERPARAMETERS",
     "orthogonalise",
     "NS_COEFFICIENTS",
+    "ShapeBuckets",
     # parameter groups
     "param_groups",
     "BIAS",
