@@ -341,6 +341,20 @@ def test_musgd_rejects_bad_ns_max_flop_ratio(net: nn.Module, ratio: float) -> No
         MuSGD(net.parameters(), ns_max_flop_ratio=ratio)
 
 
+def test_musgd_group_added_later_joins_the_stacks(net: nn.Module, backward: Backward) -> None:
+    groups = param_groups(net, weight_decay=0.0)
+    vectors = [g for g in groups if all(p.ndim < 2 for p in g["params"])]
+    (matrices,) = [g for g in groups if all(p.ndim >= 2 for p in g["params"])]
+    opt = MuSGD(vectors)
+    assert opt.ns_stack_shapes == []
+    opt.add_param_group(matrices)
+    assert sum(b for b, _, _ in opt.ns_stack_shapes) == len(matrices["params"])
+    before = [p.detach().clone() for p in matrices["params"]]
+    backward(net, 0)
+    opt.step()
+    assert all(not torch.equal(p, b) for p, b in zip(matrices["params"], before, strict=True))
+
+
 def test_musgd_add_param_group_leaves_no_trace_on_error(net: nn.Module) -> None:
     groups = param_groups(net, weight_decay=0.0)
     opt = MuSGD(groups[:1])
