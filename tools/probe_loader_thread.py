@@ -1,14 +1,15 @@
 """The loader's thread against the replayed step's host: which way of delivering batches keeps a
 replayed step fastest.
 
-At batch 4 a replayed detect step on the H200 takes about twice its GPU work, and the process that
-launches it also runs the DataLoader's pin-memory thread, which receives each batch's tensors from
-the workers (one file descriptor per tensor), pins them and queues them, holding the interpreter
-lock while it does. Whether that thread slows the step was a reading of a profile, not a
-measurement (docs/engineering/whole-fit-speed.md, "The loader's thread and the replayed step").
-This tool measures it: one replayed detect fit per variant and batch size, each in its own
-process (validation off, the data module's defaults otherwise, bf16, network, loss and update
-replayed), and over the second half of the steps, without a profiler:
+Under cProfile a batch-4 replayed detect step on the H200 took about 2.8 times its GPU work, and
+the process that launches it also runs the DataLoader's pin-memory thread, which receives each
+batch's tensors from the workers (one file descriptor per tensor), pins them and queues them,
+holding the interpreter lock while it does. Whether that thread slows the step was a reading of
+the profile, not a measurement (docs/engineering/whole-fit-speed.md, "The loader's thread and
+the replayed step": it does not, the step is nearly GPU-bound). This tool measures it: one
+replayed detect fit per variant and batch size, each in its own process (validation off, the
+data module's defaults otherwise, bf16, network, loss and update replayed), and over the second
+half of the steps, without a profiler:
 
 * ``period_ms``: wall time per step, the device synchronised at both ends of the window;
 * ``between_ms``: host time per step from one step's end to the next one's start (the batch's
