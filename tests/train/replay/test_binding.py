@@ -163,6 +163,46 @@ def test_loss_region_with_changed_keys_runs_natively_with_a_reason() -> None:
     assert telemetry["retired.inputs-changed"] == 1
 
 
+class _ShapeLoss(torch.nn.Module):
+    """A loss that reads the images for their shape only, as the task losses do."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[tuple[tuple[int, ...], torch.dtype]] = []
+
+    def forward(
+        self, outputs: dict[str, torch.Tensor], batch: dict[str, torch.Tensor], fraction: Any
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        self.seen.append((tuple(batch["images"].shape), batch["images"].dtype))
+        total = outputs["a"].sum() * batch["images"].shape[-1] * fraction
+        return total, {"sum": total.detach()}
+
+
+def test_loss_region_gets_the_images_shape_without_a_copy_of_them() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    criterion = _ShapeLoss()
+    replay = NetworkReplay(net, "detect", ReplayConfig(loss=True), criterion)
+    images = torch.randint(0, 255, (2, 3, 32, 32), dtype=torch.uint8)
+    batch: Any = {"images": images}
+    fraction = torch.tensor(0.5)
+    totals = []
+    for _ in range(3):  # native warm-up, record, replay
+        output = torch.ones(2, requires_grad=True)
+        total, _ = replay.loss({"a": output}, batch, fraction)
+        total.backward()
+        totals.append(float(total.detach()))
+        assert output.grad is not None
+        assert torch.equal(output.grad, torch.full((2,), 16.0))
+    recorder = replay.loss_recorder
+    assert recorder is not None
+    assert recorder.telemetry.replays == 2
+    assert totals == [32.0, 32.0, 32.0]
+    assert set(criterion.seen) == {((2, 3, 32, 32), torch.uint8)}
+    (recording,) = recorder._recordings.values()
+    images_position = 1  # after the one output, in sorted key order
+    assert recording.static_inputs[images_position].numel() == 0
+
+
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 # YoloModule.optimizer_step is meant to run once per optimizer step, which is what the warning says.
 @pytest.mark.filterwarnings(r"ignore:When using `Trainer\(accumulate_grad_batches != 1\)`")

@@ -28,10 +28,12 @@ from lucid_yolo.train.memory_format import float_images, layout_stride
 from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
+    SHAPE_ONLY_FIELDS,
     TOTAL,
     LossRegion,
     NetworkRegion,
     SegmentHeadRegion,
+    shape_carrier,
 )
 
 
@@ -149,7 +151,12 @@ class NetworkReplay:
             total, terms = self.criterion(outputs, batch, fraction)
             return total, terms
         result = self.loss_recorder(
-            *(outputs[k] for k in output_keys), *(fields[k] for k in batch_keys), fraction
+            *(outputs[k] for k in output_keys),
+            *(
+                shape_carrier(fields[k]) if k in SHAPE_ONLY_FIELDS else fields[k]
+                for k in batch_keys
+            ),
+            fraction,
         )
         assert isinstance(result, Mapping)
         prefix = "term."
