@@ -8,7 +8,8 @@
 #   ROW=segment-b4   segment, batch 4, 6 epochs
 # (A round's length on one H200, 2026-12-01, with the synthetic set generated: detect-b16 with all
 # three tools about 420 s; detect-b4 and segment-b4 with Ultralytics and replay about 190 and
-# 240 s. Add about 110 and 130 s for their native fits, estimated from the runs.)
+# 240 s. Add about 110 and 130 s for their native fits, estimated from the runs. The same
+# machine kind ran Ultralytics 1.2-1.4x slower later that day: give each row a whole call.)
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
