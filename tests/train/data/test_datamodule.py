@@ -9,6 +9,7 @@ import lightning as L
 import numpy as np
 import pytest
 import torch
+from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor
 
 from lucid_yolo.train.data.augment import AugmentConfig
@@ -169,15 +170,7 @@ class _BatchKeeper(L.LightningModule):
 def test_datamodule_trainer_sets_epoch_and_closes_mosaic(pose_yaml: Path) -> None:
     dm = _module(pose_yaml, close_mosaic=1, augment=AugmentConfig(fliplr=0.0))
     model = _BatchKeeper()
-    trainer = L.Trainer(
-        max_epochs=3,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        limit_val_batches=0,
-    )
+    trainer = quiet_cpu_trainer(max_epochs=3, limit_val_batches=0)
     trainer.fit(model, datamodule=dm)
     assert model.epochs == [0, 1, 2]
     assert len({int(batch["images"].sum()) for batch in model.batches}) == 3
@@ -191,15 +184,7 @@ def test_datamodule_pixels_on_device_reach_the_step_finished(pose_yaml: Path) ->
     def fit(pixels_on_device: bool | None) -> list[Batch]:
         dm = _module(pose_yaml, augment=AugmentConfig(pixels_on_device=pixels_on_device))
         model = _BatchKeeper()
-        L.Trainer(
-            max_epochs=2,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-        ).fit(model, datamodule=dm)
+        quiet_cpu_trainer(max_epochs=2, limit_val_batches=0).fit(model, datamodule=dm)
         assert dm.datasets["train"].defer_pixels is bool(pixels_on_device)
         return model.batches
 
@@ -220,15 +205,7 @@ def test_datamodule_packed_batches_reach_the_step_bit_for_bit(pose_yaml: Path) -
         augment = AugmentConfig(pixels_on_device=True)
         dm = _module(pose_yaml, workers=1, augment=augment, pack_batches=pack_batches)
         model = _BatchKeeper()
-        L.Trainer(
-            max_epochs=2,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-        ).fit(model, datamodule=dm)
+        quiet_cpu_trainer(max_epochs=2, limit_val_batches=0).fit(model, datamodule=dm)
         return model.batches
 
     expected = fit(False)

@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -110,15 +111,7 @@ class _ValidationLog(pl.LightningModule):
 
 def _validated(data: Path, workers: int) -> list[tuple[list[int], float]]:
     module = _ValidationLog()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=1,
-    )
+    trainer = quiet_cpu_trainer(max_epochs=3, num_sanity_val_steps=1)
     datamodule = YoloDataModule(
         data, imgsz=64, batch_size=2, val_batch_size=1, workers=workers, seed=0
     )

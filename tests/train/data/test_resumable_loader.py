@@ -8,6 +8,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset
 
@@ -152,15 +153,7 @@ class _BatchLog(pl.LightningModule):
 def _fit_batches(data: Path, workers: int) -> list[tuple[list[int], float]]:
     pl.seed_everything(0, verbose=False)
     module = _BatchLog()
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_epochs=3,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        num_sanity_val_steps=0,
-    )
+    trainer = quiet_cpu_trainer(max_epochs=3, num_sanity_val_steps=0)
     datamodule = YoloDataModule(data, imgsz=64, batch_size=3, workers=workers, seed=0)
     trainer.fit(module, datamodule)
     return module.seen
