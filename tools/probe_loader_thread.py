@@ -303,6 +303,11 @@ def _run_child(args: argparse.Namespace, variant: str, batch: int) -> dict[str, 
     return row
 
 
+def round_order(variants: list[str], round_: int) -> list[str]:
+    """The variants in round ``round_``'s order: as given, then reversed, and so on (ABBA)."""
+    return list(variants) if round_ % 2 == 0 else list(variants[::-1])
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     """A markdown table of the rows, each period also against the same batch's ``tensors``."""
     base = {
@@ -378,7 +383,7 @@ def main() -> None:
     name, write = ("loader_receive", receive_table) if args.receive else ("loader_thread", table)
     rows: list[dict[str, Any]] = []
     for round_ in range(args.rounds):
-        order = args.variants if round_ % 2 == 0 else args.variants[::-1]
+        order = round_order(args.variants, round_)
         for batch in args.batch:
             for variant in order:
                 rows.append(_run_child(args, variant, batch))
