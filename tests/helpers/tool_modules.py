@@ -7,6 +7,8 @@ in ``sys.modules`` for the test's duration: dataclasses and pickling look a modu
 from __future__ import annotations
 
 import importlib.util
+import os
+import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -26,3 +28,15 @@ def load_tool(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     monkeypatch.setitem(sys.modules, name, module)
     spec.loader.exec_module(module)
     return module
+
+
+def run_tool(name: str, args: str, out: Path) -> subprocess.CompletedProcess[str]:
+    """``python tools/<name>.py <args> --root <out>/data`` in a child process with ``OUT=<out>``,
+    its output captured; the caller checks the return code (the tool's own smoke run)."""
+    return subprocess.run(
+        [sys.executable, str(TOOLS / f"{name}.py"), *args.split(), "--root", str(out / "data")],
+        env={**os.environ, "OUT": str(out)},
+        capture_output=True,
+        text=True,
+        check=False,
+    )

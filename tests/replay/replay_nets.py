@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor, nn
 
@@ -79,3 +82,16 @@ def live_side_stream_blocks(pool: ReplayPool) -> set[tuple[int, int]]:
                 live.add((address, int(block["size"])))
             address += int(block["size"])
     return live
+
+
+def log_pool_routing(monkeypatch: pytest.MonkeyPatch, events: list[str]) -> None:
+    """Append ``route`` and ``unroute`` to ``events`` around each routing of the side stream's
+    allocations into a pool (the routing itself is left out: the CPU has no pool to route to)."""
+
+    @contextlib.contextmanager
+    def routed(self: ReplayPool) -> Iterator[None]:
+        events.append("route")
+        yield
+        events.append("unroute")
+
+    monkeypatch.setattr(ReplayPool, "side_stream_allocates_in_pool", routed)

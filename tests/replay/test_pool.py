@@ -7,12 +7,11 @@ the allocator reading that checks the warm-up (``live_blocks``); what CUDA does 
 
 from __future__ import annotations
 
-import contextlib
 import gc
-from collections.abc import Iterator
 
 import pytest
 import torch
+from replay_nets import log_pool_routing
 from torch import Tensor
 
 from lucid_yolo.replay import PoolLeakError, ReplayPool
@@ -32,14 +31,7 @@ def _captured(pool: ReplayPool) -> RegionGraphs:
 
 def _count_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     events: list[str] = []
-
-    @contextlib.contextmanager
-    def routed(self: ReplayPool) -> Iterator[None]:
-        events.append("route")
-        yield
-        events.append("unroute")
-
-    monkeypatch.setattr(ReplayPool, "side_stream_allocates_in_pool", routed)
+    log_pool_routing(monkeypatch, events)
     return events
 
 

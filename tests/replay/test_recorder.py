@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from replay_nets import SmallNet, loss_of, make_net
+from replay_nets import SmallNet, log_pool_routing, loss_of, make_net
 from torch import Tensor, nn
 
 from lucid_yolo.replay import (
@@ -538,12 +538,7 @@ def test_recorder_runs_native_when_an_in_place_input_is_another_tensor() -> None
 def _watch_pool_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """Log routing into the pool and each region's forward as events."""
     events: list[str] = []
-
-    @contextlib.contextmanager
-    def routed(self: ReplayPool) -> Iterator[None]:
-        events.append("route")
-        yield
-        events.append("unroute")
+    log_pool_routing(monkeypatch, events)
 
     def logged(name: str, forward: Callable[..., object]) -> Callable[..., object]:
         def run(self: nn.Module, x: Tensor) -> object:
@@ -552,7 +547,6 @@ def _watch_pool_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
         return run
 
-    monkeypatch.setattr(ReplayPool, "side_stream_allocates_in_pool", routed)
     monkeypatch.setattr(SmallNet, "forward", logged("head", SmallNet.forward))
     monkeypatch.setattr(_Tail, "forward", logged("tail", _Tail.forward))
     return events

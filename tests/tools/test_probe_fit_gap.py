@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tool_modules import load_tool
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "probe_fit_gap.py"
+from tool_modules import load_tool, run_tool
 
 
 @pytest.fixture
@@ -47,13 +42,7 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
 @pytest.mark.slow
 def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
     args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --native"
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
-        env={**os.environ, "OUT": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_tool("probe_fit_gap", args, tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "fit_gap.json").read_text())
     assert [e["steps"] for e in result["per_epoch"]] == [4, 4]

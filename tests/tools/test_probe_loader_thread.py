@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tool_modules import load_tool
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "probe_loader_thread.py"
+from tool_modules import load_tool, run_tool
 
 
 @pytest.fixture
@@ -24,13 +19,7 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> None:
     args = "--batch 2 --steps 4 --images 8 --imgsz 64 --workers 1 --fit-timeout 600"
     args += " --variants packed cli-callbacks"
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
-        env={**os.environ, "OUT": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_tool("probe_loader_thread", args, tmp_path)
     assert done.returncode == 0, done.stderr
     rows = json.loads((tmp_path / "loader_thread.json").read_text())
     order = [r["variant"] for r in rows]
@@ -49,13 +38,7 @@ def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> No
 @pytest.mark.slow
 def test_probe_loader_thread_receive_times_batches_without_a_fit(tmp_path: Path) -> None:
     args = "--batch 2 --images 8 --imgsz 64 --workers 1 --receive 3 --gap 0 --variants packed"
-    done = subprocess.run(
-        [sys.executable, str(TOOL), *args.split(), "--root", str(tmp_path / "data")],
-        env={**os.environ, "OUT": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    done = run_tool("probe_loader_thread", args, tmp_path)
     assert done.returncode == 0, done.stderr
     (row,) = json.loads((tmp_path / "loader_receive.json").read_text())
     assert row.get("error") is None
