@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,14 @@ ONE_PASS = [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9]]
 def test_repeating_loader_with_workers_gives_every_pass_the_same_batches_from_one_stream() -> None:
     loader = _loader(2)
     passes = [_batches(loader) for _ in range(3)]
+    assert passes == [ONE_PASS] * 3
+    assert loader.streams == 1
+
+
+def test_repeating_loader_counts_a_pass_ended_when_its_last_batch_is_handed_out() -> None:
+    loader = _loader(2)
+    # as Lightning's evaluation loop: stop at the loader's length, never ask past it
+    passes = [[batch.tolist() for batch in islice(loader, len(loader))] for _ in range(3)]
     assert passes == [ONE_PASS] * 3
     assert loader.streams == 1
 
@@ -109,14 +118,17 @@ class _ValidationLog(pl.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
-def _validated(data: Path, workers: int) -> list[tuple[list[int], float]]:
+def _validated(data: Path, workers: int) -> tuple[list[tuple[list[int], float]], int]:
+    """The validated batches of a 3-epoch fit and the streams its validation loader started."""
     module = _ValidationLog()
     trainer = quiet_cpu_trainer(max_epochs=3, num_sanity_val_steps=1)
     datamodule = YoloDataModule(
         data, imgsz=64, batch_size=2, val_batch_size=1, workers=workers, seed=0
     )
     trainer.fit(module, datamodule)
-    return module.validated
+    loader = trainer.val_dataloaders
+    assert isinstance(loader, RepeatingLoader)
+    return module.validated, loader.streams
 
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
@@ -124,8 +136,9 @@ def test_repeating_loader_in_a_fit_with_workers_validates_the_batches_of_one_pro
     tiny_dataset: Any,
 ) -> None:
     data = tiny_dataset("detect")
-    streamed = _validated(data, workers=2)
-    assert streamed == _validated(data, workers=0)
+    streamed, streams = _validated(data, workers=2)
+    assert streamed == _validated(data, workers=0)[0]
+    assert streams == 2  # the sanity check's pass left early, then one stream for every pass
     per_pass = (len(streamed) - 1) // 3  # after the sanity check's one batch, three passes
     assert per_pass >= 2
     assert len(streamed) == 1 + 3 * per_pass
