@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from lucid_yolo.train.callbacks import AtomicCheckpointIO, atomic_save
+from lucid_yolo.train.callbacks import AtomicCheckpointIO, atomic_checkpoint_io, atomic_save
 
 
 class _Unpicklable:
@@ -62,3 +64,85 @@ def test_checkpoint_io_loads_weights_only_even_when_asked_otherwise(tmp_path: Pa
 def test_checkpoint_io_rejects_storage_options(tmp_path: Path) -> None:
     with pytest.raises(TypeError, match="takes none"):
         AtomicCheckpointIO().save_checkpoint({}, tmp_path / "a.ckpt", storage_options={"x": 1})
+
+
+@pytest.fixture
+def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Background writes wait until the returned event is set."""
+    release = threading.Event()
+    write = atomic_checkpoint_io.atomic_save
+
+    def held(obj: object, path: str | Path) -> None:
+        assert release.wait(timeout=30)
+        write(obj, path)
+
+    monkeypatch.setattr(atomic_checkpoint_io, "atomic_save", held)
+    return release
+
+
+def test_checkpoint_io_returns_before_the_write_and_writes_the_state_of_the_save(
+    tmp_path: Path, held_writes: threading.Event
+) -> None:
+    io = AtomicCheckpointIO()
+    weights = torch.zeros(3)
+    io.save_checkpoint({"state_dict": {"w": weights}, "epoch": 1}, tmp_path / "last.ckpt")
+    assert not (tmp_path / "last.ckpt").exists()
+    weights.add_(1)  # the next training step
+    held_writes.set()
+    io.teardown()
+    saved = torch.load(tmp_path / "last.ckpt")
+    assert torch.equal(saved["state_dict"]["w"], torch.zeros(3))
+    assert saved["epoch"] == 1
+
+
+def test_checkpoint_io_loads_and_removes_after_the_writes_asked_before(
+    tmp_path: Path, held_writes: threading.Event
+) -> None:
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "a.ckpt")
+    io.save_checkpoint({"epoch": 2}, tmp_path / "b.ckpt")
+    io.remove_checkpoint(tmp_path / "a.ckpt")
+    threading.Timer(0.2, held_writes.set).start()
+    assert io.load_checkpoint(tmp_path / "b.ckpt")["epoch"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["b.ckpt"]
+
+
+def test_checkpoint_io_failed_write_raises_at_the_fits_end_and_keeps_the_previous_file(
+    tmp_path: Path,
+) -> None:
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    io.save_checkpoint({"epoch": 2, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
+    with pytest.raises(RuntimeError, match="disk full") as raised:
+        io.teardown()
+    assert raised.value.__notes__ == [
+        f"AtomicCheckpointIO: writing {tmp_path / 'last.ckpt'} failed in the background"
+    ]
+    assert io.load_checkpoint(tmp_path / "last.ckpt")["epoch"] == 1
+
+
+def test_checkpoint_io_failed_write_raises_at_the_next_save(tmp_path: Path) -> None:
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
+    deadline = time.monotonic() + 30
+    with pytest.raises(RuntimeError, match="disk full"):
+        while time.monotonic() < deadline:  # until the failed write has finished
+            io.save_checkpoint({"epoch": 2}, tmp_path / "other.ckpt")
+            time.sleep(0.01)
+    io.teardown()
+
+
+@pytest.mark.gpu
+def test_checkpoint_io_snapshots_cuda_tensors_on_the_host_behind_the_queued_work(
+    tmp_path: Path,
+) -> None:
+    io = AtomicCheckpointIO()
+    weights = torch.zeros(256, 256, device="cuda")
+    torch.cuda._sleep(100_000_000)  # the device is busy when the save is asked
+    weights.add_(1)
+    io.save_checkpoint({"state_dict": {"w": weights}}, tmp_path / "last.ckpt")
+    weights.add_(1)  # queued after the snapshot's copy
+    io.teardown()
+    saved = torch.load(tmp_path / "last.ckpt")["state_dict"]["w"]
+    assert saved.device.type == "cpu"
+    assert torch.equal(saved, torch.ones(256, 256))

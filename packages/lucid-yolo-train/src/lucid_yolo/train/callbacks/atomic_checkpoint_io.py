@@ -7,6 +7,17 @@ through a folder outside the run. Here the file is written next to its target un
 temporary name, fsynced, and put in place with ``os.replace``, which is atomic within one folder:
 a reader (or a resume after SIGKILL) sees the old checkpoint or the new one, never half of one.
 
+The write runs on a background thread, so training goes on while the file is serialised and
+fsynced (issue 11: ``best.ckpt`` and ``last.ckpt`` took 0.385 s of every epoch of the detect
+batch-16 fit on the H200, a quarter of its training seconds). What the thread writes is a snapshot
+taken when Lightning asks for the save: every CUDA tensor is copied into pinned host memory behind
+the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopy`, read by the thread, so the
+caller never waits for the device), every CPU tensor is cloned. The file therefore holds the state
+of the save's moment, with every tensor on the CPU (loading restores onto the fit's device:
+Lightning and the optimizer copy into the live tensors). Writes, removals and loads run in the
+order they were asked; a load, and the end of a fit (``teardown``), wait for the writes before
+them, and a write that failed raises there or at the next save, with the file named.
+
 Loading always restricts unpickling to tensors and plain containers (``weights_only=True``):
 every checkpoint lucid-yolo writes holds nothing else, and a checkpoint from elsewhere cannot run
 code on load (issue 15).
@@ -21,6 +32,7 @@ import glob
 import os
 import uuid
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
 from typing import Any
@@ -28,7 +40,11 @@ from typing import Any
 import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
+from lightning_utilities.core.apply_func import apply_to_collection
+from torch import Tensor
 from typing_extensions import override
+
+from lucid_yolo.train.host_copy import HostCopy
 
 TEMP_SUFFIX = ".tmp"
 """Suffix of a checkpoint being written (``.last.ckpt.<random>.tmp`` beside ``last.ckpt``)."""
@@ -68,24 +84,55 @@ def atomic_save(obj: object, path: str | Path) -> None:
         os.close(folder)
 
 
+def host_snapshot(checkpoint: Any) -> Any:
+    """``checkpoint`` with every tensor replaced by its value now: a CUDA tensor by a
+    :class:`HostCopy` queued behind the device's work, a CPU tensor by a clone."""
+
+    def snapshot(tensor: Tensor) -> HostCopy | Tensor:
+        tensor = tensor.detach()
+        return HostCopy(tensor) if tensor.device.type == "cuda" else tensor.clone()
+
+    return apply_to_collection(checkpoint, Tensor, snapshot)
+
+
+def _write(snapshot: Any, path: Path) -> None:
+    """Wait for ``snapshot``'s device copies and write it atomically (the writer thread's job)."""
+    atomic_save(apply_to_collection(snapshot, HostCopy, HostCopy.read), path)
+
+
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint IO: atomic saves, ``weights_only=True`` loads (module docstring)."""
+    """Lightning checkpoint IO: atomic saves on a background thread, ``weights_only=True`` loads
+    (module docstring)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._writer: ThreadPoolExecutor | None = None
+        self._pending: list[tuple[Future[None], str]] = []
 
     @override
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
     ) -> None:
-        """Write ``checkpoint`` to ``path`` atomically.
+        """Snapshot ``checkpoint`` and write it to ``path`` atomically in the background.
 
         Raises:
             TypeError: ``storage_options`` given (a local file has none).
+            Exception: an earlier background write or removal failed (its own type, with a note
+                naming the file).
         """
         if storage_options is not None:
             raise TypeError(
                 f"storage_options={storage_options!r}: AtomicCheckpointIO writes local files and "
                 "takes none; drop the argument"
             )
-        atomic_save(checkpoint, Path(path))
+        self._raise_failed()
+        self._submit(_write, host_snapshot(checkpoint), Path(path), what=f"writing {path}")
+
+    @override
+    def remove_checkpoint(self, path: _PATH) -> None:
+        """Remove ``path`` after the writes asked before (one may be writing it)."""
+        self._raise_failed()
+        self._submit(super().remove_checkpoint, path, what=f"removing {path}")
 
     @override
     def load_checkpoint(
@@ -94,13 +141,54 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         map_location: Callable[..., Any] | None = lambda storage, loc: storage,
         weights_only: bool | None = None,
     ) -> dict[str, Any]:
-        """Read ``path`` with ``weights_only=True`` whatever the caller asked.
+        """Read ``path`` with ``weights_only=True`` whatever the caller asked, once the writes
+        asked before are on disk.
 
         Raises:
             FileNotFoundError: no such checkpoint.
             pickle.UnpicklingError: the file holds objects beyond tensors and plain containers.
         """
+        self.wait()
         return super().load_checkpoint(path, map_location=map_location, weights_only=True)
 
+    def wait(self) -> None:
+        """Block until every write and removal asked so far is done.
 
-__all__ = ["TEMP_SUFFIX", "AtomicCheckpointIO", "atomic_save"]
+        Raises:
+            Exception: the first that failed (its own type, with a note naming the file).
+        """
+        pending, self._pending = self._pending, []
+        _raise_first_failure(pending)
+
+    @override
+    def teardown(self) -> None:
+        """Finish the writes (the end of a fit, also when it fails) and stop the writer thread."""
+        try:
+            self.wait()
+        finally:
+            if self._writer is not None:
+                self._writer.shutdown(wait=True)
+                self._writer = None
+
+    def _submit(self, job: Callable[..., None], *args: Any, what: str) -> None:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending.append((self._writer.submit(job, *args), what))
+
+    def _raise_failed(self) -> None:
+        """Raise a finished job's error now (the others go on) and forget the finished jobs."""
+        finished = [job for job in self._pending if job[0].done()]
+        self._pending = [job for job in self._pending if job not in finished]
+        _raise_first_failure(finished)
+
+
+def _raise_first_failure(jobs: list[tuple[Future[None], str]]) -> None:
+    """Wait for ``jobs`` in order and raise the first one's error, noted with what it did."""
+    for future, what in jobs:
+        error = future.exception()
+        if error is not None:
+            error.add_note(f"AtomicCheckpointIO: {what} failed in the background")
+            raise error
+
+
+__all__ = ["TEMP_SUFFIX", "AtomicCheckpointIO", "atomic_save", "host_snapshot"]
