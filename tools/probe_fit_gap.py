@@ -18,6 +18,11 @@ splits every epoch at its hooks:
   epoch): epoch-end hooks, logging, checkpoints;
 * ``checkpoint_s``: of that, the time in ``Trainer.save_checkpoint`` (best and last).
 
+With ``--profile`` the fit also runs cProfile over its first training step (where the replayed
+fit records its graphs) and over every ``Trainer.save_checkpoint`` (the caller's side of the
+save), and writes the top functions by cumulative time to ``first_step.txt`` and
+``checkpoints.txt``.
+
 ``train_s`` (the benchmark's) is the sum of all but ``val_s``. Each row also gives each part per
 training step, so the parts say where ``train_s / steps`` exceeds the steady period.
 
@@ -32,8 +37,11 @@ smoke test: ``--native --imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
 import os
+import pstats
 import subprocess
 import sys
 import time
@@ -46,6 +54,9 @@ import torch
 
 GAPS_ENV = "LUCID_FIT_GAPS"
 """Environment variable naming the JSON file :class:`FitGaps` writes."""
+PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
+"""Environment variable naming a folder: :class:`FitGaps` then also profiles (cProfile) the first
+training step and every ``Trainer.save_checkpoint``, and writes their top functions there."""
 TOOLS_DIR = Path(__file__).resolve().parent
 
 
@@ -67,6 +78,10 @@ class FitGaps(pl.Callback):
         self.epochs: list[dict[str, float]] = []
         self._marks: dict[str, float] = {}
         self._checkpoint_s = 0.0
+        folder = os.environ.get(PROFILE_ENV)
+        self._profile_dir = Path(folder) if folder else None
+        self._first_step = cProfile.Profile()
+        self._checkpoints = cProfile.Profile()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         save = trainer.save_checkpoint
@@ -74,9 +89,12 @@ class FitGaps(pl.Callback):
         @wraps(save)
         def timed(*args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
+            if self._profile_dir is not None:
+                self._checkpoints.enable()
             try:
                 return save(*args, **kwargs)
             finally:
+                self._checkpoints.disable()
                 self._checkpoint_s += time.perf_counter() - began
 
         trainer.save_checkpoint = timed  # type: ignore[method-assign]
@@ -86,11 +104,16 @@ class FitGaps(pl.Callback):
         self._marks = {"start": time.perf_counter()}
         self._checkpoint_s = 0.0
 
+    def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self._profile_dir is not None and trainer.global_step == 0:
+            self._first_step.enable()
+
     def on_train_batch_end(
         self, trainer: pl.Trainer, _module: Any, _out: Any, _batch: Any, batch_idx: int
     ) -> None:
         if batch_idx == 0:
             self._marks["first_end"] = _sync()
+            self._first_step.disable()
         if batch_idx + 1 == trainer.num_training_batches:
             self._marks["last_end"] = _sync()
             self._marks["steps"] = batch_idx
@@ -108,6 +131,15 @@ class FitGaps(pl.Callback):
         path = os.environ.get(GAPS_ENV)
         if path and trainer.is_global_zero:
             Path(path).write_text(json.dumps(self.epochs, indent=1) + "\n")
+        if self._profile_dir is not None and trainer.is_global_zero:
+            self._profile_dir.mkdir(parents=True, exist_ok=True)
+            for name, profile in (
+                ("first_step", self._first_step),
+                ("checkpoints", self._checkpoints),
+            ):
+                report = io.StringIO()
+                pstats.Stats(profile, stream=report).sort_stats("cumulative").print_stats(40)
+                (self._profile_dir / f"{name}.txt").write_text(report.getvalue())
 
     def _close_epoch(self, now: float) -> None:
         """Split the epoch whose marks are held, now that the next one starts (or the fit ends)."""
@@ -179,6 +211,14 @@ def main() -> None:
     parser.add_argument("--val-images", type=int, default=128)
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--native", action="store_true", help="the native fit, not the replayed")
+    parser.add_argument(
+        "--lucid-args", nargs=argparse.REMAINDER, default=[], help="more `lucid-yolo fit` flags"
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also cProfile the first step and the checkpoints (first_step.txt, checkpoints.txt)",
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
@@ -201,10 +241,13 @@ def main() -> None:
             epochs=args.epochs, replay=not args.native, cpu=not torch.cuda.is_available(),
         ),
         "--trainer.callbacks+=probe_fit_gap.FitGaps",
+        *args.lucid_args,
     ]  # fmt: skip
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
     env[GAPS_ENV] = str(gaps)
+    if args.profile:
+        env[PROFILE_ENV] = str(args.out)
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     (args.out / "fit_gap_fit.log").write_text(done.stdout[-20000:] + done.stderr[-20000:])
     if done.returncode != 0:

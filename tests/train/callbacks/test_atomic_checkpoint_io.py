@@ -5,12 +5,14 @@ from __future__ import annotations
 import pickle
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import pytest
 import torch
 
 from lucid_yolo.train.callbacks import AtomicCheckpointIO, atomic_checkpoint_io, atomic_save
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import fill, host_snapshot
 
 
 class _Unpicklable:
@@ -124,12 +126,16 @@ def test_checkpoint_io_failed_write_raises_at_the_fits_end_and_keeps_the_previou
 def test_checkpoint_io_failed_write_raises_at_the_next_save(tmp_path: Path) -> None:
     io = AtomicCheckpointIO()
     io.save_checkpoint({"epoch": 1, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
-    deadline = time.monotonic() + 30
     with pytest.raises(RuntimeError, match="disk full"):
-        while time.monotonic() < deadline:  # until the failed write has finished
-            io.save_checkpoint({"epoch": 2}, tmp_path / "other.ckpt")
-            time.sleep(0.01)
+        _save_for(io, tmp_path / "other.ckpt", seconds=30)  # until the failed write has finished
     io.teardown()
+
+
+def _save_for(io: AtomicCheckpointIO, path: Path, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        io.save_checkpoint({"epoch": 2}, path)
+        time.sleep(0.01)
 
 
 @pytest.mark.gpu
@@ -146,3 +152,23 @@ def test_checkpoint_io_snapshots_cuda_tensors_on_the_host_behind_the_queued_work
     saved = torch.load(tmp_path / "last.ckpt")["state_dict"]["w"]
     assert saved.device.type == "cpu"
     assert torch.equal(saved, torch.ones(256, 256))
+
+
+def test_host_snapshot_keeps_the_checkpoints_layout_and_takes_each_tensor_apart(
+    tmp_path: Path,
+) -> None:
+    shared = torch.arange(4.0)
+    checkpoint = {
+        "state_dict": OrderedDict(a=shared, b=shared[:2]),
+        "optimizer_states": [{"state": {0: {"momentum": torch.ones(2)}}, "lr": 0.01}],
+        "loops": ("epoch", 3),
+    }
+    layout, copies = host_snapshot(checkpoint)
+    shared.mul_(2)
+    filled = fill(layout, copies)
+    assert isinstance(filled["state_dict"], OrderedDict)
+    assert filled["state_dict"]["a"].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert filled["state_dict"]["b"].tolist() == [0.0, 1.0]
+    assert filled["optimizer_states"][0]["lr"] == 0.01
+    assert filled["loops"] == ("epoch", 3)
+    assert filled["state_dict"]["b"].untyped_storage().nbytes() == 8  # its own storage

@@ -11,12 +11,12 @@ The write runs on a background thread, so training goes on while the file is ser
 fsynced (issue 11: ``best.ckpt`` and ``last.ckpt`` took 0.385 s of every epoch of the detect
 batch-16 fit on the H200, a quarter of its training seconds). What the thread writes is a snapshot
 taken when Lightning asks for the save: every CUDA tensor is copied into pinned host memory behind
-the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopy`, read by the thread, so the
-caller never waits for the device), every CPU tensor is cloned. The file therefore holds the state
-of the save's moment, with every tensor on the CPU (loading restores onto the fit's device:
-Lightning and the optimizer copy into the live tensors). Writes, removals and loads run in the
-order they were asked; a load, and the end of a fit (``teardown``), wait for the writes before
-them, and a write that failed raises there or at the next save, with the file named.
+the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopies`, read by the thread, so
+the caller never waits for the device), every CPU tensor is cloned. The file therefore holds the
+state of the save's moment, every tensor contiguous on the CPU (loading restores onto the fit's
+device and layout: Lightning and the optimizer copy into the live tensors). Writes, removals and
+loads run in the order they were asked; a load, and the end of a fit (``teardown``), wait for the
+writes before them, and a write that failed raises there or at the next save, with the file named.
 
 Loading always restricts unpickling to tensors and plain containers (``weights_only=True``):
 every checkpoint lucid-yolo writes holds nothing else, and a checkpoint from elsewhere cannot run
@@ -44,7 +44,7 @@ from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from typing_extensions import override
 
-from lucid_yolo.train.host_copy import HostCopy
+from lucid_yolo.train.host_copy import HostCopies
 
 TEMP_SUFFIX = ".tmp"
 """Suffix of a checkpoint being written (``.last.ckpt.<random>.tmp`` beside ``last.ckpt``)."""
@@ -84,20 +84,39 @@ def atomic_save(obj: object, path: str | Path) -> None:
         os.close(folder)
 
 
-def host_snapshot(checkpoint: Any) -> Any:
-    """``checkpoint`` with every tensor replaced by its value now: a CUDA tensor by a
-    :class:`HostCopy` queued behind the device's work, a CPU tensor by a clone."""
+class _Slot:
+    """Where a snapshot's tensor goes back into its checkpoint (a leaf, not a collection)."""
 
-    def snapshot(tensor: Tensor) -> HostCopy | Tensor:
-        tensor = tensor.detach()
-        return HostCopy(tensor) if tensor.device.type == "cuda" else tensor.clone()
+    __slots__ = ("index",)
 
-    return apply_to_collection(checkpoint, Tensor, snapshot)
+    def __init__(self, index: int) -> None:
+        self.index = index
 
 
-def _write(snapshot: Any, path: Path) -> None:
-    """Wait for ``snapshot``'s device copies and write it atomically (the writer thread's job)."""
-    atomic_save(apply_to_collection(snapshot, HostCopy, HostCopy.read), path)
+def host_snapshot(checkpoint: Any) -> tuple[Any, HostCopies]:
+    """``checkpoint``'s layout with a slot for each tensor, and host copies of the tensors now.
+
+    :func:`fill` puts the copies back; the caller may change the tensors meanwhile.
+    """
+    tensors: list[Tensor] = []
+
+    def slot(tensor: Tensor) -> _Slot:
+        tensors.append(tensor)
+        return _Slot(len(tensors) - 1)
+
+    layout = apply_to_collection(checkpoint, Tensor, slot)
+    return layout, HostCopies(tensors)
+
+
+def fill(layout: Any, copies: HostCopies) -> Any:
+    """The checkpoint of :func:`host_snapshot`, each tensor its own (once the copies landed)."""
+    tensors = copies.read()
+    return apply_to_collection(layout, _Slot, lambda slot: tensors[slot.index].clone())
+
+
+def _write(layout: Any, copies: HostCopies, path: Path) -> None:
+    """Wait for the snapshot's copies and write it atomically (the writer thread's job)."""
+    atomic_save(fill(layout, copies), path)
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -126,7 +145,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 "takes none; drop the argument"
             )
         self._raise_failed()
-        self._submit(_write, host_snapshot(checkpoint), Path(path), what=f"writing {path}")
+        self._submit(_write, *host_snapshot(checkpoint), Path(path), what=f"writing {path}")
 
     @override
     def remove_checkpoint(self, path: _PATH) -> None:
@@ -191,4 +210,4 @@ def _raise_first_failure(jobs: list[tuple[Future[None], str]]) -> None:
             raise error
 
 
-__all__ = ["TEMP_SUFFIX", "AtomicCheckpointIO", "atomic_save", "host_snapshot"]
+__all__ = ["TEMP_SUFFIX", "AtomicCheckpointIO", "atomic_save", "fill", "host_snapshot"]
