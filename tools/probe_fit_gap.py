@@ -201,8 +201,7 @@ def table(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    from bench_side_by_side import lucid_fit_arguments
-    from lucid_yolo.train.data.synthetic import generate_synthetic
+    from bench_side_by_side import lucid_fit_arguments, synthetic_set
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=4)
@@ -222,22 +221,13 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
-    data = args.root / f"detect-{args.images}-{args.imgsz}"
-    if not (data / "data.yaml").is_file():
-        generate_synthetic(
-            data,
-            task="detect",
-            num_train=args.images,
-            num_val=args.val_images,
-            imgsz=args.imgsz,
-            seed=0,
-        )
+    data_yaml = synthetic_set(args.root, "detect", args.images, args.val_images, args.imgsz)
     args.out.mkdir(parents=True, exist_ok=True)
     gaps = args.out / "fit_gap_epochs.json"
     command = [
         sys.executable, "-m", "lucid_yolo.cli", "fit",
         *lucid_fit_arguments(
-            "detect", data / "data.yaml", args.out / "run", batch=args.batch, imgsz=args.imgsz,
+            "detect", data_yaml, args.out / "run", batch=args.batch, imgsz=args.imgsz,
             epochs=args.epochs, replay=not args.native, cpu=not torch.cuda.is_available(),
         ),
         "--trainer.callbacks+=probe_fit_gap.FitGaps",

@@ -143,3 +143,17 @@ def test_without_a_bytecode_cache_children_keep_the_callers_bytecode_settings(
     env = tool.child_environment(argparse.Namespace(bytecode_cache=None))
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert "PYTHONPYCACHEPREFIX" not in env
+
+
+def test_synthetic_set_is_rendered_once_per_set_of_counts(tmp_path: Path, tool: ModuleType) -> None:
+    first = tool.synthetic_set(tmp_path, "detect", 2, 1, 64)
+    image = first.parent / "images" / "train" / "000000.jpg"
+    image.write_bytes(b"kept: a second call does not render")
+    assert tool.synthetic_set(tmp_path, "detect", 2, 1, 64) == first
+    assert image.read_bytes() == b"kept: a second call does not render"
+    other = tool.synthetic_set(tmp_path, "detect", 2, 2, 64)
+    assert other.parent != first.parent
+    assert sorted(p.name for p in (other.parent / "images" / "val").iterdir()) == [
+        "000000.jpg",
+        "000001.jpg",
+    ]
