@@ -30,11 +30,15 @@ def load_tool(name: str, monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return module
 
 
-def run_tool(name: str, args: str, out: Path) -> subprocess.CompletedProcess[str]:
+def run_tool(
+    name: str, args: str, out: Path, *, data_root: bool = True
+) -> subprocess.CompletedProcess[str]:
     """``python tools/<name>.py <args> --root <out>/data`` in a child process with ``OUT=<out>``,
-    its output captured; the caller checks the return code (the tool's own smoke run)."""
+    its output captured; the caller checks the return code (the tool's own smoke run).
+    ``data_root=False`` leaves ``--root`` out, for a tool that writes no dataset."""
+    root = ["--root", str(out / "data")] if data_root else []
     return subprocess.run(
-        [sys.executable, str(TOOLS / f"{name}.py"), *args.split(), "--root", str(out / "data")],
+        [sys.executable, str(TOOLS / f"{name}.py"), *args.split(), *root],
         env={**os.environ, "OUT": str(out)},
         capture_output=True,
         text=True,

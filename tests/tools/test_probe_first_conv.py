@@ -1,0 +1,112 @@
+"""The first-call probe's recording of a network's convolutions, its variants and its totals."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+import torch
+from tool_modules import load_tool, run_tool
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("probe_first_conv", monkeypatch)
+
+
+def _config(tool: ModuleType, **changes: Any) -> Any:
+    return dataclasses.replace(tool.CUDNN_START, **changes)
+
+
+def test_network_convs_counts_each_configuration_of_yolo26n(tool: ModuleType) -> None:
+    counts = tool.network_convs("yolo26n", 32, 5)
+    # one forward calls each of the net's 126 convolutions once; 62 configurations are distinct
+    assert (len(counts), sum(counts.values())) == (62, 126)
+    kinds = [config.kind for config in counts]
+    assert (kinds.count("dense"), kinds.count("depthwise")) == (53, 9)
+    stem = next(iter(counts))
+    assert stem.describe() == "3→16 k3 s2 on 32×32 (float32 input, input without grad)"
+    assert [c.input_dtype for c in counts].count("float32") == 1
+
+
+def test_conv_config_survives_a_json_round_trip(tool: ModuleType) -> None:
+    config = _config(tool, kernel=(3, 3), padding=(1, 1), groups=8, transposed=False)
+    fields = json.loads(json.dumps(dataclasses.asdict(config)))
+    assert tool.ConvConfig.from_json(fields) == config
+
+
+def test_conv_config_kind_names_depthwise_grouped_and_transposed(tool: ModuleType) -> None:
+    assert _config(tool, groups=8).kind == "depthwise"
+    assert _config(tool, groups=2).kind == "grouped"
+    assert _config(tool, groups=8, transposed=True).kind == "transposed"
+    assert tool.CUDNN_START.kind == "dense"
+
+
+def test_run_variant_turns_cudnn_off_around_depthwise_only(tool: ModuleType) -> None:
+    depthwise = _config(tool, kernel=(3, 3), padding=(1, 1), groups=8)
+    configs = [tool.CUDNN_START, depthwise]
+    run = tool.run_variant("channels_last+dw-native", configs, 2, torch.device("cpu"), 1)
+    assert [row["cudnn"] for row in run["rows"]] == [True, False]
+    assert torch.backends.cudnn.enabled
+    assert all(row["output_channels_last"] for row in run["rows"])
+    plain = tool.run_variant("contiguous", configs, 2, torch.device("cpu"), 1)
+    assert [row["cudnn"] for row in plain["rows"]] == [True, True]
+    assert not any(row["output_channels_last"] for row in plain["rows"])
+
+
+def test_run_summary_counts_first_calls_once_and_settled_calls_per_use(tool: ModuleType) -> None:
+    convs = [{"kind": "dense", "count": 3}, {"kind": "depthwise", "count": 2}]
+    rows = [
+        {
+            "first_forward_s": 1.0,
+            "first_backward_s": 0.5,
+            "second_forward_s": 0.25,
+            "second_backward_s": 0.25,
+            "steady_ms": 2.0,
+        },
+        {
+            "first_forward_s": 3.0,
+            "first_backward_s": 2.0,
+            "second_forward_s": 0.5,
+            "second_backward_s": 0.5,
+            "steady_ms": 1.0,
+        },
+    ]
+    totals = tool.run_summary({"rows": rows}, convs)
+    assert totals["first_call_s"]["dense"] == pytest.approx(1.0)
+    assert totals["first_call_s"]["depthwise"] == pytest.approx(4.0)
+    assert totals["first_call_s"]["all"] == pytest.approx(5.0)
+    assert totals["steady_ms_per_step"]["dense"] == pytest.approx(6.0)
+    assert totals["steady_ms_per_step"]["all"] == pytest.approx(8.0)
+
+
+def test_variant_names_add_native_depthwise_per_layout(tool: ModuleType) -> None:
+    names = tool.variant_names(["channels_last", "contiguous"], True)
+    assert names == [
+        "channels_last",
+        "contiguous",
+        "channels_last+dw-native",
+        "contiguous+dw-native",
+    ]
+    assert tool.variant_names(["contiguous"], False) == ["contiguous"]
+
+
+@pytest.mark.slow
+def test_probe_first_conv_runs_a_variant_in_its_own_process_on_the_cpu(tmp_path: Path) -> None:
+    args = "--device cpu --imgsz 32 --batch 1 --steady 1 --layouts contiguous"
+    done = run_tool("probe_first_conv", args, tmp_path, data_root=False)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "first_conv.json").read_text())
+    assert result["num_classes"] == 5  # the embedded synthetic dataset's
+    (run,) = result["runs"]
+    assert (run["variant"], run.get("error")) == ("contiguous", None)
+    assert len(run["rows"]) == len(result["convs"]) == 62
+    first = run["summary"]["first_call_s"]
+    assert first["all"] == pytest.approx(first["dense"] + first["depthwise"])
+    page = (tmp_path / "first_conv.md").read_text()
+    assert "| 1 | contiguous | 0 |" in page
+    assert "| 0 | 3→16 k3 s2 on 32×32 (float32 input, input without grad) | dense | 1 |" in page
