@@ -12,9 +12,9 @@ has depthwise convolutions (``models/conv.py``'s ``depthwise``, ``models/attenti
 What it measures: the packaged network's every ``nn.Conv2d`` and ``nn.ConvTranspose2d`` is
 recorded by a forward hook on a CPU forward at ``--imgsz`` (training mode), deduplicated by its
 configuration (kind, channels, kernel, stride, padding, dilation, groups, bias, input ``H×W``,
-whether its input needs a gradient) and counted. Then, for each variant, in a fresh process (the
-cost is per process) on ``--device`` in bf16 autocast, every distinct configuration in the
-network's forward order gets a standalone convolution in the variant's layout at each
+whether its input needs a gradient, its dtype) and counted. Then, for each variant, in a fresh
+process (the cost is per process) on ``--device`` in bf16 autocast, every distinct configuration
+in the network's forward order gets a standalone convolution in the variant's layout at each
 ``--batch``: its first forward and backward are timed apart with the device synchronised around
 each, then a second call the same way; first minus second is the configuration's first-call
 cost. Then ``--steady`` more calls, timed by CUDA events back to back (on a CPU by the wall
@@ -29,16 +29,23 @@ depthwise configurations only, so PyTorch's own depthwise kernel runs them: does
 cost, and what does it cost per step? ``--rounds 2`` runs every variant twice, in alternating
 order, which shows whether a second process of a variant is cheaper (a cache on disk).
 
+The check on the sum (``--network``, instead of the configurations): per layout, a fresh process
+times the whole network's first and second forward+backward (bf16 autocast, a sum of the raw
+outputs as the loss) after the same small convolution; its first-call cost is what the network
+adds to a fit's first step, to hold against the configurations' total.
+
 Limits: a cost that several configurations share (one compiled kernel used by two shapes) lands
 on the first of them in the forward order; the fit's first step runs the backward in reverse
 order, so its attribution can differ while the total should not. Only convolutions are probed
 (not BatchNorm, activations, the loss or the update).
 
 Run (GPU machine, from source, the machine to itself; ``$OUT/first_conv.json`` and ``.md``,
-rewritten after each process)::
+rewritten after each process; ``network_first_call.*`` with ``--network``)::
 
     export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
     python3 tools/probe_first_conv.py --batch 16 4 --depthwise-without-cudnn
+
+    python3 tools/probe_first_conv.py --batch 16 --network --out $OUT/network
 
 CPU smoke run (timings meaningless)::
 
@@ -320,35 +327,67 @@ def _cudnn_version() -> int | None:
     return version
 
 
+def _process_start(layout: torch.memory_format, device: torch.device) -> dict[str, Any]:
+    """Where this process runs, and what its CUDA start and its first convolution took: what
+    the process's first convolution pays (cuDNN's library and handle, torch's lazy imports on
+    the first backward) is no configuration's cost."""
+    began = time.perf_counter()
+    torch.zeros(1, device=device)
+    _sync(device)
+    device_start_s = time.perf_counter() - began
+    return {
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": _cudnn_version(),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "device_start_s": device_start_s,
+        "first_conv": probe_config(CUDNN_START, 1, layout, device, 1),
+    }
+
+
 def run_variant(
     variant: str, configs: list[ConvConfig], batch: int, device: torch.device, steady: int
 ) -> dict[str, Any]:
     """Every configuration of ``configs`` in this (fresh) process: the child's whole work."""
     layout = LAYOUTS[variant.removesuffix(DEPTHWISE_NATIVE)]
     native_depthwise = variant.endswith(DEPTHWISE_NATIVE)
-    began = time.perf_counter()
-    torch.zeros(1, device=device)
-    _sync(device)
-    cuda_start_s = time.perf_counter() - began
-    # what the process's first convolution pays (cuDNN's library and handle, torch's lazy
-    # imports on the first backward) is no configuration's cost
-    first_conv = probe_config(CUDNN_START, 1, layout, device, 1)
+    start = _process_start(layout, device)
     rows = []
     for config in configs:
         with _cudnn_enabled(not (native_depthwise and config.kind == "depthwise")):
             rows.append(probe_config(config, batch, layout, device, steady))
-    return {
-        "variant": variant,
-        "batch": batch,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cudnn": _cudnn_version(),
-        "cudnn_benchmark": torch.backends.cudnn.benchmark,
-        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "device_start_s": cuda_start_s,
-        "first_conv": first_conv,
-        "rows": rows,
-    }
+    return {"variant": variant, "batch": batch, **start, "rows": rows}
+
+
+def run_network(
+    layout_name: str, name: str, num_classes: int, imgsz: int, batch: int, device: torch.device
+) -> dict[str, Any]:
+    """The whole network's first and second forward+backward in this (fresh) process.
+
+    The check on the sum over configurations: the same small convolution first, then the
+    packaged network in ``layout_name`` (weights and images) in bf16 autocast, a sum of its raw
+    outputs as the loss. First minus second is what a fit's first step pays for the network.
+    """
+    layout = LAYOUTS[layout_name]
+    start = _process_start(layout, device)
+    model = create_model(name, num_classes=num_classes).to(device).to(memory_format=layout)
+    images = torch.rand(batch, 3, imgsz, imgsz, device=device).to(memory_format=layout)
+    network: dict[str, float] = {}
+    for call in ("first", "second"):
+        _sync(device)
+        began = time.perf_counter()
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            outputs = model.train()(images)
+        loss = torch.stack([out.float().sum() for out in outputs.values()]).sum()
+        _sync(device)
+        network[f"{call}_forward_s"] = time.perf_counter() - began
+        began = time.perf_counter()
+        torch.autograd.backward(loss)
+        _sync(device)
+        network[f"{call}_backward_s"] = time.perf_counter() - began
+        model.zero_grad(set_to_none=True)
+    return {"variant": layout_name, "batch": batch, **start, "network": network}
 
 
 # ---------------------------------------------------------------- the parent: processes and report
@@ -446,8 +485,33 @@ def config_table(runs: list[dict[str, Any]], convs: list[dict[str, Any]], batch:
     return "\n".join(lines) + "\n"
 
 
+def network_table(runs: list[dict[str, Any]]) -> str:
+    """One row per ``--network`` process: the whole network's first and second calls."""
+    lines = [
+        "| batch | layout | round | first fwd s | first bwd s | second fwd s | second bwd s |"
+        " first-call s | process's first conv s | process s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for run in runs:
+        head = f"| {run['batch']} | {run['variant']} | {run['round']} |"
+        if "error" in run:
+            lines.append(f"{head} failed: {run['error']} |" + " |" * 6)
+            continue
+        network = run["network"]
+        calls = " | ".join(
+            f"{network[f'{call}_{half}_s']:.3f}"
+            for call in ("first", "second")
+            for half in ("forward", "backward")
+        )
+        cost = sum(first_call_s(network))
+        start = sum(first_call_s(run["first_conv"]))
+        lines.append(f"{head} {calls} | {cost:.3f} | {start:.3f} | {run['process_s']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def report(header: dict[str, Any], convs: list[dict[str, Any]], runs: list[dict[str, Any]]) -> str:
-    """The markdown page: where it ran, the totals, then every configuration per batch."""
+    """The markdown page: where it ran, the totals, then every configuration per batch (or,
+    with ``--network``, the whole network's calls)."""
     done = [r for r in runs if "error" not in r]
     where = (
         f"torch {done[0]['torch']}, CUDA {done[0]['cuda']}, cuDNN {done[0]['cudnn']}, "
@@ -455,6 +519,13 @@ def report(header: dict[str, Any], convs: list[dict[str, Any]], runs: list[dict[
         if done
         else "no process finished"
     )
+    if header["network"]:
+        return (
+            f"# First call of the whole network: {header['model']} at {header['imgsz']} px\n\n"
+            f"{where}. Forward and backward (a sum of the raw outputs as the loss) each timed "
+            "with the device synchronised around it; first-call cost: the first call minus the "
+            f"second.\n\n{network_table(runs)}"
+        )
     by_kind = ", ".join(f"{sum(c['kind'] == k for c in convs)} {k}" for k in _kinds(convs))
     parts = [
         f"# First-call cost of each convolution: {header['model']} at {header['imgsz']} px\n",
@@ -478,6 +549,8 @@ def _run_child(
     """One variant in a fresh process; its run, or why there is none."""
     command = [sys.executable, __file__, "--child", variant, "--convs", str(convs_path)]
     command += ["--batch", str(batch), "--device", args.device, "--steady", str(args.steady)]
+    command += ["--model", args.model, "--imgsz", str(args.imgsz)]
+    command += ["--num-classes", str(args.num_classes)] + (["--network"] if args.network else [])
     began = time.perf_counter()
     try:
         done = subprocess.run(
@@ -512,6 +585,11 @@ def main() -> None:
         help=f"also run each layout with cuDNN off around the depthwise convolutions "
         f"({DEPTHWISE_NATIVE!r} variants)",
     )
+    parser.add_argument(
+        "--network",
+        action="store_true",
+        help="instead: the whole network's first and second forward+backward, per layout",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of variants")
     parser.add_argument("--steady", type=int, default=20, help="settled calls per configuration")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run")
@@ -521,12 +599,19 @@ def main() -> None:
     parser.add_argument("--convs", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.network and args.depthwise_without_cudnn:
+        parser.error("--depthwise-without-cudnn times configurations; leave it out with --network")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device!r}: no CUDA device here; --device cpu for a smoke run")
     if args.child is not None:
-        fields = json.loads(args.convs.read_text())
-        configs = [ConvConfig.from_json(conv["config"]) for conv in fields]
-        run = run_variant(args.child, configs, args.batch[0], device, args.steady)
+        if args.network:
+            run = run_network(
+                args.child, args.model, args.num_classes, args.imgsz, args.batch[0], device
+            )
+        else:
+            fields = json.loads(args.convs.read_text())
+            configs = [ConvConfig.from_json(conv["config"]) for conv in fields]
+            run = run_variant(args.child, configs, args.batch[0], device, args.steady)
         print(RESULT + json.dumps(run), flush=True)
         return
     if args.num_classes is None:
@@ -549,20 +634,22 @@ def main() -> None:
         "num_classes": args.num_classes,
         "batch": args.batch,
         "steady": args.steady,
+        "network": args.network,
     }
     variants = variant_names(args.layouts, args.depthwise_without_cudnn)
+    name = "network_first_call" if args.network else "first_conv"
     runs: list[dict[str, Any]] = []
     for round_ in range(args.rounds):
         for batch in args.batch:
             for variant in round_order(variants, round_):
                 run = {**_run_child(args, variant, batch, convs_path), "round": round_}
-                if "error" not in run:
+                if "rows" in run:
                     run["summary"] = run_summary(run, convs)
                 runs.append(run)
                 print(json.dumps({k: v for k, v in run.items() if k != "rows"}), flush=True)
                 result = {**header, "convs": convs, "runs": runs}
-                (args.out / "first_conv.json").write_text(json.dumps(result, indent=1) + "\n")
-                (args.out / "first_conv.md").write_text(report(header, convs, runs))
+                (args.out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+                (args.out / f"{name}.md").write_text(report(header, convs, runs))
     print(report(header, convs, runs), end="")
 
 

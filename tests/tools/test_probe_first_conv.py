@@ -84,6 +84,27 @@ def test_run_summary_counts_first_calls_once_and_settled_calls_per_use(tool: Mod
     assert totals["steady_ms_per_step"]["all"] == pytest.approx(8.0)
 
 
+def test_run_network_times_two_calls_of_the_whole_network(tool: ModuleType) -> None:
+    run = tool.run_network("channels_last", "yolo26n", 5, 32, 2, torch.device("cpu"))
+    assert (run["variant"], run["batch"]) == ("channels_last", 2)
+    halves = [
+        f"{call}_{half}_s" for call in ("first", "second") for half in ("forward", "backward")
+    ]
+    assert sorted(run["network"]) == sorted(halves)
+    assert all(seconds > 0 for seconds in run["network"].values())
+
+
+def test_network_table_subtracts_the_second_call(tool: ModuleType) -> None:
+    halves = {"first_forward_s": 4.0, "first_backward_s": 2.5}
+    halves |= {"second_forward_s": 0.5, "second_backward_s": 1.0}
+    start = {"first_forward_s": 1.0, "first_backward_s": 1.0}
+    start |= {"second_forward_s": 0.0, "second_backward_s": 0.0}
+    run = {"batch": 16, "variant": "channels_last", "round": 0, "process_s": 9.0}
+    run |= {"network": halves, "first_conv": start}
+    row = tool.network_table([run]).splitlines()[2]
+    assert row == "| 16 | channels_last | 0 | 4.000 | 2.500 | 0.500 | 1.000 | 5.000 | 2.000 | 9.0 |"
+
+
 def test_variant_names_add_native_depthwise_per_layout(tool: ModuleType) -> None:
     names = tool.variant_names(["channels_last", "contiguous"], True)
     assert names == [
