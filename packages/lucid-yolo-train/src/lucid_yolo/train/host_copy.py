@@ -78,8 +78,9 @@ class HostCopies:
                 offset += tensor.numel()
         self._ready: list[torch.cuda.Event] = []
         for device in {tensors[i].device for indices in on_device.values() for i in indices}:
-            event = torch.cuda.Event()  # type: ignore[no-untyped-call]
-            event.record(torch.cuda.current_stream(device))
+            with torch.cuda.device(device):  # the copies ran on each source device's stream
+                event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                event.record()
             self._ready.append(event)
         self._copies = [copy for copy in copies if copy is not None]
 
