@@ -1,4 +1,4 @@
-"""The first-call probe's recording of a network's convolutions, its variants and its totals."""
+"""The first-call probe: its processes per variant, the whole network's calls and the totals."""
 
 from __future__ import annotations
 
@@ -20,30 +20,6 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 def _config(tool: ModuleType, **changes: Any) -> Any:
     return dataclasses.replace(tool.CUDNN_START, **changes)
-
-
-def test_network_convs_counts_each_configuration_of_yolo26n(tool: ModuleType) -> None:
-    counts = tool.network_convs("yolo26n", 32, 5)
-    # one forward calls each of the net's 126 convolutions once; 62 configurations are distinct
-    assert (len(counts), sum(counts.values())) == (62, 126)
-    kinds = [config.kind for config in counts]
-    assert (kinds.count("dense"), kinds.count("depthwise")) == (53, 9)
-    stem = next(iter(counts))
-    assert stem.describe() == "3→16 k3 s2 on 32×32 (float32 input, input without grad)"
-    assert [c.input_dtype for c in counts].count("float32") == 1
-
-
-def test_conv_config_survives_a_json_round_trip(tool: ModuleType) -> None:
-    config = _config(tool, kernel=(3, 3), padding=(1, 1), groups=8, transposed=False)
-    fields = json.loads(json.dumps(dataclasses.asdict(config)))
-    assert tool.ConvConfig.from_json(fields) == config
-
-
-def test_conv_config_kind_names_depthwise_grouped_and_transposed(tool: ModuleType) -> None:
-    assert _config(tool, groups=8).kind == "depthwise"
-    assert _config(tool, groups=2).kind == "grouped"
-    assert _config(tool, groups=8, transposed=True).kind == "transposed"
-    assert tool.CUDNN_START.kind == "dense"
 
 
 def test_run_variant_turns_cudnn_off_around_depthwise_only(tool: ModuleType) -> None:
