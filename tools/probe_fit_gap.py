@@ -19,9 +19,10 @@ splits every epoch at its hooks:
 * ``checkpoint_s``: of that, the time in ``Trainer.save_checkpoint`` (best and last).
 
 With ``--profile`` the fit also runs cProfile over its first training step (where the replayed
-fit records its graphs) and over every ``Trainer.save_checkpoint`` (the caller's side of the
-save), and writes the top functions by cumulative time to ``first_step.txt`` and
-``checkpoints.txt``.
+fit records its graphs) and over each turnover (validation's end to the next epoch's start: the
+epoch-end hooks, logging and the checkpoint saves, so ``Trainer.save_checkpoint`` shows there with
+what it calls), and writes the top functions by cumulative time to ``first_step.txt`` and
+``turnover.txt``.
 
 ``train_s`` (the benchmark's) is the sum of all but ``val_s``. Each row also gives each part per
 training step, so the parts say where ``train_s / steps`` exceeds the steady period.
@@ -81,7 +82,7 @@ class FitGaps(pl.Callback):
         folder = os.environ.get(PROFILE_ENV)
         self._profile_dir = Path(folder) if folder else None
         self._first_step = cProfile.Profile()
-        self._checkpoints = cProfile.Profile()
+        self._turnover = cProfile.Profile()
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         save = trainer.save_checkpoint
@@ -89,17 +90,15 @@ class FitGaps(pl.Callback):
         @wraps(save)
         def timed(*args: Any, **kwargs: Any) -> Any:
             began = time.perf_counter()
-            if self._profile_dir is not None:
-                self._checkpoints.enable()
             try:
                 return save(*args, **kwargs)
             finally:
-                self._checkpoints.disable()
                 self._checkpoint_s += time.perf_counter() - began
 
         trainer.save_checkpoint = timed  # type: ignore[method-assign]
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._turnover.disable()
         self._close_epoch(time.perf_counter())
         self._marks = {"start": time.perf_counter()}
         self._checkpoint_s = 0.0
@@ -125,8 +124,11 @@ class FitGaps(pl.Callback):
     def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
             self._marks["val_end"] = time.perf_counter()
+            if self._profile_dir is not None:
+                self._turnover.enable()
 
     def on_fit_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._turnover.disable()
         self._close_epoch(_sync())
         path = os.environ.get(GAPS_ENV)
         if path and trainer.is_global_zero:
@@ -135,7 +137,7 @@ class FitGaps(pl.Callback):
             self._profile_dir.mkdir(parents=True, exist_ok=True)
             for name, profile in (
                 ("first_step", self._first_step),
-                ("checkpoints", self._checkpoints),
+                ("turnover", self._turnover),
             ):
                 report = io.StringIO()
                 pstats.Stats(profile, stream=report).sort_stats("cumulative").print_stats(40)
@@ -216,7 +218,7 @@ def main() -> None:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="also cProfile the first step and the checkpoints (first_step.txt, checkpoints.txt)",
+        help="also cProfile the first step and the turnovers (first_step.txt, turnover.txt)",
     )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
