@@ -41,7 +41,7 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
 
 @pytest.mark.slow
 def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
-    args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --native"
+    args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --native --profile"
     done = run_tool("probe_fit_gap", args, tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "fit_gap.json").read_text())
@@ -51,3 +51,5 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
         assert epoch["checkpoint_s"] > 0  # and saves best and last
         assert epoch["turnover_s"] >= epoch["checkpoint_s"]
     assert result["epochs"] == 1
+    assert "training_step" in (tmp_path / "first_step.txt").read_text()
+    assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
