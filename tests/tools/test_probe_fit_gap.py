@@ -51,5 +51,5 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
         assert epoch["checkpoint_s"] > 0  # and saves best and last
         assert epoch["turnover_s"] >= epoch["checkpoint_s"]
     assert result["epochs"] == 1
-    assert "training_step" in (tmp_path / "first_step.txt").read_text()
+    assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
