@@ -13,6 +13,8 @@
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
+#   WARM_UP=0        skip the warm-up below: for a later row of the same call, whose machine the
+#                    first row already warmed (saves its 16-23 s)
 # Every call first warms the machine for both tools alike (untimed): compiled bytecode for every
 # module on the import path in /tmp/lucid-bench-pyc (the GPU machine sets PYTHONDONTWRITEBYTECODE=1
 # over sources without bytecode; an installed package has it), then one process imports torch,
@@ -31,6 +33,8 @@ case "${ROW:?set ROW to detect-b16, detect-b4 or segment-b4}" in
 esac
 merge=()
 [ -n "${MERGE:-}" ] && read -r -a merge <<< "--merge $MERGE"
+warm=()
+[ "${WARM_UP:-1}" = 0 ] && warm=(--no-warm-up)
 python3 tools/bench_side_by_side.py "${row[@]}" --imgsz 640 --images 512 --val-images 128 \
-    --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" \
+    --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" "${warm[@]}" \
     --bytecode-cache /tmp/lucid-bench-pyc --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"
