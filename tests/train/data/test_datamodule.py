@@ -22,6 +22,7 @@ from lucid_yolo.train.data.errors import DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
 from lucid_yolo.train.data.packed_batch import PackedBatch
 from lucid_yolo.train.data.prepared import PreparedDataset
+from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -100,6 +101,12 @@ def test_datamodule_loaders_leave_the_global_generator_untouched(pose_yaml: Path
     for loader in (dm.train_dataloader(), dm.val_dataloader()):
         next(iter(loader))
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_datamodule_train_loader_outside_a_fit_starts_no_worker(pose_yaml: Path) -> None:
+    loader = YoloDataModule(pose_yaml, imgsz=64, batch_size=2, workers=2).train_dataloader()
+    assert isinstance(loader, ResumableLoader)
+    assert loader.streams == 0
 
 
 def test_datamodule_workers_capped_at_cpu_count(

@@ -15,6 +15,14 @@ runs on into the next epoch, and hands Lightning each epoch's batches from that 
 workers then prepare the next epoch's first batches while this epoch's last steps and its
 validation run. An iteration that does not continue where the stream stands (a resume, an epoch
 left early, another epoch set) starts a new stream there.
+
+The fit's first stream can start before the fit iterates (issue 11, start-up):
+:meth:`ResumableLoader.start_stream` forks the workers at the position the next iteration begins
+from, so they decode the first batches while the model summary and the sanity check run; that
+iteration takes the stream over. The batches and the random draws are those of a stream started
+by the iteration itself: the same positions, and the one base seed of the workers drawn from the
+loader's own generator. What it costs: up to ``num_workers × prefetch_factor`` batches wait in
+memory (shared, and pinned when the loader pins) until training begins.
 """
 
 from __future__ import annotations
@@ -58,7 +66,7 @@ class ResumableLoader(DataLoader[Targets]):
     @override
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch = self.epoch_sampler.epoch
-        first = self.epoch_sampler.start // int(self.batch_size or 1)
+        first = self._first_batch
         self.batches_done = first
         if self.num_workers == 0:
             batches: Iterator[Any] = super().__iter__()
@@ -71,10 +79,37 @@ class ResumableLoader(DataLoader[Targets]):
             self._stream_next = self._position(epoch, index + 1)
             yield batch
 
+    def start_stream(self) -> None:
+        """Start the workers where the next iteration begins, so its first batches load now.
+
+        The stream starts at the sampler's epoch, after the batches a restored position
+        (:meth:`load_state_dict`) skips. The next iteration takes it over when it begins there;
+        one that begins elsewhere (another epoch set meanwhile) shuts it down and starts a new
+        stream where it begins, as after an epoch left early: the batches are still the right
+        ones, the started workers' loading is lost, and the new stream's workers get the next
+        base seed of the loader's generator. Without workers nothing starts.
+        """
+        if self.num_workers > 0:
+            self._stream_at(self.epoch_sampler.epoch, self._first_batch)
+
+    @property
+    def streams(self) -> int:
+        """Streams started so far (the first, then one per iteration that did not continue)."""
+        return self._stream.started
+
     @property
     def dispatched(self) -> tuple[int, int] | None:
         """``(epoch, batch)`` of the last batch handed to the workers (``None`` without them)."""
         return self._stream.dispatched
+
+    @property
+    def _first_batch(self) -> int:
+        """The batch of the sampler's epoch the next iteration begins with (a resume skips).
+
+        Rounded up: a position after an epoch's short last batch is the epoch's length, not a
+        multiple of the batch size, and it stands after that batch, at the next epoch's start.
+        """
+        return -(-self.epoch_sampler.start // int(self.batch_size or 1))
 
     def _position(self, epoch: int, batch: int) -> tuple[int, int]:
         """``(epoch, batch)`` with an epoch's end written as the next epoch's start."""
