@@ -234,20 +234,19 @@ class YoloDataModule(L.LightningDataModule):
         Lightning asks for it before the model summary and the sanity check when the model reads
         ``trainer.estimated_stepping_batches`` while it configures its optimizers, as
         :class:`~lucid_yolo.train.module.YoloModule` does; the workers then load the first
-        batches meanwhile instead of after them (issue 11, start-up: 0.9-1.1 s from the start of
-        training to the first batch on the H200, session 8).
+        batches meanwhile instead of after them (issue 11, start-up: 0.9-1.1 s from the sanity
+        check's end to the first batch on the H200, session 8).
         """
         dataset = self._dataset("train")
         dataset.close_mosaic_epoch = self._close_mosaic_epoch()
         dataset.defer_pixels = self._defer_pixels()
         loader = self._loader(dataset, self.batch_size, train=True)
         if isinstance(loader, ResumableLoader):
-            restored = self._train_position is not None
-            if self._train_position is not None:
-                loader.load_state_dict(self._train_position)
-                self._train_position = None
+            position, self._train_position = self._train_position, None
+            if position is not None:
+                loader.load_state_dict(position)
             self._train_loader = loader
-            if self._starts_the_fit(loader, restored=restored):
+            if self._starts_the_fit(loader, restored=position is not None):
                 loader.start_stream()
         return loader
 
