@@ -19,6 +19,7 @@ from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
+from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.exceptions import TrainConfigError
 
 
@@ -82,6 +83,37 @@ def test_module_fit_reduces_loss(tiny_dataset: Callable[[str], Path], tmp_path: 
     assert len(log.losses) == 40
     # the default gradient clip (norm 10) slows these first steps
     assert sum(log.losses[-4:]) < 0.9 * sum(log.losses[:4]), log.losses
+
+
+class _TrainStreamsAtSanityCheckEnd(Callback):
+    def __init__(self) -> None:
+        self.streams: list[int] = []
+
+    def on_sanity_check_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        loader = trainer.train_dataloader
+        self.streams.append(loader.streams if isinstance(loader, ResumableLoader) else 0)
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_module_fit_starts_the_training_workers_before_the_sanity_check_ends(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # the learning-rate schedule reads estimated_stepping_batches in configure_optimizers, so
+    # Lightning asks for the training loader (and the data module starts it) before the summary
+    data = _data(tiny_dataset("detect"), "detect", batch_size=2, workers=2)
+    module = _module(data, "detect")
+    at_end = _TrainStreamsAtSanityCheckEnd()
+    trainer = _trainer(
+        tmp_path,
+        max_epochs=1,
+        limit_train_batches=1,
+        limit_val_batches=1,
+        num_sanity_val_steps=1,
+        enable_checkpointing=False,
+        callbacks=[at_end],
+    )
+    trainer.fit(module, data)
+    assert at_end.streams == [1]
 
 
 def test_module_ema_updates_once_per_optimizer_step(
