@@ -12,7 +12,8 @@ spares each fit the seconds of importing them), ``fit_in_own_session([DATA, ROOT
 LOG)`` in a forked child.
 
 It trains ``yolo26n`` for 2 epochs of 4 steps (8 images, batch 2, 64 px) with a validation of 2
-batches each epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` and
+batches each epoch, writes checkpoints under ROOT with :class:`AtomicCheckpointIO` (in the
+background, as ``lucid-yolo fit`` does, but for a SIGTERM ``--during save``) and
 :class:`SigtermCheckpoint`, and at the end writes OUT.json: per step the global step, the image
 ids, the loss bits and one draw from each global generator (torch, NumPy, Python; CUDA on a GPU)
 taken as the batch starts, as a dropout or a user's augmentation would draw; and the digests of
@@ -49,7 +50,12 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lucid_yolo.replay import state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
-from lucid_yolo.train.callbacks import AtomicCheckpointIO, RngState, SigtermCheckpoint
+from lucid_yolo.train.callbacks import (
+    AtomicCheckpointIO,
+    BackgroundCheckpointWrites,
+    RngState,
+    SigtermCheckpoint,
+)
 from lucid_yolo.train.callbacks.rng_state import rng_state
 
 EPOCHS = 2
@@ -251,6 +257,13 @@ def main(argv: list[str] | None = None) -> None:
             SigtermCheckpoint(),
             RngState(),
             log,
+            # as `lucid-yolo fit` writes, but for a SIGTERM sent from inside a write: in the
+            # background the step it lands in would depend on the writer thread's pace
+            *(
+                []
+                if (args.during, args.signal) == ("save", "TERM")
+                else [BackgroundCheckpointWrites()]
+            ),
         ],
     )
     trainer.fit(module, data, ckpt_path=args.resume)

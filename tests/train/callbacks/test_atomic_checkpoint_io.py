@@ -7,12 +7,19 @@ import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from lucid_yolo.train.callbacks import AtomicCheckpointIO, atomic_checkpoint_io, atomic_save
-from lucid_yolo.train.callbacks.atomic_checkpoint_io import fill, host_snapshot
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import (
+    BackgroundCheckpointWrites,
+    fill,
+    host_snapshot,
+)
 
 
 class _Unpicklable:
@@ -68,6 +75,13 @@ def test_checkpoint_io_rejects_storage_options(tmp_path: Path) -> None:
         AtomicCheckpointIO().save_checkpoint({}, tmp_path / "a.ckpt", storage_options={"x": 1})
 
 
+def _background() -> AtomicCheckpointIO:
+    """An IO writing in the background, as during a fit with BackgroundCheckpointWrites."""
+    io = AtomicCheckpointIO()
+    io.background = True
+    return io
+
+
 @pytest.fixture
 def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
     """Background writes wait until the returned event is set."""
@@ -85,7 +99,7 @@ def held_writes(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
 def test_checkpoint_io_returns_before_the_write_and_writes_the_state_of_the_save(
     tmp_path: Path, held_writes: threading.Event
 ) -> None:
-    io = AtomicCheckpointIO()
+    io = _background()
     weights = torch.zeros(3)
     io.save_checkpoint({"state_dict": {"w": weights}, "epoch": 1}, tmp_path / "last.ckpt")
     assert not (tmp_path / "last.ckpt").exists()
@@ -100,7 +114,7 @@ def test_checkpoint_io_returns_before_the_write_and_writes_the_state_of_the_save
 def test_checkpoint_io_loads_and_removes_after_the_writes_asked_before(
     tmp_path: Path, held_writes: threading.Event
 ) -> None:
-    io = AtomicCheckpointIO()
+    io = _background()
     io.save_checkpoint({"epoch": 1}, tmp_path / "a.ckpt")
     io.save_checkpoint({"epoch": 2}, tmp_path / "b.ckpt")
     io.remove_checkpoint(tmp_path / "a.ckpt")
@@ -112,7 +126,7 @@ def test_checkpoint_io_loads_and_removes_after_the_writes_asked_before(
 def test_checkpoint_io_failed_write_raises_at_the_fits_end_and_keeps_the_previous_file(
     tmp_path: Path,
 ) -> None:
-    io = AtomicCheckpointIO()
+    io = _background()
     io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
     io.save_checkpoint({"epoch": 2, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
     with pytest.raises(RuntimeError, match="disk full") as raised:
@@ -124,7 +138,7 @@ def test_checkpoint_io_failed_write_raises_at_the_fits_end_and_keeps_the_previou
 
 
 def test_checkpoint_io_failed_write_raises_at_the_next_save(tmp_path: Path) -> None:
-    io = AtomicCheckpointIO()
+    io = _background()
     io.save_checkpoint({"epoch": 1, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
     with pytest.raises(RuntimeError, match="disk full"):
         _save_for(io, tmp_path / "other.ckpt", seconds=30)  # until the failed write has finished
@@ -142,7 +156,7 @@ def _save_for(io: AtomicCheckpointIO, path: Path, seconds: float) -> None:
 def test_checkpoint_io_snapshots_cuda_tensors_on_the_host_behind_the_queued_work(
     tmp_path: Path,
 ) -> None:
-    io = AtomicCheckpointIO()
+    io = _background()
     weights = torch.zeros(256, 256, device="cuda")
     torch.cuda._sleep(100_000_000)  # the device is busy when the save is asked
     weights.add_(1)
@@ -172,3 +186,90 @@ def test_host_snapshot_keeps_the_checkpoints_layout_and_takes_each_tensor_apart(
     assert filled["optimizer_states"][0]["lr"] == 0.01
     assert filled["loops"] == ("epoch", 3)
     assert filled["state_dict"]["b"].untyped_storage().nbytes() == 8  # its own storage
+
+
+def test_checkpoint_io_outside_a_fit_saves_before_it_returns(tmp_path: Path) -> None:
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    assert torch.load(tmp_path / "last.ckpt")["epoch"] == 1
+    io.remove_checkpoint(tmp_path / "last.ckpt")
+    assert not (tmp_path / "last.ckpt").exists()
+
+
+def test_checkpoint_io_teardown_ends_background_writing(
+    tmp_path: Path, held_writes: threading.Event
+) -> None:
+    io = _background()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "a.ckpt")
+    held_writes.set()
+    io.teardown()
+    assert not io.background
+    io.save_checkpoint({"epoch": 2}, tmp_path / "b.ckpt")  # after the fit: on disk at return
+    assert torch.load(tmp_path / "b.ckpt")["epoch"] == 2
+
+
+def test_checkpoint_io_writes_the_later_of_two_saves_to_one_file(tmp_path: Path) -> None:
+    io = _background()
+    io.save_checkpoint({"epoch": 1}, tmp_path / "last.ckpt")
+    io.save_checkpoint({"epoch": 2}, tmp_path / "last.ckpt")
+    io.teardown()
+    assert torch.load(tmp_path / "last.ckpt")["epoch"] == 2
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]
+
+
+def test_checkpoint_io_teardown_of_a_failing_fit_notes_a_failed_write_on_the_fits_error(
+    tmp_path: Path,
+) -> None:
+    io = _background()
+    io.save_checkpoint({"epoch": 1, "bad": _Unpicklable()}, tmp_path / "last.ckpt")
+    with pytest.raises(ValueError, match="the fit's own error") as raised:
+        _fail_and_tear_down(io)
+    assert raised.value.__notes__[0] == "and then: RuntimeError: disk full"
+    assert "writing" in raised.value.__notes__[1]
+    assert not io.background
+
+
+def _fail_and_tear_down(io: AtomicCheckpointIO) -> None:
+    """A fit failing: Lightning tears down inside its ``except`` block, then re-raises."""
+    try:
+        raise ValueError("the fit's own error")
+    except ValueError:
+        io.teardown()
+        raise
+
+
+def test_host_snapshot_keeps_the_state_dicts_module_versions() -> None:
+    state = nn.BatchNorm2d(2).state_dict()
+    layout, copies = host_snapshot({"state_dict": state})
+    filled = fill(layout, copies)
+    assert filled["state_dict"]._metadata == state._metadata  # type: ignore[attr-defined]
+
+
+class _Uploader:
+    """A logger that uploads each checkpoint as it is saved (W&B's or MLflow's log_model)."""
+
+    _log_model = "all"
+
+
+def _trainer(io: AtomicCheckpointIO, *loggers: object) -> Any:
+    return SimpleNamespace(
+        strategy=SimpleNamespace(checkpoint_io=io), loggers=list(loggers), is_global_zero=True
+    )
+
+
+def test_background_checkpoint_writes_turns_background_writing_on_for_the_fit() -> None:
+    io = AtomicCheckpointIO()
+    BackgroundCheckpointWrites().on_fit_start(_trainer(io, SimpleNamespace()), nn.Module())
+    assert io.background
+
+
+def test_background_checkpoint_writes_stays_off_for_a_logger_that_uploads_checkpoints(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    io = AtomicCheckpointIO()
+    BackgroundCheckpointWrites().on_fit_start(_trainer(io, _Uploader()), nn.Module())
+    assert not io.background
+    assert capsys.readouterr().out == (
+        "checkpoints: written in the training thread, since _Uploader uploads each checkpoint "
+        "file as soon as it is saved\n"
+    )

@@ -56,6 +56,13 @@ def test_repeating_loader_counts_a_pass_ended_when_its_last_batch_is_handed_out(
     assert loader.streams == 1
 
 
+def test_repeating_loader_after_a_pass_left_one_batch_short_starts_a_new_stream() -> None:
+    loader = _loader(2)
+    assert [batch.tolist() for batch in islice(loader, len(loader) - 1)] == ONE_PASS[:-1]
+    assert _batches(loader) == ONE_PASS
+    assert loader.streams == 2
+
+
 def test_repeating_loader_with_workers_loads_the_next_pass_when_this_one_is_handed_out() -> None:
     loader = _loader(2)
     assert _batches(loader) == ONE_PASS

@@ -52,6 +52,7 @@ from lucid_yolo.models import model_spec
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import (
     AtomicCheckpointIO,
+    BackgroundCheckpointWrites,
     EpochSummary,
     PhaseTimer,
     RngState,
@@ -97,6 +98,8 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             # resume from where it stopped (Lightning's save_last only copies on a new best).
             ModelCheckpoint(monitor=FITNESS, mode="max", filename="best"),
             ModelCheckpoint(filename="last", enable_version_counter=False),
+            # both written on a background thread while the next epoch trains
+            BackgroundCheckpointWrites(),
             FitModelSummary(),
             ValidationHistory(),
             *callbacks,

@@ -50,25 +50,26 @@ class HostCopies:
 
     For a checkpoint's some 1,800 tensors: one pinned buffer per dtype and one event per device,
     so each CUDA tensor costs one queued copy, not an allocation, a copy and an event of its own
-    (:class:`HostCopy`). A tensor on another device is cloned, since the caller goes on changing
-    it.
+    (:class:`HostCopy`). A tensor elsewhere (the CPU) is cloned, since the caller goes on
+    changing it. :meth:`read` may run on another thread (the checkpoint writer): it waits for
+    each event under that event's device, so the thread touches no other device, and the events
+    block instead of spinning.
 
     Args:
         tensors: what to copy; each copy is contiguous, with the tensor's shape and dtype.
     """
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
-        copies: list[Tensor | None] = [None] * len(tensors)
+        copies: dict[int, Tensor] = {}
         on_device: dict[torch.dtype, list[int]] = {}
         for index, tensor in enumerate(tensors):
             if tensor.device.type == "cuda":
                 on_device.setdefault(tensor.dtype, []).append(index)
             else:
-                copies[index] = tensor.detach().clone()
+                copies[index] = tensor.detach().to("cpu", copy=True)
         for dtype, indices in on_device.items():
-            buffer = torch.empty(
-                sum(tensors[i].numel() for i in indices), dtype=dtype, pin_memory=True
-            )
+            numel = sum(tensors[i].numel() for i in indices)
+            buffer = torch.empty(numel, dtype=dtype, pin_memory=True)
             offset = 0
             for index in indices:
                 tensor = tensors[index]
@@ -76,18 +77,19 @@ class HostCopies:
                 copy.copy_(tensor.detach(), non_blocking=True)
                 copies[index] = copy
                 offset += tensor.numel()
-        self._ready: list[torch.cuda.Event] = []
+        self._ready: list[tuple[torch.device, torch.cuda.Event]] = []
         for device in {tensors[i].device for indices in on_device.values() for i in indices}:
             with torch.cuda.device(device):  # the copies ran on each source device's stream
-                event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                event = torch.cuda.Event(blocking=True)  # type: ignore[no-untyped-call]
                 event.record()
-            self._ready.append(event)
-        self._copies = [copy for copy in copies if copy is not None]
+            self._ready.append((device, event))
+        self._copies = [copies[index] for index in range(len(tensors))]
 
     def read(self) -> list[Tensor]:
         """The host tensors in the order given, after waiting for their copies (not later work)."""
-        for event in self._ready:
-            event.synchronize()
+        for device, event in self._ready:
+            with torch.cuda.device(device):
+                event.synchronize()
         return self._copies
 
 

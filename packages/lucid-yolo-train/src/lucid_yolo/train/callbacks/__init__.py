@@ -1,11 +1,16 @@
 """Lightning callbacks and checkpoint IO of the trainer.
 
-Step-phase timing and the per-epoch summary; atomic checkpoints, the SIGTERM save and the random
+Step-phase timing and the per-epoch summary; atomic checkpoints (written in the background
+during a fit), the SIGTERM save and the random
 generators' state, which together let a fit resume where it stopped; the late non-finite check
 on an exception.
 """
 
-from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, atomic_save
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import (
+    AtomicCheckpointIO,
+    BackgroundCheckpointWrites,
+    atomic_save,
+)
 from lucid_yolo.train.callbacks.epoch_summary import (
     EpochSummary,
     replay_line,
@@ -27,6 +32,7 @@ __all__ = [
     "validation_table",
     # checkpoints
     "AtomicCheckpointIO",
+    "BackgroundCheckpointWrites",
     "RngState",
     "SigtermCheckpoint",
     "atomic_save",

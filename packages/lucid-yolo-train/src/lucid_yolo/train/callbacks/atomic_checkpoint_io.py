@@ -7,16 +7,22 @@ through a folder outside the run. Here the file is written next to its target un
 temporary name, fsynced, and put in place with ``os.replace``, which is atomic within one folder:
 a reader (or a resume after SIGKILL) sees the old checkpoint or the new one, never half of one.
 
-The write runs on a background thread, so training goes on while the file is serialised and
-fsynced (issue 11: ``best.ckpt`` and ``last.ckpt`` took 0.385 s of every epoch of the detect
-batch-16 fit on the H200, a quarter of its training seconds). What the thread writes is a snapshot
-taken when Lightning asks for the save: every CUDA tensor is copied into pinned host memory behind
-the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopies`, read by the thread, so
-the caller never waits for the device), every CPU tensor is cloned. The file therefore holds the
-state of the save's moment, every tensor contiguous on the CPU (loading restores onto the fit's
-device and layout: Lightning and the optimizer copy into the live tensors). Writes, removals and
-loads run in the order they were asked; a load, and the end of a fit (``teardown``), wait for the
-writes before them, and a write that failed raises there or at the next save, with the file named.
+During a fit the write can run on a background thread, so training goes on while the file is
+serialised and fsynced (issue 11: ``best.ckpt`` and ``last.ckpt`` took 0.385 s of every epoch of
+the detect batch-16 fit on the H200, a quarter of its training seconds).
+:class:`BackgroundCheckpointWrites` turns it on when the fit starts, unless a logger uploads
+checkpoint files right after each save (W&B's or MLflow's ``log_model``: they would read a file
+not yet written); ``teardown`` at the fit's end turns it off again, so a save outside a fit is on
+disk when ``Trainer.save_checkpoint`` returns, as Lightning promises. What the thread writes is a
+snapshot taken when Lightning asks for the save: every CUDA tensor is copied into pinned host
+memory behind the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopies`, read by
+the thread, so the snapshot itself does not wait for the device), every CPU tensor is cloned. The
+file holds the state of the save's moment, every tensor contiguous on the CPU (loading restores
+onto the fit's device and layout: Lightning and the optimizer copy into the live tensors).
+Writes, removals and loads run in the order they were asked (one writer thread: the stale
+temporary files a write removes are never another write's); a load and the fit's end wait for
+the writes before them; a write that failed raises there or at the next save, with the file
+named, and when the fit is already failing it becomes a note on that error instead of hiding it.
 
 Loading always restricts unpickling to tensors and plain containers (``weights_only=True``):
 every checkpoint lucid-yolo writes holds nothing else, and a checkpoint from elsewhere cannot run
@@ -30,6 +36,7 @@ from __future__ import annotations
 
 import glob
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -37,13 +44,16 @@ from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from lightning.fabric.utilities.types import _PATH
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from lightning_utilities.core.apply_func import apply_to_collection
 from torch import Tensor
 from typing_extensions import override
 
+from lucid_yolo.train.console import print_line
 from lucid_yolo.train.host_copy import HostCopies
 
 TEMP_SUFFIX = ".tmp"
@@ -104,14 +114,35 @@ def host_snapshot(checkpoint: Any) -> tuple[Any, HostCopies]:
         tensors.append(tensor)
         return _Slot(len(tensors) - 1)
 
-    layout = apply_to_collection(checkpoint, Tensor, slot)
+    layout = _with_metadata(checkpoint, apply_to_collection(checkpoint, Tensor, slot))
     return layout, HostCopies(tensors)
 
 
 def fill(layout: Any, copies: HostCopies) -> Any:
-    """The checkpoint of :func:`host_snapshot`, each tensor its own (once the copies landed)."""
+    """The checkpoint of :func:`host_snapshot`, each tensor its own (once the copies landed).
+
+    A state dict's ``_metadata`` (the modules' versions, which ``load_state_dict`` passes to
+    their loaders) is kept: ``apply_to_collection`` rebuilds mappings without attributes.
+    """
     tensors = copies.read()
-    return apply_to_collection(layout, _Slot, lambda slot: tensors[slot.index].clone())
+    return _with_metadata(
+        layout,
+        apply_to_collection(layout, _Slot, lambda slot: tensors[slot.index].clone()),
+    )
+
+
+def _with_metadata(source: Any, rebuilt: Any) -> Any:
+    """``rebuilt`` with every ``_metadata`` attribute of ``source``'s mappings copied over."""
+    if isinstance(source, dict) and isinstance(rebuilt, dict):
+        metadata = getattr(source, "_metadata", None)
+        if metadata is not None:
+            rebuilt._metadata = metadata  # type: ignore[attr-defined]
+        for key, value in source.items():
+            _with_metadata(value, rebuilt[key])
+    elif isinstance(source, (list, tuple)) and isinstance(rebuilt, (list, tuple)):
+        for value, copy in zip(source, rebuilt, strict=True):
+            _with_metadata(value, copy)
+    return rebuilt
 
 
 def _write(layout: Any, copies: HostCopies, path: Path) -> None:
@@ -120,11 +151,17 @@ def _write(layout: Any, copies: HostCopies, path: Path) -> None:
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
-    """Lightning checkpoint IO: atomic saves on a background thread, ``weights_only=True`` loads
-    (module docstring)."""
+    """Lightning checkpoint IO: atomic saves, in the background during a fit that asks for it,
+    ``weights_only=True`` loads (module docstring).
+
+    Attributes:
+        background: write on the writer thread (set by :class:`BackgroundCheckpointWrites` for
+            the length of a fit); otherwise a save is on disk when it returns.
+    """
 
     def __init__(self) -> None:
         super().__init__()
+        self.background = False
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Future[None], str]] = []
 
@@ -144,12 +181,20 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"storage_options={storage_options!r}: AtomicCheckpointIO writes local files and "
                 "takes none; drop the argument"
             )
+        if not self.background:
+            self.wait()
+            atomic_save(checkpoint, Path(path))
+            return
         self._raise_failed()
         self._submit(_write, *host_snapshot(checkpoint), Path(path), what=f"writing {path}")
 
     @override
     def remove_checkpoint(self, path: _PATH) -> None:
         """Remove ``path`` after the writes asked before (one may be writing it)."""
+        if not self.background:
+            self.wait()
+            super().remove_checkpoint(path)
+            return
         self._raise_failed()
         self._submit(super().remove_checkpoint, path, what=f"removing {path}")
 
@@ -181,16 +226,33 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
     @override
     def teardown(self) -> None:
-        """Finish the writes (the end of a fit, also when it fails) and stop the writer thread."""
+        """Finish the writes and stop the writer thread and background writing (the end of a
+        fit, also when it fails).
+
+        Raises:
+            Exception: a write or removal failed, on a fit that did not fail otherwise. On a
+                failing fit (Lightning tears down inside its ``except``) the failure becomes a
+                note on the fit's own error, which goes on, and Lightning's teardown completes.
+        """
+        failing = sys.exc_info()[1]
         try:
             self.wait()
+        except Exception as error:
+            if failing is None:
+                raise
+            failing.add_note(f"and then: {type(error).__name__}: {error}")
+            for note in getattr(error, "__notes__", []):
+                failing.add_note(note)
         finally:
+            self.background = False
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
                 self._writer = None
 
     def _submit(self, job: Callable[..., None], *args: Any, what: str) -> None:
         if self._writer is None:
+            # one thread: jobs run in the order asked, and a write's removal of stale temporary
+            # files of its target never meets another write of the same target
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending.append((self._writer.submit(job, *args), what))
 
@@ -202,12 +264,47 @@ class AtomicCheckpointIO(TorchCheckpointIO):
 
 
 def _raise_first_failure(jobs: list[tuple[Future[None], str]]) -> None:
-    """Wait for ``jobs`` in order and raise the first one's error, noted with what it did."""
-    for future, what in jobs:
-        error = future.exception()
-        if error is not None:
-            error.add_note(f"AtomicCheckpointIO: {what} failed in the background")
-            raise error
+    """Wait for every job and raise the first one's error, noted with what it and any later
+    failed job did."""
+    failed = [(error, what) for future, what in jobs if (error := future.exception()) is not None]
+    if failed:
+        first = failed[0][0]
+        for error, what in failed:
+            detail = "" if error is first else f" ({type(error).__name__}: {error})"
+            first.add_note(f"AtomicCheckpointIO: {what} failed in the background{detail}")
+        raise first
 
 
-__all__ = ["TEMP_SUFFIX", "AtomicCheckpointIO", "atomic_save", "fill", "host_snapshot"]
+class BackgroundCheckpointWrites(Callback):
+    """Has the fit's :class:`AtomicCheckpointIO` write in the background, from the fit's start
+    to its end, unless a logger reads checkpoint files as soon as they are saved.
+
+    A logger that uploads checkpoints (``log_model`` of W&B and MLflow, read from their
+    ``_log_model``) looks for the newest files right after each save; with a background write it
+    would upload the previous one. The fit then writes in its own thread and says why.
+    """
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        io = trainer.strategy.checkpoint_io
+        if not isinstance(io, AtomicCheckpointIO):
+            return
+        uploading = [type(lg).__name__ for lg in trainer.loggers if getattr(lg, "_log_model", None)]
+        if uploading:
+            if trainer.is_global_zero:
+                print_line(
+                    f"checkpoints: written in the training thread, since {', '.join(uploading)} "
+                    "uploads each checkpoint file as soon as it is saved"
+                )
+            return
+        io.background = True
+
+
+__all__ = [
+    "TEMP_SUFFIX",
+    "AtomicCheckpointIO",
+    "BackgroundCheckpointWrites",
+    "atomic_save",
+    "fill",
+    "host_snapshot",
+]

@@ -21,6 +21,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO
 from lucid_yolo.train.console import print_line
 
 
@@ -57,6 +58,15 @@ class SigtermCheckpoint(Callback):
     def _save(self, trainer: pl.Trainer) -> None:
         path = self._folder(trainer) / f"{self.filename}.ckpt"
         trainer.save_checkpoint(path)
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):
+            # a background write: say "saved" only once it is on disk; raising here would make
+            # Lightning skip its teardown, so a failure is said and the SIGTERM stop goes on
+            try:
+                io.wait()
+            except Exception as error:
+                print_line(f"SIGTERM: writing {path} failed ({type(error).__name__}: {error})")
+                return
         self.saved_path = path
         print_line(
             f"SIGTERM: saved {path} at step {trainer.global_step}; resume with --ckpt_path {path}"
