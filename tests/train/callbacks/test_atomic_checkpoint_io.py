@@ -273,3 +273,17 @@ def test_background_checkpoint_writes_stays_off_for_a_logger_that_uploads_checkp
         "checkpoints: written in the training thread, since _Uploader uploads each checkpoint "
         "file as soon as it is saved\n"
     )
+
+
+def test_checkpoint_io_writes_the_same_file_in_the_background_or_not(tmp_path: Path) -> None:
+    weights = torch.arange(6.0).view(1, 2, 1, 3).to(memory_format=torch.channels_last)
+    checkpoint = {"state_dict": {"w": weights}}
+    AtomicCheckpointIO().save_checkpoint(checkpoint, tmp_path / "now.ckpt")
+    io = _background()
+    io.save_checkpoint(checkpoint, tmp_path / "later.ckpt")
+    io.teardown()
+    now, later = (torch.load(tmp_path / f"{n}.ckpt")["state_dict"]["w"] for n in ("now", "later"))
+    assert torch.equal(now, weights)
+    assert now.is_contiguous()
+    assert later.is_contiguous()
+    assert torch.equal(now, later)

@@ -56,7 +56,8 @@ class HostCopies:
     block instead of spinning.
 
     Args:
-        tensors: what to copy; each copy is contiguous, with the tensor's shape and dtype.
+        tensors: what to copy; each copy is contiguous on the CPU, with the tensor's shape and
+            dtype, wherever the tensor is.
     """
 
     def __init__(self, tensors: Sequence[Tensor]) -> None:
@@ -66,7 +67,9 @@ class HostCopies:
             if tensor.device.type == "cuda":
                 on_device.setdefault(tensor.dtype, []).append(index)
             else:
-                copies[index] = tensor.detach().to("cpu", copy=True)
+                copies[index] = tensor.detach().to(
+                    "cpu", copy=True, memory_format=torch.contiguous_format
+                )
         for dtype, indices in on_device.items():
             numel = sum(tensors[i].numel() for i in indices)
             buffer = torch.empty(numel, dtype=dtype, pin_memory=True)

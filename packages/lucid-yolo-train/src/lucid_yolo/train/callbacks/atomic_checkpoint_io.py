@@ -13,12 +13,13 @@ the detect batch-16 fit on the H200, a quarter of its training seconds).
 :class:`BackgroundCheckpointWrites` turns it on when the fit starts, unless a logger uploads
 checkpoint files right after each save (W&B's or MLflow's ``log_model``: they would read a file
 not yet written); ``teardown`` at the fit's end turns it off again, so a save outside a fit is on
-disk when ``Trainer.save_checkpoint`` returns, as Lightning promises. What the thread writes is a
-snapshot taken when Lightning asks for the save: every CUDA tensor is copied into pinned host
-memory behind the work already queued (:class:`~lucid_yolo.train.host_copy.HostCopies`, read by
-the thread, so the snapshot itself does not wait for the device), every CPU tensor is cloned. The
-file holds the state of the save's moment, every tensor contiguous on the CPU (loading restores
-onto the fit's device and layout: Lightning and the optimizer copy into the live tensors).
+disk when ``Trainer.save_checkpoint`` returns, as Lightning promises. What is written, in the
+background or not, is a snapshot taken when Lightning asks for the save: every CUDA tensor is
+copied into pinned host memory behind the work already queued
+(:class:`~lucid_yolo.train.host_copy.HostCopies`, read by the writer, so the snapshot itself
+does not wait for the device), every CPU tensor is cloned. The file holds the state of the
+save's moment, every tensor contiguous on the CPU (loading restores onto the fit's device and
+layout: Lightning and the optimizer copy into the live tensors).
 Writes, removals and loads run in the order they were asked (one writer thread: the stale
 temporary files a write removes are never another write's); a load and the fit's end wait for
 the writes before them; a write that failed raises there or at the next save, with the file
@@ -146,7 +147,8 @@ def _with_metadata(source: Any, rebuilt: Any) -> Any:
 
 
 def _write(layout: Any, copies: HostCopies, path: Path) -> None:
-    """Wait for the snapshot's copies and write it atomically (the writer thread's job)."""
+    """Wait for the snapshot's copies and write it atomically (on the writer thread, or on the
+    caller's when not in the background: the same file either way)."""
     atomic_save(fill(layout, copies), path)
 
 
@@ -183,7 +185,7 @@ class AtomicCheckpointIO(TorchCheckpointIO):
             )
         if not self.background:
             self.wait()
-            atomic_save(checkpoint, Path(path))
+            _write(*host_snapshot(checkpoint), Path(path))  # the same file as a background write
             return
         self._raise_failed()
         self._submit(_write, *host_snapshot(checkpoint), Path(path), what=f"writing {path}")
