@@ -171,7 +171,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
     def save_checkpoint(
         self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None
     ) -> None:
-        """Snapshot ``checkpoint`` and write it to ``path`` atomically in the background.
+        """Snapshot ``checkpoint`` and write it to ``path`` atomically: in the background when
+        :attr:`background` is on, else before returning (after the writes asked before).
 
         Raises:
             TypeError: ``storage_options`` given (a local file has none).
