@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 import pytest
 import torch
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor, nn
@@ -319,22 +321,39 @@ def _checkpoints(root: Path) -> list[Callback]:
     ]
 
 
+@pytest.fixture(scope="module")
+def uninterrupted_fit(
+    tiny_dataset: Any, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Any, Path]:
+    """The batches of a 2-worker fit and the folder of its checkpoints, run once: each resume
+    case below starts from one of them and writes its own into the same folder (versioned
+    names), as a resumed `lucid-yolo fit` does."""
+    root = tmp_path_factory.mktemp("uninterrupted")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PossibleUserWarning)
+        full, _ = _startup_fit(
+            tiny_dataset("detect"), 2, callbacks=_checkpoints(root), enable_checkpointing=True
+        )
+    return full, root
+
+
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 # the resumed fit writes into the folder of the fit it resumes, as a resumed `lucid-yolo fit` does
 @pytest.mark.filterwarnings("ignore:Checkpoint directory .* exists and is not empty:UserWarning")
 @pytest.mark.parametrize(("checkpoint", "steps_before"), [("step=6", 6), ("epoch=0", 4)])
 def test_resumable_loader_in_a_resumed_fit_starts_its_stream_once_where_it_resumes(
-    tiny_dataset: Any, tmp_path: Path, checkpoint: str, steps_before: int
+    tiny_dataset: Any,
+    uninterrupted_fit: tuple[Any, Path],
+    checkpoint: str,
+    steps_before: int,
 ) -> None:
-    data = tiny_dataset("detect")
-    options = {"enable_checkpointing": True}
-    full, _ = _startup_fit(data, 2, callbacks=_checkpoints(tmp_path), **options)
+    full, folder = uninterrupted_fit
     resumed, streams = _startup_fit(
-        data,
+        tiny_dataset("detect"),
         2,
-        ckpt_path=tmp_path / f"{checkpoint}.ckpt",
-        callbacks=_checkpoints(tmp_path),  # the same folder, so their states load as saved
-        **options,
+        ckpt_path=folder / f"{checkpoint}.ckpt",
+        callbacks=_checkpoints(folder),  # the same folder, so their states load as saved
+        enable_checkpointing=True,
     )
     assert resumed == full[steps_before:]
     # one stream, started before training (and before the sanity check where one runs: Lightning
