@@ -133,4 +133,23 @@ class BatchStream:
         return None if self._batches is None else self._batches.dispatched
 
 
-__all__ = ["STREAM_REPLACES", "BatchStream", "EpochBatches"]
+class StreamedLoader:
+    """What a loader that holds a :class:`BatchStream` tells of it; mixed into the training and
+    the validation loader, which keep theirs in ``_stream``."""
+
+    _stream: BatchStream
+
+    @property
+    def streams(self) -> int:
+        """Streams started so far: the first, then one per iteration that could not continue
+        the current one (an epoch or pass left early, a resume, another epoch set)."""
+        return self._stream.started
+
+    @property
+    def dispatched(self) -> tuple[int, int] | None:
+        """``(epoch, batch)`` of the last batch handed to the workers, an epoch being a pass
+        of the validation loader (``None`` before any, or without workers)."""
+        return self._stream.dispatched
+
+
+__all__ = ["STREAM_REPLACES", "BatchStream", "EpochBatches", "StreamedLoader"]

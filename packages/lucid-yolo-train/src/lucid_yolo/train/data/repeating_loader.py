@@ -15,8 +15,8 @@ A pass left early (Lightning's sanity check, ``limit_val_batches``) leaves the s
 the next ``iter()`` then starts a new stream at a pass's start. A pass counts as ended when its
 last batch is handed out, not when the iterator is asked past it: Lightning's evaluation loop
 stops at the loader's length and never asks (session 8 found every pass restarting the stream,
-its workers shut down and started again, 0.85 s a pass at detect batch 16 on the H200 instead
-of 0.27).
+its workers shut down and started again: 0.85 s a pass at detect batch 16 on the H200, 0.23 s
+once fixed).
 
 What it costs: the next pass's first batches wait in memory (shared, and pinned when the loader
 pins) from the end of one validation to the start of the next, at most ``num_workers ×
@@ -32,11 +32,11 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.epoch_batches import BatchStream
+from lucid_yolo.train.data.epoch_batches import BatchStream, StreamedLoader
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
-class RepeatingLoader(DataLoader[Targets]):
+class RepeatingLoader(StreamedLoader, DataLoader[Targets]):
     """A DataLoader over an unshuffled :class:`EpochSampler` whose passes form one stream.
 
     Takes the arguments of ``DataLoader`` (options by keyword). Without workers it is a plain
@@ -76,16 +76,6 @@ class RepeatingLoader(DataLoader[Targets]):
             # before the yield: Lightning stops at a pass's known length without asking past it
             self._at_pass_start = index == last
             yield batch
-
-    @property
-    def streams(self) -> int:
-        """Streams started so far (the first, then one per pass left early)."""
-        return self._stream.started
-
-    @property
-    def dispatched(self) -> tuple[int, int] | None:
-        """``(pass, batch)`` of the last batch handed to the workers (``None`` without them)."""
-        return self._stream.dispatched
 
     def _stream_at_pass_start(self) -> Iterator[Any]:
         """The current stream if a pass ended there, else a new one (a pass left early)."""

@@ -34,11 +34,11 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.epoch_batches import BatchStream
+from lucid_yolo.train.data.epoch_batches import BatchStream, StreamedLoader
 from lucid_yolo.train.data.sampler import EpochSampler
 
 
-class ResumableLoader(DataLoader[Targets]):
+class ResumableLoader(StreamedLoader, DataLoader[Targets]):
     """A DataLoader over an :class:`EpochSampler` whose position survives a checkpoint.
 
     Takes the arguments of ``DataLoader`` (options by keyword); ``sampler`` must be an
@@ -91,16 +91,6 @@ class ResumableLoader(DataLoader[Targets]):
         """
         if self.num_workers > 0:
             self._stream_at(self.epoch_sampler.epoch, self._first_batch)
-
-    @property
-    def streams(self) -> int:
-        """Streams started so far (the first, then one per iteration that did not continue)."""
-        return self._stream.started
-
-    @property
-    def dispatched(self) -> tuple[int, int] | None:
-        """``(epoch, batch)`` of the last batch handed to the workers (``None`` without them)."""
-        return self._stream.dispatched
 
     @property
     def _first_batch(self) -> int:
