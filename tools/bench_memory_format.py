@@ -26,14 +26,21 @@ from pathlib import Path
 
 import torch
 
+from depthwise_nchw import VARIANT, nchw_depthwise
 from lucid_yolo.models import create_model
 
-LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+LAYOUTS = {
+    "contiguous": torch.contiguous_format,
+    "channels_last": torch.channels_last,
+    VARIANT: torch.channels_last,
+}
 
 
 def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
     """A callable that replays one captured forward+backward of ``name`` in ``layout``."""
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
+    if layout == VARIANT:
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:

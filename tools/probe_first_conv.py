@@ -71,10 +71,16 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from depthwise_nchw import VARIANT as DW_NCHW
+from depthwise_nchw import nchw_depthwise
 from lucid_yolo.models import create_model
 from network_convs import KINDS, ConvConfig, network_convs
 
-LAYOUTS = {"channels_last": torch.channels_last, "contiguous": torch.contiguous_format}
+LAYOUTS = {
+    "channels_last": torch.channels_last,
+    "contiguous": torch.contiguous_format,
+    DW_NCHW: torch.channels_last,
+}
 DEPTHWISE_NATIVE = "+dw-native"
 """Suffix of a variant whose depthwise convolutions run with cuDNN disabled."""
 RESULT = "probe_first_conv: "
@@ -246,6 +252,8 @@ def run_network(
     layout = LAYOUTS[layout_name]
     start = _process_start(layout, device)
     model = create_model(name, num_classes=num_classes).to(device).to(memory_format=layout)
+    if layout_name == DW_NCHW:
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device=device).to(memory_format=layout)
     network: dict[str, float] = {}
     for call in ("first", "second"):
@@ -452,7 +460,13 @@ def main() -> None:
         help="default: the embedded synthetic dataset's, as in the fit that motivates this",
     )
     parser.add_argument("--batch", type=int, nargs="+", default=[16])
-    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
+    parser.add_argument(
+        "--layouts",
+        nargs="+",
+        choices=list(LAYOUTS),
+        default=["channels_last", "contiguous"],
+        help=f"{DW_NCHW!r} wraps a whole network: with --network only",
+    )
     parser.add_argument(
         "--depthwise-without-cudnn",
         action="store_true",
@@ -475,6 +489,8 @@ def main() -> None:
     device = torch.device(args.device)
     if args.network and args.depthwise_without_cudnn:
         parser.error("--depthwise-without-cudnn times configurations; leave it out with --network")
+    if DW_NCHW in args.layouts and not args.network:
+        parser.error(f"--layouts {DW_NCHW!r} changes the network, not a convolution: add --network")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device!r}: no CUDA device here; --device cpu for a smoke run")
     if args.child is not None:
