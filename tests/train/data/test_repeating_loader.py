@@ -78,6 +78,14 @@ def test_repeating_loader_after_a_pass_left_early_starts_a_new_stream_at_a_pass_
     assert loader.streams == 2
 
 
+def test_repeating_loader_ended_gives_the_next_pass_from_a_new_stream() -> None:
+    loader = _loader(2)
+    assert _batches(loader) == ONE_PASS
+    loader.end_stream()
+    assert _batches(loader) == ONE_PASS
+    assert loader.streams == 2
+
+
 def test_repeating_loader_without_workers_is_a_plain_loader() -> None:
     loader = _loader(0)
     assert [_batches(loader) for _ in range(2)] == [ONE_PASS] * 2

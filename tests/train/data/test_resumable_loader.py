@@ -138,6 +138,26 @@ def test_resumable_loader_with_workers_after_an_epoch_left_early() -> None:
     assert _batches(loader) == _epochs(_worker_loader(0), range(1, 2))[0]
 
 
+def test_resumable_loader_iteration_goes_on_after_end_stream_from_a_new_stream() -> None:
+    loader = _worker_loader(2)
+    loader.epoch_sampler.set_epoch(1)
+    iterator = iter(loader)
+    seen = [next(iterator).tolist() for _ in range(2)]
+    loader.end_stream()
+    assert (
+        seen + [batch.tolist() for batch in iterator] == _epochs(_worker_loader(0), range(1, 2))[0]
+    )
+    assert loader.streams == 2
+
+
+def test_resumable_loader_ended_serves_the_next_epoch_from_a_new_stream() -> None:
+    loader = _worker_loader(2)
+    _epochs(loader, range(1))
+    loader.end_stream()
+    assert _epochs(loader, range(1, 2)) == _epochs(_worker_loader(0), range(1, 2))
+    assert loader.streams == 2
+
+
 def test_resumable_loader_started_stream_serves_the_first_iteration() -> None:
     loader = _worker_loader(2)
     loader.start_stream()

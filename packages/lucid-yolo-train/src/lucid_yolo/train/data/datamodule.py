@@ -198,6 +198,7 @@ class YoloDataModule(L.LightningDataModule):
         self.pack_batches = pack_batches
         self.counters = DataCounters(self.workers)
         self._train_loader: ResumableLoader | None = None
+        self._val_loader: RepeatingLoader | None = None
         self._train_position: dict[str, int] | None = None
         self.datasets: dict[str, YoloDataset] = {}
         self._device_pixels = DevicePixels()
@@ -252,7 +253,10 @@ class YoloDataModule(L.LightningDataModule):
 
     @override
     def val_dataloader(self) -> DataLoader[Targets]:
-        return self._loader(self._dataset("val"), self.val_batch_size, train=False, repeats=True)
+        loader = self._loader(self._dataset("val"), self.val_batch_size, train=False, repeats=True)
+        if isinstance(loader, RepeatingLoader):
+            self._val_loader = loader
+        return loader
 
     @override
     def test_dataloader(self) -> DataLoader[Targets]:
@@ -261,6 +265,24 @@ class YoloDataModule(L.LightningDataModule):
     @override
     def predict_dataloader(self) -> DataLoader[Targets]:
         return self._loader(self._dataset(self._predict_split()), self.val_batch_size, train=False)
+
+    @override
+    def teardown(self, stage: str) -> None:
+        """End the training and validation loaders' worker streams when a stage ends.
+
+        Lightning (2.6) calls it after a fit, validation, test or prediction that returns; one
+        that raises (Ctrl+C included) gets :meth:`on_exception` and no ``teardown``. Not ended,
+        the streams would live on with the trainer and, collected with it, cost 5 s for each
+        worker (:class:`~lucid_yolo.train.data.epoch_batches.BatchStream`). A later stage that
+        iterates the same loaders starts new streams.
+        """
+        self._end_streams()
+
+    @override
+    def on_exception(self, exception: BaseException) -> None:
+        """End the loaders' worker streams when a stage raises (Ctrl+C included), so a crashed
+        fit in a notebook leaves no worker behind; the exception goes on."""
+        self._end_streams()
 
     @override
     def on_after_batch_transfer(self, batch: Batch | PackedBatch, dataloader_idx: int) -> Batch:
@@ -421,6 +443,11 @@ class YoloDataModule(L.LightningDataModule):
         if restored:
             return True
         return trainer.ckpt_path is None and trainer.current_epoch == loader.epoch_sampler.epoch
+
+    def _end_streams(self) -> None:
+        for loader in (self._train_loader, self._val_loader):
+            if loader is not None:
+                loader.end_stream()
 
     def _defer_pixels(self) -> bool:
         """``AugmentConfig.pixels_on_device``, by default on when the trainer trains on CUDA."""

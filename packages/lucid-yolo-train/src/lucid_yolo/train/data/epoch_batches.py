@@ -9,7 +9,8 @@ batch of ``e + 1``, and so on, each as :class:`~lucid_yolo.train.data.sampler.Ep
 worker in flight across the boundary, so the next epoch's first batches load while this one's
 last steps and its validation run. :class:`BatchStream` holds that DataLoader for the training
 loader (:class:`~lucid_yolo.train.data.resumable_loader.ResumableLoader`) and the validation one
-(:class:`~lucid_yolo.train.data.repeating_loader.RepeatingLoader`) alike.
+(:class:`~lucid_yolo.train.data.repeating_loader.RepeatingLoader`) alike, and ends it when the
+data module's stage ends (:meth:`StreamedLoader.end_stream`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ STREAM_REPLACES = frozenset(
 )
 """DataLoader options a stream replaces: its batch sampler cuts the batches, and its one
 iterator serves every epoch, so it needs no persistent workers."""
+
+
+def _batches_per_epoch(samples: int, batch_size: int, *, drop_last: bool) -> int:
+    """Batches of ``batch_size`` in an epoch of ``samples``, as ``len(DataLoader)`` counts them."""
+    full, rest = divmod(samples, batch_size)
+    return full + (1 if rest and not drop_last else 0)
 
 
 class EpochBatches:
@@ -68,8 +75,7 @@ class EpochBatches:
     @property
     def batches_per_epoch(self) -> int:
         """Batches in every epoch, as ``len(DataLoader)`` counts them."""
-        full, rest = divmod(len(self.sampler), self.batch_size)
-        return full + (1 if rest and not self.drop_last else 0)
+        return _batches_per_epoch(len(self.sampler), self.batch_size, drop_last=self.drop_last)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         epoch, first = self.epoch, self.first
@@ -83,8 +89,19 @@ class EpochBatches:
 
 
 class BatchStream:
-    """A loader's worker stream: one DataLoader iterator over :class:`EpochBatches`, restarted
-    where the loader needs it.
+    """A loader's worker stream: one DataLoader iterator over :class:`EpochBatches`, asked for
+    batches by position, restarted where it does not stand, ended on demand.
+
+    The stream is the only holder of its DataLoader iterator: the loaders' iterations ask it for
+    each batch by ``(epoch, batch)`` instead of keeping the iterator, so :meth:`end` drops the
+    last reference and the iterator's finalizer stops the workers at once, everything it uses
+    still alive. Left to the garbage collector, the iterator instead costs 5 s per worker (issue
+    11, session 9): it becomes garbage inside a reference cycle (the trainer, its loaders, their
+    suspended iterations), and CPython's collector calls the weak-reference callbacks of cyclic
+    garbage before its finalizers. The workers' index queues (``multiprocessing.Queue``) close
+    their feeder threads in such a callback; the iterator's finalizer then puts each worker's stop
+    signal into a queue whose feeder thread is gone, the signal is never sent, and torch waits
+    out its 5 s join timeout for each worker before it terminates them.
 
     Args:
         dataset: the loader's dataset.
@@ -113,24 +130,55 @@ class BatchStream:
         self.drop_last = drop_last
         self._options = {key: value for key, value in options.items() if key not in STREAM_REPLACES}
         self._batches: EpochBatches | None = None
-        self.current: Iterator[Any] | None = None
+        self._current: Iterator[Any] | None = None
+        self._next: tuple[int, int] | None = None  # the current iterator's next batch
         self.started = 0
 
-    def restart(self, epoch: int, first: int) -> Iterator[Any]:
-        """A new stream from batch ``first`` of ``epoch`` on; the current one's workers shut down
-        before the new ones start."""
-        self.current = None
+    def start(self, epoch: int, first: int) -> None:
+        """Stand at batch ``first`` of ``epoch``: keep the current stream if it stands there,
+        else end it and start a new one there (its workers fork now and begin loading).
+
+        ``first`` may be the epoch's batch count: that is the next epoch's start.
+        """
+        position = self._position(epoch, first)
+        if self._next == position:
+            return
+        self.end()  # the old workers shut down before the new ones start
         self._batches = EpochBatches(
-            self.sampler, self.batch_size, drop_last=self.drop_last, epoch=epoch, first=first
+            self.sampler,
+            self.batch_size,
+            drop_last=self.drop_last,
+            epoch=position[0],
+            first=position[1],
         )
-        self.current = iter(DataLoader(self.dataset, batch_sampler=self._batches, **self._options))
+        self._current = iter(DataLoader(self.dataset, batch_sampler=self._batches, **self._options))
+        self._next = position
         self.started += 1
-        return self.current
+
+    def batch(self, epoch: int, index: int) -> Any:
+        """Batch ``index`` of ``epoch``, from the current stream if it stands there, else from
+        a new one started there (:meth:`start`)."""
+        self.start(epoch, index)
+        assert self._current is not None
+        batch = next(self._current)
+        self._next = self._position(epoch, index + 1)
+        return batch
+
+    def end(self) -> None:
+        """Shut the workers down now, their loaded batches dropped; the next :meth:`batch` or
+        :meth:`start` starts a new stream. Nothing happens when none runs."""
+        self._current = None
+        self._next = None
 
     @property
     def dispatched(self) -> tuple[int, int] | None:
         """``(epoch, batch)`` of the last batch handed to the workers (``None`` before any)."""
         return None if self._batches is None else self._batches.dispatched
+
+    def _position(self, epoch: int, batch: int) -> tuple[int, int]:
+        """``(epoch, batch)`` with an epoch's end written as the next epoch's start."""
+        count = _batches_per_epoch(len(self.sampler), self.batch_size, drop_last=self.drop_last)
+        return (epoch + 1, 0) if batch >= count else (epoch, batch)
 
 
 class StreamedLoader:
@@ -150,6 +198,17 @@ class StreamedLoader:
         """``(epoch, batch)`` of the last batch handed to the workers, an epoch being a pass
         of the validation loader (``None`` before any, or without workers)."""
         return self._stream.dispatched
+
+    def end_stream(self) -> None:
+        """Shut the loader's workers down now, the batches they loaded ahead dropped.
+
+        The data module calls it when a fit, validation or test ends, or fails
+        (:meth:`~lucid_yolo.train.data.datamodule.YoloDataModule.teardown`); whoever iterates
+        the loader outside a Trainer calls it when done. Iterating the loader again starts a
+        new stream where the iteration stands, with the same batches; an iteration suspended
+        meanwhile continues from a new stream too.
+        """
+        self._stream.end()
 
 
 __all__ = ["STREAM_REPLACES", "BatchStream", "EpochBatches", "StreamedLoader"]

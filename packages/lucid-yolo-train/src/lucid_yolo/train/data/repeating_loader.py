@@ -61,27 +61,19 @@ class RepeatingLoader(StreamedLoader, DataLoader[Targets]):
         self._stream = BatchStream(
             dataset, self.epoch_sampler, self.batch_size, options, drop_last=self.drop_last
         )
-        self._at_pass_start = False
+        self._passes = 0
 
     @override
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         if self.num_workers == 0:
             yield from super().__iter__()
             return
-        batches = self._stream_at_pass_start()
-        self._at_pass_start = False
-        last = len(self) - 1
+        # each pass is the stream's next epoch: one whose last batch was handed out continues
+        # the stream, one left early makes the next pass start a new stream
+        this_pass, self._passes = self._passes, self._passes + 1
         for index in range(len(self)):
-            batch = next(batches)
-            # before the yield: Lightning stops at a pass's known length without asking past it
-            self._at_pass_start = index == last
-            yield batch
-
-    def _stream_at_pass_start(self) -> Iterator[Any]:
-        """The current stream if a pass ended there, else a new one (a pass left early)."""
-        if self._stream.current is None or not self._at_pass_start:
-            return self._stream.restart(0, 0)
-        return self._stream.current
+            # asked by position, not held: the stream stays its workers' only holder
+            yield self._stream.batch(this_pass, index)
 
 
 __all__ = ["RepeatingLoader"]

@@ -61,22 +61,21 @@ class ResumableLoader(StreamedLoader, DataLoader[Targets]):
         self._stream = BatchStream(
             dataset, self.epoch_sampler, self.batch_size, options, drop_last=self.drop_last
         )
-        self._stream_next: tuple[int, int] | None = None
 
     @override
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         epoch = self.epoch_sampler.epoch
         first = self._first_batch
         self.batches_done = first
+        in_process: Iterator[Any] | None = None
         if self.num_workers == 0:
-            batches: Iterator[Any] = super().__iter__()
+            in_process = super().__iter__()
         else:
             self.epoch_sampler.start = 0  # the stream starts at `first` itself
-            batches = self._stream_at(epoch, first)
         for index in range(first, len(self)):
-            batch = next(batches)
+            # asked by position, not held: the stream stays its workers' only holder
+            batch = self._stream.batch(epoch, index) if in_process is None else next(in_process)
             self.batches_done += 1
-            self._stream_next = self._position(epoch, index + 1)
             yield batch
 
     def start_stream(self) -> None:
@@ -90,7 +89,7 @@ class ResumableLoader(StreamedLoader, DataLoader[Targets]):
         base seed of the loader's generator. Without workers nothing starts.
         """
         if self.num_workers > 0:
-            self._stream_at(self.epoch_sampler.epoch, self._first_batch)
+            self._stream.start(self.epoch_sampler.epoch, self._first_batch)
 
     @property
     def _first_batch(self) -> int:
@@ -100,19 +99,6 @@ class ResumableLoader(StreamedLoader, DataLoader[Targets]):
         multiple of the batch size, and it stands after that batch, at the next epoch's start.
         """
         return -(-self.epoch_sampler.start // int(self.batch_size or 1))
-
-    def _position(self, epoch: int, batch: int) -> tuple[int, int]:
-        """``(epoch, batch)`` with an epoch's end written as the next epoch's start."""
-        return (epoch + 1, 0) if batch >= len(self) else (epoch, batch)
-
-    def _stream_at(self, epoch: int, first: int) -> Iterator[Any]:
-        """The cross-epoch stream at batch ``first`` of ``epoch``: the current one if it stands
-        there, else a new one (an epoch left early, a resume, another epoch set)."""
-        position = self._position(epoch, first)
-        if self._stream.current is None or self._stream_next != position:
-            self._stream_next = position
-            return self._stream.restart(*position)
-        return self._stream.current
 
     def state_dict(self) -> dict[str, int]:
         """The epoch being iterated and how many of its batches were yielded."""
