@@ -74,8 +74,8 @@ def _fit(datamodule: YoloDataModule, module: _ImageSums) -> set[BaseProcess]:
 
 
 def _exit_codes(processes: set[BaseProcess]) -> list[int | None]:
-    """Each process's exit code: ``None`` while it runs, 0 once it stopped of itself (torch
-    terminates a worker that did not stop in time: a negative code, the signal)."""
+    """Each process's exit code: ``None`` while it runs (a torch worker reports 0 whether it
+    stopped of itself or its parent terminated it)."""
     return [process.exitcode for process in processes]
 
 

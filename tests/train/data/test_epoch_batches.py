@@ -69,7 +69,6 @@ def test_batch_stream_end_stops_its_workers_at_once() -> None:
     workers = set(active_children()) - before
     assert len(workers) == 2
     stream.end()
-    # stopped of themselves (torch terminates a worker it waited for in vain: a negative code)
     assert [worker.exitcode for worker in workers] == [0, 0]
 
 
