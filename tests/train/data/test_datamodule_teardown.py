@@ -16,11 +16,9 @@ from torch import Tensor, nn
 
 from lucid_yolo.train.data.datamodule import YoloDataModule
 
-pytestmark = [
-    pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"),
-    # Lightning 2.6 still calls a torch pytree API that torch 2.15 deprecates
-    pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated"),
-]
+pytestmark = pytest.mark.filterwarnings(
+    "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
+)
 
 
 class _Workers(Callback):
