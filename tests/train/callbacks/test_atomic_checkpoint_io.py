@@ -19,6 +19,7 @@ from lucid_yolo.train.callbacks.atomic_checkpoint_io import (
     BackgroundCheckpointWrites,
     fill,
     host_snapshot,
+    same_content,
 )
 
 
@@ -287,3 +288,59 @@ def test_checkpoint_io_writes_the_same_file_in_the_background_or_not(tmp_path: P
     assert now.is_contiguous()
     assert later.is_contiguous()
     assert torch.equal(now, later)
+
+
+def test_checkpoint_io_save_again_links_a_save_of_the_same_content(tmp_path: Path) -> None:
+    io = _background()
+    checkpoint = {"state_dict": {"w": torch.arange(3.0)}, "callbacks": {"best": "b.ckpt"}}
+    io.save_checkpoint(checkpoint, tmp_path / "best.ckpt")
+    io.save_again(tmp_path / "last.ckpt", {"callbacks": {"best": "b.ckpt"}})
+    io.teardown()
+    assert (tmp_path / "last.ckpt").samefile(tmp_path / "best.ckpt")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.ckpt", "last.ckpt"]
+
+
+def test_checkpoint_io_save_again_writes_the_replaced_entries_in_their_place(
+    tmp_path: Path,
+) -> None:
+    io = _background()
+    weights = torch.arange(3.0)
+    checkpoint = {"state_dict": {"w": weights}, "callbacks": {"score": torch.tensor(1.0)}, "e": 0}
+    io.save_checkpoint(checkpoint, tmp_path / "best.ckpt")
+    weights.add_(1)  # changes after the first save are not the second's
+    io.save_again(tmp_path / "last.ckpt", {"callbacks": {"score": torch.tensor(2.0)}})
+    io.teardown()
+    last = torch.load(tmp_path / "last.ckpt")
+    assert not (tmp_path / "last.ckpt").samefile(tmp_path / "best.ckpt")
+    assert list(last) == ["state_dict", "callbacks", "e"]
+    assert last["callbacks"]["score"].item() == 2.0
+    assert last["state_dict"]["w"].tolist() == [0.0, 1.0, 2.0]
+
+
+def test_checkpoint_io_save_again_writes_when_the_first_file_failed(tmp_path: Path) -> None:
+    io = AtomicCheckpointIO()
+    io.save_checkpoint({"step": 1}, tmp_path / "best.ckpt")  # an older best.ckpt
+    with pytest.raises(RuntimeError, match="disk full"):
+        io.save_checkpoint({"step": 2, "bad": _Unpicklable()}, tmp_path / "best.ckpt")
+    with pytest.raises(RuntimeError, match="disk full"):  # the same content, written again
+        io.save_again(tmp_path / "last.ckpt", {"step": 2})
+    assert not (tmp_path / "last.ckpt").exists()  # never a link to the older best.ckpt
+
+
+def test_checkpoint_io_save_again_needs_a_save_of_the_fit(tmp_path: Path) -> None:
+    io = _background()
+    io.save_checkpoint({"step": 1}, tmp_path / "best.ckpt")
+    assert io.last_save == 1
+    io.teardown()
+    assert io.last_save is None
+    with pytest.raises(RuntimeError, match="no save to repeat"):
+        io.save_again(tmp_path / "last.ckpt", {})
+
+
+def test_same_content_tells_tensors_keys_and_types_apart() -> None:
+    base = {"a": torch.ones(2), "b": [1, (2.0, "x")]}
+    assert same_content(base, {"a": torch.ones(2), "b": [1, (2.0, "x")]})
+    assert not same_content(base, {"b": [1, (2.0, "x")], "a": torch.ones(2)})
+    assert not same_content(base, {"a": torch.ones(2, dtype=torch.float64), "b": [1, (2.0, "x")]})
+    assert not same_content(base, {"a": torch.ones(2), "b": [1, [2.0, "x"]]})
+    assert not same_content(torch.tensor(float("nan")), torch.tensor(float("nan")))

@@ -49,7 +49,7 @@ from lucid_yolo.cli.quiet import quiet_lightning
 from lucid_yolo.cli.run_folder import next_run_folder
 from lucid_yolo.cli.time_left import TimeLeft
 from lucid_yolo.models import model_spec
-from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule, YoloTrainer
 from lucid_yolo.train.callbacks import (
     AtomicCheckpointIO,
     BackgroundCheckpointWrites,
@@ -98,7 +98,8 @@ def trainer_defaults(subcommand: str) -> dict[str, Any]:
             # resume from where it stopped (Lightning's save_last only copies on a new best).
             ModelCheckpoint(monitor=FITNESS, mode="max", filename="best"),
             ModelCheckpoint(filename="last", enable_version_counter=False),
-            # both written on a background thread while the next epoch trains
+            # both written on a background thread while the next epoch trains, from one dump
+            # of the fit's state (YoloTrainer)
             BackgroundCheckpointWrites(),
             FitModelSummary(),
             ValidationHistory(),
@@ -421,6 +422,8 @@ def run_lightning(args: list[str]) -> None:
                 YoloModule,
                 YoloDataModule,
                 command=args[0],
+                # best.ckpt and last.ckpt of one epoch's end written from one dump
+                trainer_class=YoloTrainer,
                 trainer_defaults=trainer_defaults(args[0]),
                 seed_everything_default=0,
                 save_config_kwargs={"overwrite": True},

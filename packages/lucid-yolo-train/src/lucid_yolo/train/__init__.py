@@ -5,11 +5,13 @@ from lucid_yolo.train.evaluation import FITNESS_KIND, TASK_KINDS, Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
 from lucid_yolo.train.module import YoloModule
 from lucid_yolo.train.replay import NetworkReplay, ReplayConfig
+from lucid_yolo.train.trainer import YoloTrainer
 
 __all__ = [
     # Lightning entry points
     "YoloDataModule",
     "YoloModule",
+    "YoloTrainer",
     # evaluation
     "Evaluator",
     "FITNESS_KIND",

@@ -68,13 +68,8 @@ def atomic_save(obj: object, path: str | Path) -> None:
         obj: what ``torch.save`` accepts.
         path: the target file; its folder is created.
     """
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    # what a save killed mid-write left of this checkpoint (one writer per file: rank 0)
-    for stale in target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"):
-        stale.unlink(missing_ok=True)
-    temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
-    try:
+
+    def write(temp: Path) -> None:
         # O_EXCL: never write through a file or link that is already there; 0o666 & umask: the
         # permissions of an ordinary new file, as torch.save would give it.
         descriptor = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
@@ -82,6 +77,33 @@ def atomic_save(obj: object, path: str | Path) -> None:
             torch.save(obj, handle)
             handle.flush()
             os.fsync(handle.fileno())
+
+    _replace(Path(path), write)
+
+
+def atomic_link(source: str | Path, path: str | Path) -> None:
+    """Make ``path`` another name of the file ``source`` (a hard link), replacing ``path``
+    atomically: a reader sees its old file or ``source``'s, never neither.
+
+    ``source``'s bytes are already on disk (:func:`atomic_save` fsynced them); only the new
+    folder entry is made durable. Later saves replace either name by a new file, so the two
+    names part again then.
+
+    Raises:
+        OSError: the file system has no hard links, or ``source`` is on another one.
+    """
+    _replace(Path(path), lambda temp: os.link(source, temp))
+
+
+def _replace(target: Path, make: Callable[[Path], None]) -> None:
+    """Have ``make`` create a temporary file beside ``target``, then put it in its place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    # what a save killed mid-write left of this checkpoint (one writer per file: rank 0)
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*{TEMP_SUFFIX}"):
+        stale.unlink(missing_ok=True)
+    temp = target.with_name(f".{target.name}.{uuid.uuid4().hex}{TEMP_SUFFIX}")
+    try:
+        make(temp)
         os.replace(temp, target)
     except BaseException:
         with suppress(FileNotFoundError):
@@ -146,10 +168,77 @@ def _with_metadata(source: Any, rebuilt: Any) -> Any:
     return rebuilt
 
 
-def _write(layout: Any, copies: HostCopies, path: Path) -> None:
-    """Wait for the snapshot's copies and write it atomically (on the writer thread, or on the
-    caller's when not in the background: the same file either way)."""
-    atomic_save(fill(layout, copies), path)
+def same_content(first: Any, second: Any) -> bool:
+    """Whether two checkpoints (or parts of one) would be written as the same file's content:
+    the same types and containers, keys in the same order, equal values, tensors of the same
+    dtype, shape and elements (a NaN differs from itself: such parts count as different)."""
+    if type(first) is not type(second):
+        return False
+    if isinstance(first, Tensor):
+        return (
+            first.dtype == second.dtype
+            and first.shape == second.shape
+            and first.device == second.device
+            and bool(torch.equal(first, second))
+        )
+    if isinstance(first, dict):
+        return (
+            list(first) == list(second)
+            and getattr(first, "_metadata", None) == getattr(second, "_metadata", None)
+            and all(same_content(value, second[key]) for key, value in first.items())
+        )
+    if isinstance(first, (list, tuple)):
+        return len(first) == len(second) and all(
+            same_content(a, b) for a, b in zip(first, second, strict=True)
+        )
+    return bool(first == second)
+
+
+class _Save:
+    """What one save writes: a snapshot, or an earlier save's with some top-level entries
+    replaced by a snapshot of their own (:meth:`AtomicCheckpointIO.save_again`).
+
+    Args:
+        number: the save's number in its IO (which file holds which save).
+        entries: the snapshot of this save's own entries (:func:`host_snapshot`).
+        base: the save whose other entries this one writes too.
+    """
+
+    __slots__ = ("base", "entries", "number")
+
+    def __init__(self, number: int, entries: tuple[Any, HostCopies], base: _Save | None) -> None:
+        self.number = number
+        self.entries = entries
+        self.base = base
+
+    def checkpoint(self) -> dict[str, Any]:
+        """The checkpoint to write, each tensor its own (once the copies landed)."""
+        if self.base is None:
+            return fill(*self.entries)  # type: ignore[no-any-return]
+        checkpoint = self.base.checkpoint()
+        checkpoint.update(fill(*self.entries))  # a replaced entry keeps its place
+        return checkpoint
+
+    def entry(self, key: str) -> Any:
+        """The checkpoint's top-level entry ``key`` alone (``KeyError`` when it has none)."""
+        layout, copies = self.entries
+        if key in layout:
+            return fill(layout[key], copies)
+        if self.base is None:
+            raise KeyError(key)
+        return self.base.entry(key)
+
+    def repeats_base(self) -> bool:
+        """Whether this save's own entries hold what its base's did (the same file content)."""
+        if self.base is None:
+            return False
+        base = self.base
+        try:
+            return all(
+                same_content(value, base.entry(key)) for key, value in fill(*self.entries).items()
+            )
+        except KeyError:  # an entry the base had not
+            return False
 
 
 class AtomicCheckpointIO(TorchCheckpointIO):
@@ -166,6 +255,16 @@ class AtomicCheckpointIO(TorchCheckpointIO):
         self.background = False
         self._writer: ThreadPoolExecutor | None = None
         self._pending: list[tuple[Future[None], str]] = []
+        self._saves = 0
+        self._previous: _Save | None = None
+        # which save each file holds, as its writer left it (read and written by jobs only)
+        self._on_disk: dict[Path, int] = {}
+
+    @property
+    def last_save(self) -> int | None:
+        """The number of the last save, which :meth:`save_again` repeats; ``None`` before the
+        first save and after :meth:`teardown` (the end of a fit)."""
+        return None if self._previous is None else self._previous.number
 
     @override
     def save_checkpoint(
@@ -184,22 +283,72 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 f"storage_options={storage_options!r}: AtomicCheckpointIO writes local files and "
                 "takes none; drop the argument"
             )
-        if not self.background:
-            self.wait()
-            _write(*host_snapshot(checkpoint), Path(path))  # the same file as a background write
-            return
-        self._raise_failed()
-        self._submit(_write, *host_snapshot(checkpoint), Path(path), what=f"writing {path}")
+        self._save(host_snapshot(checkpoint), None, Path(path))
+
+    def save_again(self, path: _PATH, replaced: dict[str, Any]) -> None:
+        """Write the last save's checkpoint again, to ``path``, with the top-level entries in
+        ``replaced`` (snapshotted now) in place of its own.
+
+        For a second save of the same state (:class:`~lucid_yolo.train.trainer.YoloTrainer`:
+        ``best`` and ``last`` of one moment of a fit), where only a few entries may differ
+        (the callbacks' states: a ``ModelCheckpoint`` records the file it writes): the other
+        tensors are not copied again. When the replaced entries hold what the last save's
+        did, and its file is on disk as written, ``path`` becomes a hard link of that file
+        (:func:`atomic_link`) instead of a second serialisation of the same content.
+
+        Raises:
+            RuntimeError: no save to repeat (:attr:`last_save` is ``None``).
+            Exception: an earlier background write or removal failed (as
+                :meth:`save_checkpoint`).
+        """
+        if self._previous is None:
+            raise RuntimeError(
+                "AtomicCheckpointIO.save_again: no save to repeat (none yet, or the fit ended "
+                "since); write the checkpoint with save_checkpoint"
+            )
+        self._save(host_snapshot(replaced), self._previous, Path(path))
 
     @override
     def remove_checkpoint(self, path: _PATH) -> None:
         """Remove ``path`` after the writes asked before (one may be writing it)."""
         if not self.background:
             self.wait()
-            super().remove_checkpoint(path)
+            self._remove(Path(path))
             return
         self._raise_failed()
-        self._submit(super().remove_checkpoint, path, what=f"removing {path}")
+        self._submit(self._remove, Path(path), what=f"removing {path}")
+
+    def _save(self, entries: tuple[Any, HostCopies], base: _Save | None, path: Path) -> None:
+        self._saves += 1
+        save = self._previous = _Save(self._saves, entries, base)
+        if not self.background:
+            self.wait()
+            self._write(save, path)  # the same file as a background write
+            return
+        self._raise_failed()
+        self._submit(self._write, save, path, what=f"writing {path}")
+
+    def _write(self, save: _Save, path: Path) -> None:
+        """Wait for the snapshot's copies and write ``save`` to ``path`` atomically (a job: on
+        the writer thread, or on the caller's when not in the background, the same file either
+        way); as a link when it repeats a save on disk with the same content."""
+        source = None
+        if save.base is not None:
+            number = save.base.number
+            source = next((p for p, n in self._on_disk.items() if n == number), None)
+        self._on_disk.pop(path, None)
+        if source is not None and save.repeats_base():
+            try:
+                atomic_link(source, path)
+            except OSError:  # no hard links there: the same content, written
+                atomic_save(save.checkpoint(), path)
+        else:
+            atomic_save(save.checkpoint(), path)
+        self._on_disk[path] = save.number
+
+    def _remove(self, path: Path) -> None:
+        self._on_disk.pop(path, None)
+        super().remove_checkpoint(path)
 
     @override
     def load_checkpoint(
@@ -248,6 +397,8 @@ class AtomicCheckpointIO(TorchCheckpointIO):
                 failing.add_note(note)
         finally:
             self.background = False
+            self._previous = None
+            self._on_disk.clear()
             if self._writer is not None:
                 self._writer.shutdown(wait=True)
                 self._writer = None
@@ -307,7 +458,9 @@ __all__ = [
     "TEMP_SUFFIX",
     "AtomicCheckpointIO",
     "BackgroundCheckpointWrites",
+    "atomic_link",
     "atomic_save",
     "fill",
     "host_snapshot",
+    "same_content",
 ]

@@ -1,0 +1,303 @@
+"""The training thread's cost of a fit's checkpoints, split into its parts.
+
+``tools/probe_fit_gap.py`` measured 0.42-0.48 s per epoch in ``Trainer.save_checkpoint`` on the
+H200 (detect yolo26n, batch 16, replayed; session 9), as much as before the checkpoints were
+written on a background thread (0.385 s in session 8). This tool says where that time goes. It
+runs the benchmark's own fit (``bench_side_by_side.lucid_fit_arguments``: the packaged config,
+MuSGD and the EMA as the CLI builds them, the CLI's ``best`` and ``last`` checkpoints) twice, with
+the background writes on and off, and adds one callback, :class:`CheckpointCost`, that times on
+the training thread each ``Trainer.save_checkpoint`` (``total_s``) split into
+
+* ``dump_s``: Lightning's ``dump_checkpoint`` (everything before the checkpoint IO: the module's
+  ``state_dict`` (``module_state_s``, also counted in ``dump_s``), the optimizer's, the loops',
+  the callbacks', the hooks);
+* ``snapshot_s``: :func:`~lucid_yolo.train.callbacks.atomic_checkpoint_io.host_snapshot` (the
+  copy of every tensor that the file is written from);
+* ``rest_s``: the rest of the checkpoint IO: handing the write to the writer thread, or the
+  write itself with the background off;
+
+and, for the background writes, how much the writer thread slows the training thread: each
+training step's period (one batch end to the next, within an epoch) is compared with and
+without a write running on the writer thread meanwhile (``slowed_s``: the overlapping steps'
+excess over the median of the others). The writer thread's own time (``writer_ms`` per save:
+filling the snapshot in, serialising, linking) is timed where it runs.
+
+Run (GPU machine, from source; ``$OUT/checkpoint_cost.json`` and ``.md``; about 60 s)::
+
+    python3 tools/probe_checkpoint_cost.py --batch 16 --epochs 4 --images 256 --val-images 32
+
+On a machine without CUDA the fits run on the CPU, natively (the CLI refuses replay there; a
+smoke test: ``--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from functools import wraps
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+
+COST_ENV = "LUCID_CHECKPOINT_COST"
+"""Environment variable naming the JSON file :class:`CheckpointCost` writes."""
+BACKGROUND_ENV = "LUCID_CHECKPOINT_BACKGROUND"
+"""``on`` or ``off``: whether :class:`CheckpointCost` leaves the background writes on."""
+IMPROVING_ENV = "LUCID_CHECKPOINT_IMPROVING"
+"""When set, :class:`CheckpointCost` makes every epoch's fitness the best so far, so that
+``best.ckpt`` is saved every epoch as in the GPU benchmark's fits (a small CPU fit's mAP stays
+0, and its ``best.ckpt`` is written once)."""
+TOOLS_DIR = Path(__file__).resolve().parent
+MODES = ("background", "foreground")
+
+
+def _timed(record: Callable[[float, float], None], function: Callable[..., Any]) -> Any:
+    """``function`` that also calls ``record(began, ended)`` (``perf_counter``) after each call."""
+
+    @wraps(function)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            record(began, time.perf_counter())
+
+    return timed
+
+
+class CheckpointCost(pl.Callback):
+    """Times every checkpoint save on the training thread, and every training step.
+
+    Add it to a CLI fit with ``--trainer.callbacks+=probe_checkpoint_cost.CheckpointCost``
+    (``tools/`` on ``PYTHONPATH``, the output file in ``$LUCID_CHECKPOINT_COST``, the writes in
+    the background unless ``$LUCID_CHECKPOINT_BACKGROUND`` is ``off``). It synchronises nothing
+    and changes nothing the fit computes or writes.
+    """
+
+    def __init__(self) -> None:
+        self.saves: list[dict[str, Any]] = []
+        self.writes: list[tuple[float, float]] = []
+        self.steps: list[tuple[float, float]] = []
+        self._parts: dict[str, float] = {}
+        self._last_end: float | None = None
+        self._background = os.environ.get(BACKGROUND_ENV, "on") != "off"
+        self._improving = bool(os.environ.get(IMPROVING_ENV))
+        self.epochs = 0
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        from lucid_yolo.train.callbacks import atomic_checkpoint_io as io_module
+
+        def part(name: str) -> Callable[[float, float], None]:
+            def record(began: float, ended: float) -> None:
+                if threading.current_thread() is threading.main_thread():
+                    self._parts[name] = self._parts.get(name, 0.0) + ended - began
+
+            return record
+
+        def save_done(began: float, ended: float) -> None:
+            parts, self._parts = self._parts, {}
+            io_s = parts.get("io_s", 0.0)
+            snapshot_s = parts.get("snapshot_s", 0.0)
+            self.saves.append(
+                {
+                    "step": trainer.global_step,
+                    "total_s": ended - began,
+                    "dump_s": ended - began - io_s,
+                    "module_state_s": parts.get("module_state_s", 0.0),
+                    "snapshot_s": snapshot_s,
+                    "rest_s": io_s - snapshot_s,
+                }
+            )
+
+        save = _timed(save_done, trainer.save_checkpoint)
+
+        def parted_save(*args: Any, **kwargs: Any) -> Any:
+            self._parts = {}  # what ran on this thread since the last save is not this save's
+            return save(*args, **kwargs)
+
+        trainer.save_checkpoint = parted_save  # type: ignore[method-assign]
+        strategy = trainer.strategy
+        strategy.save_checkpoint = _timed(part("io_s"), strategy.save_checkpoint)  # type: ignore[method-assign]
+        pl_module.state_dict = _timed(part("module_state_s"), pl_module.state_dict)  # type: ignore[method-assign]
+        io_module.host_snapshot = _timed(part("snapshot_s"), io_module.host_snapshot)
+        for job in ("fill", "atomic_save", "atomic_link"):  # what the writer thread runs
+            if hasattr(io_module, job):
+                setattr(io_module, job, _timed(self._writing, getattr(io_module, job)))
+
+    def _writing(self, began: float, ended: float) -> None:
+        """Keep a write's interval: on the writer thread, where a save overlaps the steps."""
+        if threading.current_thread() is not threading.main_thread():
+            self.writes.append((began, ended))
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lucid_yolo.train.callbacks import AtomicCheckpointIO
+
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):
+            io.background = io.background and self._background
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._last_end = None
+        self.epochs += 1
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # the checkpoint callbacks' on_validation_end runs after every other callback's
+        if self._improving and not trainer.sanity_checking:
+            import torch
+
+            from lucid_yolo.cli.final_report import FITNESS
+
+            trainer.callback_metrics[FITNESS] = torch.tensor(float(trainer.current_epoch))
+
+    def on_train_batch_end(self, *_: Any) -> None:
+        now = time.perf_counter()
+        if self._last_end is not None:
+            self.steps.append((self._last_end, now))
+        self._last_end = now
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        from lucid_yolo.train.callbacks import AtomicCheckpointIO
+
+        io = trainer.strategy.checkpoint_io
+        if isinstance(io, AtomicCheckpointIO):
+            io.wait()  # every write timed before the record is written
+        path = os.environ.get(COST_ENV)
+        if path and trainer.is_global_zero:
+            record = {
+                "epochs": self.epochs,
+                "saves": self.saves,
+                "writes": self.writes,
+                "steps": self.steps,
+            }
+            Path(path).write_text(json.dumps(record) + "\n")
+
+
+SAVE_PARTS = ("total_s", "dump_s", "module_state_s", "snapshot_s", "rest_s")
+
+
+def summary(record: dict[str, Any]) -> dict[str, Any]:
+    """Per save: the parts' medians (the fit's first save, at start-up, stays out) and the
+    writer thread's mean time; per step: the median period with and without a write meanwhile,
+    and the overlapping steps' excess in all."""
+    saves = record["saves"][1:] or record["saves"]
+    writer_s = sum(ended - began for began, ended in record["writes"])
+    dumped = [s for s in saves if s["module_state_s"] > 0] or saves
+    repeats = [s for s in saves if s["module_state_s"] == 0]
+
+    def overlaps(step: list[float]) -> bool:
+        return any(began < step[1] and step[0] < ended for began, ended in record["writes"])
+
+    periods = {True: [], False: []}  # type: dict[bool, list[float]]
+    for step in record["steps"]:
+        periods[overlaps(step)].append(step[1] - step[0])
+    free_ms = statistics.median(periods[False]) * 1000.0 if periods[False] else float("nan")
+    slowed_s = sum(p - free_ms / 1000.0 for p in periods[True]) if periods[False] else 0.0
+    epochs = max(record["epochs"] - 1, 1)
+    return {
+        "saves": len(record["saves"]),
+        "dumps": sum(s["module_state_s"] > 0 for s in record["saves"]),
+        "save_ms_per_epoch": sum(s["total_s"] for s in saves) * 1000.0 / epochs,
+        "per_save_ms": {  # the saves that dumped
+            part: statistics.median(s[part] for s in dumped) * 1000.0 for part in SAVE_PARTS
+        },
+        "repeat_ms": statistics.median(s["total_s"] for s in repeats) * 1000.0 if repeats else 0.0,
+        "writer_ms": writer_s * 1000.0 / max(len(record["saves"]), 1),
+        "step_ms": free_ms,
+        "overlapped_steps": len(periods[True]),
+        "overlapped_step_ms": (
+            statistics.median(periods[True]) * 1000.0 if periods[True] else float("nan")
+        ),
+        "slowed_s": slowed_s,
+        "slowed_ms_per_save": slowed_s * 1000.0 / max(len(record["saves"]), 1),
+    }
+
+
+def table(results: dict[str, dict[str, Any]]) -> str:
+    """A markdown table of each mode's summary, in ms."""
+    lines = [
+        "| writes | saves (dumps) | per epoch | save | dump | module state | snapshot | rest | "
+        "repeat | writer | step | steps overlapped (median) | slowed per save |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for mode, result in results.items():
+        per = result["per_save_ms"]
+        lines.append(
+            f"| {mode} | {result['saves']} ({result['dumps']}) | "
+            f"{result['save_ms_per_epoch']:.1f} | "
+            + " | ".join(f"{per[part]:.1f}" for part in SAVE_PARTS)
+            + f" | {result['repeat_ms']:.1f} | {result['writer_ms']:.1f} | "
+            f"{result['step_ms']:.1f} | "
+            f"{result['overlapped_steps']} ({result['overlapped_step_ms']:.1f}) | "
+            f"{result['slowed_ms_per_save']:.1f} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    import torch
+
+    from bench_side_by_side import lucid_fit_arguments, synthetic_set
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--epochs", type=int, default=4)
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--val-images", type=int, default=32)
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--native", action="store_true", help="the native fit, not the replayed")
+    parser.add_argument(
+        "--improving", action="store_true", help="every epoch's fitness the best so far"
+    )
+    parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-checkpoint-cost"))
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    args = parser.parse_args()
+    data_yaml = synthetic_set(args.root, "detect", args.images, args.val_images, args.imgsz)
+    args.out.mkdir(parents=True, exist_ok=True)
+    cuda = torch.cuda.is_available()
+    results: dict[str, dict[str, Any]] = {}
+    for mode in MODES:
+        record_path = args.out / f"checkpoint_cost_{mode}.json"
+        command = [
+            sys.executable, "-m", "lucid_yolo.cli", "fit",
+            *lucid_fit_arguments(
+                "detect", data_yaml, args.out / f"run-{mode}", batch=args.batch,
+                imgsz=args.imgsz, epochs=args.epochs, replay=cuda and not args.native,
+                cpu=not cuda,
+            ),
+            "--trainer.callbacks+=probe_checkpoint_cost.CheckpointCost",
+        ]  # fmt: skip
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+        env[COST_ENV] = str(record_path)
+        env[BACKGROUND_ENV] = "on" if mode == "background" else "off"
+        if args.improving:
+            env[IMPROVING_ENV] = "1"
+        done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+        (args.out / f"checkpoint_cost_{mode}.log").write_text(
+            done.stdout[-20000:] + done.stderr[-20000:]
+        )
+        if done.returncode != 0:
+            raise SystemExit(f"the {mode} fit failed ({done.returncode}): {done.stderr[-2000:]}")
+        results[mode] = summary(json.loads(record_path.read_text()))
+    result = {
+        "batch": args.batch,
+        "imgsz": args.imgsz,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "replay": cuda and not args.native,
+        **results,
+    }
+    (args.out / "checkpoint_cost.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / "checkpoint_cost.md").write_text(table(results))
+    print(table(results), end="")
+
+
+if __name__ == "__main__":
+    main()
