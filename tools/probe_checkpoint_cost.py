@@ -4,8 +4,9 @@
 H200 (detect yolo26n, batch 16, replayed; session 9), as much as before the checkpoints were
 written on a background thread (0.385 s in session 8). This tool says where that time goes. It
 runs the benchmark's own fit (``bench_side_by_side.lucid_fit_arguments``: the packaged config,
-MuSGD and the EMA as the CLI builds them, the CLI's ``best`` and ``last`` checkpoints) twice, with
-the background writes on and off, and adds one callback, :class:`CheckpointCost`, that times on
+MuSGD and the EMA as the CLI builds them, the CLI's ``best`` and ``last`` checkpoints) once per
+mode (:data:`MODES`: background writes on, off, and on with a dump for every save as before
+session 9), and adds one callback, :class:`CheckpointCost`, that times on
 the training thread each ``Trainer.save_checkpoint`` (``total_s``) split into
 
 * ``dump_s``: Lightning's ``dump_checkpoint`` (everything before the checkpoint IO: the module's
@@ -22,9 +23,12 @@ without a write running on the writer thread meanwhile (``slowed_s``: the overla
 excess over the median of the others). The writer thread's own time (``writer_ms`` per save:
 filling the snapshot in, serialising, linking) is timed where it runs.
 
-Run (GPU machine, from source; ``$OUT/checkpoint_cost.json`` and ``.md``; about 60 s)::
+Run (GPU machine, from source; ``$OUT/checkpoint_cost.json`` and ``.md``)::
 
-    python3 tools/probe_checkpoint_cost.py --batch 16 --epochs 4 --images 256 --val-images 32
+    python3 tools/probe_checkpoint_cost.py --batch 16 --epochs 4 --images 128 --val-images 16
+
+``--improving`` counts every epoch as the best so far (``best.ckpt`` saved every epoch, as in the
+benchmark's 640 px fits, where the mAP rises every epoch).
 
 On a machine without CUDA the fits run on the CPU, natively (the CLI refuses replay there; a
 smoke test: ``--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2``).
@@ -41,7 +45,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from functools import wraps
+from functools import partial, wraps
 from pathlib import Path
 from typing import Any
 
@@ -52,11 +56,20 @@ COST_ENV = "LUCID_CHECKPOINT_COST"
 BACKGROUND_ENV = "LUCID_CHECKPOINT_BACKGROUND"
 """``on`` or ``off``: whether :class:`CheckpointCost` leaves the background writes on."""
 IMPROVING_ENV = "LUCID_CHECKPOINT_IMPROVING"
-"""When set, :class:`CheckpointCost` makes every epoch's fitness the best so far, so that
-``best.ckpt`` is saved every epoch as in the GPU benchmark's fits (a small CPU fit's mAP stays
-0, and its ``best.ckpt`` is written once)."""
+"""When set, :class:`CheckpointCost` has every epoch's fitness count as an improvement (the best
+score so far forgotten before ``best.ckpt``'s callback compares), so that ``best.ckpt`` is saved
+every epoch as in the GPU benchmark's fits (a small CPU fit's mAP stays 0)."""
 TOOLS_DIR = Path(__file__).resolve().parent
-MODES = ("background", "foreground")
+DUMP_EACH_ENV = "LUCID_CHECKPOINT_DUMP_EACH"
+"""When set, :class:`CheckpointCost` has every save dump, as Lightning's own ``Trainer`` does
+(the CLI's :class:`~lucid_yolo.train.YoloTrainer` dumps once per moment): the cost before
+session 9's change, in the same code."""
+MODES = {
+    "background": {BACKGROUND_ENV: "on"},
+    "foreground": {BACKGROUND_ENV: "off"},
+    "dump-each": {BACKGROUND_ENV: "on", DUMP_EACH_ENV: "1"},
+}
+"""The fits a run compares: background writes on and off, and a dump for every save."""
 
 
 def _timed(record: Callable[[float, float], None], function: Callable[..., Any]) -> Any:
@@ -117,7 +130,10 @@ class CheckpointCost(pl.Callback):
                 }
             )
 
-        save = _timed(save_done, trainer.save_checkpoint)
+        if os.environ.get(DUMP_EACH_ENV):
+            save = _timed(save_done, partial(pl.Trainer.save_checkpoint, trainer))
+        else:
+            save = _timed(save_done, trainer.save_checkpoint)
 
         def parted_save(*args: Any, **kwargs: Any) -> Any:
             self._parts = {}  # what ran on this thread since the last save is not this save's
@@ -149,13 +165,17 @@ class CheckpointCost(pl.Callback):
         self.epochs += 1
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # the checkpoint callbacks' on_validation_end runs after every other callback's
+        # before the checkpoint callbacks' on_validation_end (Lightning runs them last): the
+        # best score so far forgotten, so that this epoch's is an improvement
         if self._improving and not trainer.sanity_checking:
             import torch
+            from lightning.pytorch.callbacks import ModelCheckpoint
 
-            from lucid_yolo.cli.final_report import FITNESS
-
-            trainer.callback_metrics[FITNESS] = torch.tensor(float(trainer.current_epoch))
+            for callback in trainer.checkpoint_callbacks:
+                if isinstance(callback, ModelCheckpoint) and callback.monitor is not None:
+                    best = callback.kth_best_model_path
+                    if best in callback.best_k_models:
+                        callback.best_k_models[best] = torch.tensor(float("-inf"))
 
     def on_train_batch_end(self, *_: Any) -> None:
         now = time.perf_counter()
@@ -256,6 +276,9 @@ def main() -> None:
     parser.add_argument(
         "--improving", action="store_true", help="every epoch's fitness the best so far"
     )
+    parser.add_argument(
+        "--modes", nargs="+", choices=list(MODES), default=list(MODES), help="the fits to run"
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-checkpoint-cost"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
@@ -263,7 +286,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available()
     results: dict[str, dict[str, Any]] = {}
-    for mode in MODES:
+    for mode in args.modes:
         record_path = args.out / f"checkpoint_cost_{mode}.json"
         command = [
             sys.executable, "-m", "lucid_yolo.cli", "fit",
@@ -277,7 +300,7 @@ def main() -> None:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
         env[COST_ENV] = str(record_path)
-        env[BACKGROUND_ENV] = "on" if mode == "background" else "off"
+        env.update(MODES[mode])
         if args.improving:
             env[IMPROVING_ENV] = "1"
         done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -287,15 +310,16 @@ def main() -> None:
         if done.returncode != 0:
             raise SystemExit(f"the {mode} fit failed ({done.returncode}): {done.stderr[-2000:]}")
         results[mode] = summary(json.loads(record_path.read_text()))
-    result = {
-        "batch": args.batch,
-        "imgsz": args.imgsz,
-        "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "replay": cuda and not args.native,
-        **results,
-    }
-    (args.out / "checkpoint_cost.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "checkpoint_cost.md").write_text(table(results))
+        result = {
+            "batch": args.batch,
+            "imgsz": args.imgsz,
+            "device": torch.cuda.get_device_name() if cuda else "cpu",
+            "replay": cuda and not args.native,
+            **results,
+        }
+        # after each fit: a run cut short keeps the fits it finished
+        (args.out / "checkpoint_cost.json").write_text(json.dumps(result, indent=1) + "\n")
+        (args.out / "checkpoint_cost.md").write_text(table(results))
     print(table(results), end="")
 
 

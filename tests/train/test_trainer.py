@@ -129,3 +129,23 @@ def test_yolo_trainer_dumps_again_after_a_validation_at_the_same_step(tmp_path: 
     model = _fit(YoloTrainer, tmp_path, 1, every_epochs_last_step)
     # step 4's save before validation, then best and last after it (one dump)
     assert model.dumps == [4, 4]
+
+
+def test_yolo_trainer_dumps_every_save_after_the_fit(tmp_path: Path) -> None:
+    trainer = YoloTrainer(
+        accelerator="cpu",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        plugins=[AtomicCheckpointIO()],
+    )
+    model = _Regression()
+    trainer.fit(model)
+    trainer.save_checkpoint(tmp_path / "a.ckpt")
+    with torch.no_grad():
+        model.layer.weight.zero_()  # between two saves of the same step
+    trainer.save_checkpoint(tmp_path / "b.ckpt")
+    assert model.dumps == [4, 4]
+    assert torch.load(tmp_path / "b.ckpt")["state_dict"]["layer.weight"].abs().sum() == 0

@@ -49,7 +49,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lucid_yolo.replay import state_digest
-from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule, YoloTrainer
 from lucid_yolo.train.callbacks import (
     AtomicCheckpointIO,
     BackgroundCheckpointWrites,
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     replay = ReplayConfig(network=args.replay, update=args.replay)
     module = YoloModule("yolo26n", num_classes=data.num_classes, warmup_epochs=1.0, replay=replay)
     log = StepLog(args.kill_at, getattr(signal, f"SIG{args.signal}"), args.during, args.to_group)
-    trainer = pl.Trainer(
+    trainer = YoloTrainer(  # as `lucid-yolo fit` runs
         accelerator=args.accelerator,
         devices=1,
         precision=args.precision or ("32-true" if args.accelerator == "cpu" else "bf16-mixed"),

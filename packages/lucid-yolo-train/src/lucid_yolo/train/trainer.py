@@ -27,7 +27,7 @@ from typing import Any
 import lightning.pytorch as pl
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.trainer.states import TrainerFn
+from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from typing_extensions import override
 
 from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, same_content
@@ -71,7 +71,7 @@ class YoloTrainer(pl.Trainer):
             self.strategy.barrier("Trainer.save_checkpoint")
             return
         super().save_checkpoint(filepath, weights_only, storage_options)
-        self._saved = (moment, io.last_save) if self.state.fn == TrainerFn.FITTING else None
+        self._saved = (moment, io.last_save) if self._fitting() else None
 
     def _moment(self, weights_only: bool | None) -> list[Any]:
         """What tells two saves' moments apart: the step and every loop's progress (a batch,
@@ -79,10 +79,15 @@ class YoloTrainer(pl.Trainer):
         loops = (self.fit_loop, self.validate_loop, self.test_loop, self.predict_loop)
         return [
             bool(weights_only),
-            self.state.fn == TrainerFn.FITTING,
+            self._fitting(),
             self.global_step,
             [loop.state_dict() for loop in loops],
         ]
+
+    def _fitting(self) -> bool:
+        """Whether a fit is running: outside one, nothing but a step tells two moments apart
+        (a caller may change the weights between two saves), so every save dumps."""
+        return self.state.fn == TrainerFn.FITTING and self.state.status == TrainerStatus.RUNNING
 
     def _callback_states(self) -> dict[str, Any]:
         """The callbacks' states, as Lightning's dump gathers them (keyed by ``state_key``)."""

@@ -25,6 +25,13 @@ temporary files a write removes are never another write's); a load and the fit's
 the writes before them; a write that failed raises there or at the next save, with the file
 named, and when the fit is already failing it becomes a note on that error instead of hiding it.
 
+A second save of the same state (:meth:`AtomicCheckpointIO.save_again`, which
+:class:`~lucid_yolo.train.trainer.YoloTrainer` calls for ``last.ckpt`` after ``best.ckpt`` of
+the same epoch's end) reuses the previous save's snapshot, with only the entries that may differ
+copied anew; when they hold the same, the file is a hard link of the previous one, made
+atomically like a write (session 9: the two saves of an epoch held the training thread
+0.42-0.48 s at detect batch 16 on the H200, their writes in the background or not).
+
 Loading always restricts unpickling to tensors and plain containers (``weights_only=True``):
 every checkpoint lucid-yolo writes holds nothing else, and a checkpoint from elsewhere cannot run
 code on load (issue 15).

@@ -1,0 +1,63 @@
+"""The checkpoint-cost probe splits a CLI fit's saves on the training thread, on a CPU too."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from tool_modules import load_tool, run_tool
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("probe_checkpoint_cost", monkeypatch)
+
+
+def _save(total_s: float, module_state_s: float) -> dict[str, float]:
+    return {
+        "step": 4,
+        "total_s": total_s,
+        "dump_s": total_s / 2,
+        "module_state_s": module_state_s,
+        "snapshot_s": total_s / 4,
+        "rest_s": total_s / 4,
+    }
+
+
+def test_probe_checkpoint_cost_summary_splits_dumps_repeats_and_overlapped_steps(
+    tool: ModuleType,
+) -> None:
+    record = {
+        "epochs": 3,
+        # the first save (start-up) stays out; then a dumped save and a repeat per epoch
+        "saves": [_save(9.0, 1.0), _save(0.2, 0.01), _save(0.01, 0.0)] * 2,
+        "writes": [(10.0, 10.5)],
+        "steps": [(9.0, 9.1), (9.1, 9.2), (10.2, 10.4), (10.4, 10.5), (11.0, 11.1)],
+    }
+    result = tool.summary(record)
+    assert (result["saves"], result["dumps"]) == (6, 4)
+    assert result["save_ms_per_epoch"] == pytest.approx((0.2 + 0.01 + 9.0 + 0.2 + 0.01) * 500)
+    assert result["per_save_ms"]["total_s"] == pytest.approx(200.0)  # the dumped saves' median
+    assert result["repeat_ms"] == pytest.approx(10.0)
+    assert result["writer_ms"] == pytest.approx(500.0 / 6)
+    assert (result["overlapped_steps"], result["step_ms"]) == (2, pytest.approx(100.0))
+    assert result["slowed_s"] == pytest.approx(0.1)  # 0.2 s and 0.1 s steps against 0.1 s
+
+
+@pytest.mark.slow
+def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(tmp_path: Path) -> None:
+    args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --improving"
+    done = run_tool("probe_checkpoint_cost", args, tmp_path)
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "checkpoint_cost.json").read_text())
+    for mode in ("background", "foreground"):
+        # best and last at each epoch's end, from one dump
+        assert (result[mode]["saves"], result[mode]["dumps"]) == (4, 2)
+        assert result[mode]["per_save_ms"]["dump_s"] > 0
+        assert result[mode]["per_save_ms"]["snapshot_s"] > 0
+    assert result["background"]["writer_ms"] > 0  # the writes ran on the writer thread
+    assert result["foreground"]["writer_ms"] == 0
+    assert (result["dump-each"]["saves"], result["dump-each"]["dumps"]) == (4, 4)  # as before
+    assert "| background | 4 (2) |" in (tmp_path / "checkpoint_cost.md").read_text()
