@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 import threading
 import time
 from collections import OrderedDict
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -344,3 +345,26 @@ def test_same_content_tells_tensors_keys_and_types_apart() -> None:
     assert not same_content(base, {"a": torch.ones(2, dtype=torch.float64), "b": [1, (2.0, "x")]})
     assert not same_content(base, {"a": torch.ones(2), "b": [1, [2.0, "x"]]})
     assert not same_content(torch.tensor(float("nan")), torch.tensor(float("nan")))
+
+
+class _Pair(NamedTuple):
+    first: torch.Tensor
+    second: int
+
+
+@dataclasses.dataclass
+class _Holder:
+    tensor: torch.Tensor
+
+
+def test_host_snapshot_takes_the_tensors_of_named_tuples_and_dataclasses_apart() -> None:
+    tensor = torch.zeros(2)
+    checkpoint = {"pair": _Pair(tensor, 3), "holder": _Holder(tensor), "name": "x"}
+    layout, copies = host_snapshot(checkpoint)
+    tensor.add_(1)
+    filled = fill(layout, copies)
+    assert filled["pair"] == _Pair(filled["pair"].first, 3)
+    assert filled["pair"].first.tolist() == [0.0, 0.0]
+    assert isinstance(filled["holder"], _Holder)
+    assert filled["holder"].tensor.tolist() == [0.0, 0.0]
+    assert filled["name"] == "x"

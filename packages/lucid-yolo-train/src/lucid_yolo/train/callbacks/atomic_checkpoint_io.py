@@ -42,11 +42,13 @@ Example:
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import glob
 import os
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import suppress
 from pathlib import Path
@@ -144,35 +146,49 @@ def host_snapshot(checkpoint: Any) -> tuple[Any, HostCopies]:
         tensors.append(tensor)
         return _Slot(len(tensors) - 1)
 
-    layout = _with_metadata(checkpoint, apply_to_collection(checkpoint, Tensor, slot))
-    return layout, HostCopies(tensors)
+    return _rebuilt(checkpoint, Tensor, slot), HostCopies(tensors)
 
 
 def fill(layout: Any, copies: HostCopies) -> Any:
-    """The checkpoint of :func:`host_snapshot`, each tensor its own (once the copies landed).
-
-    A state dict's ``_metadata`` (the modules' versions, which ``load_state_dict`` passes to
-    their loaders) is kept: ``apply_to_collection`` rebuilds mappings without attributes.
-    """
+    """The checkpoint of :func:`host_snapshot`, each tensor its own (once the copies landed)."""
     tensors = copies.read()
-    return _with_metadata(
-        layout,
-        apply_to_collection(layout, _Slot, lambda slot: tensors[slot.index].clone()),
-    )
+    return _rebuilt(layout, _Slot, lambda slot: tensors[slot.index].clone())
 
 
-def _with_metadata(source: Any, rebuilt: Any) -> Any:
-    """``rebuilt`` with every ``_metadata`` attribute of ``source``'s mappings copied over."""
-    if isinstance(source, dict) and isinstance(rebuilt, dict):
-        metadata = getattr(source, "_metadata", None)
-        if metadata is not None:
-            rebuilt._metadata = metadata  # type: ignore[attr-defined]
-        for key, value in source.items():
-            _with_metadata(value, rebuilt[key])
-    elif isinstance(source, (list, tuple)) and isinstance(rebuilt, (list, tuple)):
-        for value, copy in zip(source, rebuilt, strict=True):
-            _with_metadata(value, copy)
-    return rebuilt
+def _rebuilt(obj: Any, leaf: type, make: Callable[[Any], Any]) -> Any:
+    """``obj`` with each ``leaf`` in it replaced by ``make(leaf)``, in one pass.
+
+    Dicts keep their type and attributes (a state dict's ``_metadata``: the modules' versions,
+    which ``load_state_dict`` passes to their loaders); lists and tuples (named ones too) are
+    rebuilt; other values are kept. Another collection (a dataclass, a ``Mapping`` or
+    ``Sequence`` of another type) goes through Lightning's ``apply_to_collection``, which walks
+    anything but took 4 ms a pass over a yolo26n checkpoint on the dev CPU, against 1 ms here:
+    a save walks it twice, once on each thread.
+    """
+    if isinstance(obj, leaf):
+        return make(obj)
+    if isinstance(obj, dict):
+        rebuilt = obj.copy() if type(obj) is dict else copy.copy(obj)
+        for key, value in obj.items():
+            if not isinstance(value, _SCALARS):
+                rebuilt[key] = _rebuilt(value, leaf, make)
+        return rebuilt
+    if isinstance(obj, list):
+        return [
+            value if isinstance(value, _SCALARS) else _rebuilt(value, leaf, make) for value in obj
+        ]
+    if isinstance(obj, tuple):
+        items = [_rebuilt(value, leaf, make) for value in obj]
+        return type(obj)(*items) if hasattr(obj, "_fields") else type(obj)(items)
+    if isinstance(obj, (Mapping, Sequence)) and not isinstance(obj, (str, bytes)):
+        return apply_to_collection(obj, leaf, make)
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return apply_to_collection(obj, leaf, make)
+    return obj
+
+
+_SCALARS = (int, float, str, bool, type(None))
+"""Values :func:`_rebuilt` keeps without a call (an optimizer's parameter index lists)."""
 
 
 def same_content(first: Any, second: Any) -> bool:
