@@ -28,7 +28,9 @@ Run (GPU machine, from source; ``$OUT/checkpoint_cost.json`` and ``.md``)::
     python3 tools/probe_checkpoint_cost.py --batch 16 --epochs 4 --images 128 --val-images 16
 
 ``--improving`` counts every epoch as the best so far (``best.ckpt`` saved every epoch, as in the
-benchmark's 640 px fits, where the mAP rises every epoch).
+benchmark's 640 px fits, where the mAP rises every epoch). ``--snapshot-of <file.ckpt>`` times
+only the host snapshot and its fill on a checkpoint file, its tensors on the machine's device
+(median of 9 calls each).
 
 On a machine without CUDA the fits run on the CPU, natively (the CLI refuses replay there; a
 smoke test: ``--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2``).
@@ -263,6 +265,33 @@ def table(results: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def snapshot_cost(path: Path, repeats: int) -> dict[str, float]:
+    """The median ms of ``host_snapshot`` and of ``fill`` over ``repeats`` calls each, on the
+    checkpoint file ``path`` with its tensors on this machine's device (CUDA when there is one)."""
+    import torch
+    from lightning_utilities.core.apply_func import apply_to_collection
+
+    from lucid_yolo.train.callbacks.atomic_checkpoint_io import fill, host_snapshot
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    saved = torch.load(path, weights_only=True)
+    checkpoint = apply_to_collection(saved, torch.Tensor, lambda t: t.to(device))
+
+    def median_ms(call: Callable[[], Any]) -> float:
+        times = []
+        for _ in range(repeats):
+            began = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - began)
+        return statistics.median(times) * 1000.0
+
+    layout, copies = host_snapshot(checkpoint)
+    return {
+        "host_snapshot_ms": median_ms(lambda: host_snapshot(checkpoint)),
+        "fill_ms": median_ms(lambda: fill(layout, copies)),
+    }
+
+
 def main() -> None:
     import torch
 
@@ -282,8 +311,16 @@ def main() -> None:
         "--modes", nargs="+", choices=list(MODES), default=list(MODES), help="the fits to run"
     )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-checkpoint-cost"))
+    parser.add_argument(
+        "--snapshot-of",
+        type=Path,
+        help="instead of the fits: time host_snapshot and fill on this checkpoint file",
+    )
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
+    if args.snapshot_of is not None:
+        print(json.dumps(snapshot_cost(args.snapshot_of, repeats=9)))
+        return
     data_yaml = synthetic_set(args.root, "detect", args.images, args.val_images, args.imgsz)
     args.out.mkdir(parents=True, exist_ok=True)
     cuda = torch.cuda.is_available()

@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+import torch
 from tool_modules import load_tool, run_tool
 
 
@@ -61,3 +62,12 @@ def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(tmp_path: Path) -> No
     assert result["foreground"]["writer_ms"] == 0
     assert (result["dump-each"]["saves"], result["dump-each"]["dumps"]) == (4, 4)  # as before
     assert "| background | 4 (2) |" in (tmp_path / "checkpoint_cost.md").read_text()
+
+
+def test_probe_checkpoint_cost_times_the_snapshot_of_a_checkpoint_file(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    torch.save({"state_dict": {"w": torch.ones(3)}, "epoch": 1}, tmp_path / "last.ckpt")
+    result = tool.snapshot_cost(tmp_path / "last.ckpt", repeats=3)
+    assert set(result) == {"host_snapshot_ms", "fill_ms"}
+    assert all(ms > 0 for ms in result.values())
