@@ -12,7 +12,7 @@ the training thread each ``Trainer.save_checkpoint`` (``total_s``) split into
 * ``dump_s``: Lightning's ``dump_checkpoint`` (everything before the checkpoint IO: the module's
   ``state_dict`` (``module_state_s``, also counted in ``dump_s``), the optimizer's, the loops',
   the callbacks', the hooks);
-* ``snapshot_s``: :func:`~lucid_yolo.train.callbacks.atomic_checkpoint_io.host_snapshot` (the
+* ``snapshot_s``: :func:`~lucid_yolo.train.checkpoint_snapshot.host_snapshot` (the
   copy of every tensor that the file is written from);
 * ``rest_s``: the rest of the checkpoint IO: handing the write to the writer thread, or the
   write itself with the background off;
@@ -271,7 +271,7 @@ def snapshot_cost(path: Path, repeats: int) -> dict[str, float]:
     import torch
     from lightning_utilities.core.apply_func import apply_to_collection
 
-    from lucid_yolo.train.callbacks.atomic_checkpoint_io import fill, host_snapshot
+    from lucid_yolo.train.checkpoint_snapshot import fill, host_snapshot
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     saved = torch.load(path, weights_only=True)

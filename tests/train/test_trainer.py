@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lucid_yolo.train import YoloTrainer
 from lucid_yolo.train.callbacks import AtomicCheckpointIO, BackgroundCheckpointWrites
-from lucid_yolo.train.callbacks.atomic_checkpoint_io import same_content
+from lucid_yolo.train.checkpoint_snapshot import same_content
 
 STEPS_PER_EPOCH = 4
 

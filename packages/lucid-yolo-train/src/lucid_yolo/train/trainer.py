@@ -30,7 +30,8 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.trainer.states import TrainerFn, TrainerStatus
 from typing_extensions import override
 
-from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO, same_content
+from lucid_yolo.train.callbacks.atomic_checkpoint_io import AtomicCheckpointIO
+from lucid_yolo.train.checkpoint_snapshot import same_content
 
 
 class YoloTrainer(pl.Trainer):
