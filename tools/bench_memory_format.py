@@ -26,10 +26,8 @@ from pathlib import Path
 
 import torch
 
-from lucid_yolo.models import compute_depthwise_in_nchw, create_model
-
-VARIANT = "channels_last+dw-nchw"
-"""Channels-last, its depthwise convolutions computed in NCHW (``compute_depthwise_in_nchw``)."""
+from depthwise_nchw import VARIANT, nchw_depthwise
+from lucid_yolo.models import create_model
 
 LAYOUTS = {
     "contiguous": torch.contiguous_format,
@@ -42,7 +40,7 @@ def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[]
     """A callable that replays one captured forward+backward of ``name`` in ``layout``."""
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
     if layout == VARIANT:
-        compute_depthwise_in_nchw(model, True)
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:

@@ -71,11 +71,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from lucid_yolo.models import compute_depthwise_in_nchw, create_model
+from depthwise_nchw import VARIANT as DW_NCHW
+from depthwise_nchw import nchw_depthwise
+from lucid_yolo.models import create_model
 from network_convs import KINDS, ConvConfig, network_convs
-
-DW_NCHW = "channels_last+dw-nchw"
-"""Channels-last, its depthwise convolutions computed in NCHW (``compute_depthwise_in_nchw``)."""
 
 LAYOUTS = {
     "channels_last": torch.channels_last,
@@ -254,7 +253,7 @@ def run_network(
     start = _process_start(layout, device)
     model = create_model(name, num_classes=num_classes).to(device).to(memory_format=layout)
     if layout_name == DW_NCHW:
-        compute_depthwise_in_nchw(model, True)
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device=device).to(memory_format=layout)
     network: dict[str, float] = {}
     for call in ("first", "second"):
@@ -466,7 +465,7 @@ def main() -> None:
         nargs="+",
         choices=list(LAYOUTS),
         default=["channels_last", "contiguous"],
-        help=f"{DW_NCHW!r} sets a whole network: with --network only",
+        help=f"{DW_NCHW!r} wraps a whole network: with --network only",
     )
     parser.add_argument(
         "--depthwise-without-cudnn",

@@ -7,9 +7,7 @@ import torch
 
 from lucid_yolo.train import TrainConfigError
 from lucid_yolo.train.memory_format import (
-    NCHW_DEPTHWISE_BELOW_IMAGES,
     check_memory_format,
-    depthwise_in_nchw,
     float_images,
     layout_stride,
     resolve_memory_format,
@@ -47,25 +45,6 @@ def test_resolve_memory_format_per_device(
     choice: str, device: str, expected: torch.memory_format
 ) -> None:
     assert resolve_memory_format(check_memory_format(choice), torch.device(device)) == expected
-
-
-@pytest.mark.parametrize(
-    ("choice", "device", "planned_images", "expected"),
-    [
-        ("auto", "cuda", 0, True),
-        ("auto", "cuda", NCHW_DEPTHWISE_BELOW_IMAGES - 1, True),
-        ("auto", "cuda", NCHW_DEPTHWISE_BELOW_IMAGES, False),
-        ("auto", "cuda", None, False),
-        ("auto", "cpu", 0, False),
-        ("channels_last", "cuda", 0, False),
-        ("contiguous", "cuda", 0, False),
-    ],
-)
-def test_depthwise_in_nchw_only_for_auto_on_cuda_and_a_short_run(
-    choice: str, device: str, planned_images: int | None, expected: bool
-) -> None:
-    decided = depthwise_in_nchw(check_memory_format(choice), torch.device(device), planned_images)
-    assert decided is expected
 
 
 @pytest.mark.parametrize("layout", [CHANNELS_LAST, CONTIGUOUS])

@@ -15,11 +15,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
-from lucid_yolo.models import ConvBnAct
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
-from lucid_yolo.train import module as module_file
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.exceptions import TrainConfigError
@@ -444,58 +442,3 @@ def test_module_checkpoint_written_in_one_layout_loads_into_the_other(
     assert _weights_in_layout(exported, torch.contiguous_format)
     for name, value in exported.ema_net.state_dict().items():
         assert torch.equal(value, module.ema_net.state_dict()[name]), name
-
-
-def _spy_depthwise_decision(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
-    """Record the planned images the module decides on, and decide NCHW as CUDA would."""
-    planned: list[int | None] = []
-
-    def decide(choice: str, device: torch.device, planned_images: int | None) -> bool:
-        planned.append(planned_images)
-        return True
-
-    monkeypatch.setattr(module_file, "depthwise_in_nchw", decide)
-    return planned
-
-
-def _depthwise_flags(module: YoloModule) -> set[bool]:
-    nets = (module.net, module.ema_net)
-    units = [m for net in nets for m in net.modules() if isinstance(m, ConvBnAct)]
-    return {unit.nchw_when_channels_last for unit in units if unit.is_depthwise}
-
-
-def test_module_fit_decides_the_depthwise_layout_on_its_planned_training_images(
-    tiny_dataset: Callable[[str], Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    planned = _spy_depthwise_decision(monkeypatch)
-    data = _data(tiny_dataset("detect"), "detect")
-    module = _module(data, "detect", memory_format="channels_last")
-    trainer = _trainer(
-        tmp_path,
-        max_epochs=2,
-        limit_train_batches=2,
-        limit_val_batches=1,
-        accumulate_grad_batches=2,
-        enable_checkpointing=False,
-    )
-    trainer.fit(module, data)
-    # 2 epochs x 1 optimizer step x 2 accumulated batches x 4 images
-    assert planned == [16]
-    assert _depthwise_flags(module) == {True}
-    assert "layout: channels-last, depthwise convolutions in NCHW: 16 training images" in (
-        capsys.readouterr().out
-    )
-
-
-def test_module_validation_alone_decides_the_depthwise_layout_for_no_training(
-    tiny_dataset: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    planned = _spy_depthwise_decision(monkeypatch)
-    data = _data(tiny_dataset("detect"), "detect")
-    module = _module(data, "detect", memory_format="channels_last")
-    _trainer(tmp_path, limit_val_batches=1).validate(module, data)
-    assert planned == [0]
-    assert _depthwise_flags(module) == {True}

@@ -5,7 +5,7 @@ from lucid_yolo.models.anchors import distances_to_xyxy, make_anchors, xyxy_to_d
 from lucid_yolo.models.attention import C2PSA, Attention, PSABlock
 from lucid_yolo.models.backbone import Backbone
 from lucid_yolo.models.blocks import SPPF, Bottleneck, C3k, C3k2
-from lucid_yolo.models.conv import ConvBnAct, compute_depthwise_in_nchw
+from lucid_yolo.models.conv import ConvBnAct
 from lucid_yolo.models.decode import Detections, decode_end2end, decode_nms
 from lucid_yolo.models.exceptions import (
     ExportError,
@@ -67,7 +67,6 @@ __all__ = [
     "C3k2",
     "ConvBnAct",
     "PSABlock",
-    "compute_depthwise_in_nchw",
     # decoding and export (more in lucid_yolo.models.decode)
     "Detections",
     "decode_end2end",

@@ -13,14 +13,6 @@ One layout for the whole fit matters to replay as much as to speed: a recorded r
 inputs' strides (:class:`~lucid_yolo.replay.TensorSpec`), so images arriving in another layout
 than the recording's would record again or run natively. The float images are therefore always
 made here, in the chosen layout, whatever layout the data path hands over.
-
-``auto`` also decides where the depthwise convolutions compute (session 9, the same page,
-"Depthwise convolutions and the first step"). In channels-last PyTorch sends them to cuDNN,
-whose plans for them compile at their first call: 4.6-9.8 s of the first step on an H200 for
-yolo26n. In NCHW they need no compilation but cost about 0.17 ms more per training image
-(2.97 ms per graphed forward+backward at batch 16, 0.69 ms at batch 4; yolo26n-seg 2.66 and
-0.61 ms). Below :data:`NCHW_DEPTHWISE_BELOW_IMAGES` planned training images per process,
-about 6 s / 0.17 ms, NCHW is the faster whole run; above it channels-last is.
 """
 
 from __future__ import annotations
@@ -63,26 +55,6 @@ def resolve_memory_format(choice: MemoryFormat, device: torch.device) -> torch.m
     return _LAYOUTS[choice]
 
 
-NCHW_DEPTHWISE_BELOW_IMAGES = 30_000
-"""Training images per process below which ``auto`` computes depthwise convolutions in NCHW:
-the first call's compilation (about 5-6 s on an H200, measured) over the per-image cost of NCHW
-(about 0.17 ms), rounded down. Validation, test and prediction train none, so they use NCHW."""
-
-
-def depthwise_in_nchw(
-    choice: MemoryFormat, device: torch.device, planned_images: int | None
-) -> bool:
-    """Whether ``choice`` computes the depthwise convolutions in NCHW inside channels-last.
-
-    Only ``auto`` on CUDA does, for a run that trains fewer than
-    :data:`NCHW_DEPTHWISE_BELOW_IMAGES` images per process. ``planned_images`` is ``None`` when
-    the run's length is not known (a loader without a batch size): channels-last throughout.
-    """
-    if choice != "auto" or device.type != "cuda" or planned_images is None:
-        return False
-    return planned_images < NCHW_DEPTHWISE_BELOW_IMAGES
-
-
 def float_images(raw: Tensor, memory_format: torch.memory_format) -> Tensor:
     """Float images in [0, 1] in ``memory_format``: ``raw.float().div_(255.0)``, bit for bit.
 
@@ -106,10 +78,8 @@ def layout_stride(shape: tuple[int, ...], memory_format: torch.memory_format) ->
 
 __all__ = [
     "MEMORY_FORMATS",
-    "NCHW_DEPTHWISE_BELOW_IMAGES",
     "MemoryFormat",
     "check_memory_format",
-    "depthwise_in_nchw",
     "float_images",
     "layout_stride",
     "resolve_memory_format",

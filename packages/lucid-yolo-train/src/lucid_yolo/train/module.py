@@ -17,13 +17,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import Tensor
 from typing_extensions import override
 
-from lucid_yolo.models import (
-    compute_depthwise_in_nchw,
-    create_model,
-    load_weights,
-    model_spec,
-    read_weights,
-)
+from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
 from lucid_yolo.replay import RegionRecorder, Telemetry, UpdateRecorder, merge_telemetry
 from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.console import print_line
@@ -32,10 +26,8 @@ from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.memory_format import (
-    NCHW_DEPTHWISE_BELOW_IMAGES,
     MemoryFormat,
     check_memory_format,
-    depthwise_in_nchw,
     float_images,
     resolve_memory_format,
 )
@@ -94,14 +86,9 @@ class YoloModule(pl.LightningModule):
             on CUDA, ``contiguous`` elsewhere). Why ``auto``: on an H200 channels-last runs the
             captured bf16 forward and backward of yolo26n at batch 16 in 18.05 ms against
             32.62 ms (yolo26n-seg 22.98 against 41.05; docs/engineering/whole-fit-speed.md); on
-            the CPU only one small probe timed it, so CPU fits stay as they were. ``auto`` also
-            computes the depthwise convolutions in NCHW for a fit of fewer than
-            :data:`~lucid_yolo.train.memory_format.NCHW_DEPTHWISE_BELOW_IMAGES` training images
-            per process (and for validation, test and prediction alone): cuDNN compiles its
-            channels-last depthwise plans at their first call, seconds that a short fit does not
-            win back; it prints a line when it does. What it costs: other kernels, so a fit in
-            one layout is not bitwise equal to a fit in the other (native and replayed fits in
-            the same layout are). Applied when the trainer sets the
+            the CPU only one small probe timed it, so CPU fits stay as they were. What it costs:
+            other kernels, so a fit in one layout is not bitwise equal to a fit in the other
+            (native and replayed fits in the same layout are). Applied when the trainer sets the
             module up, before a checkpoint's weights are copied in, so checkpoints load into
             either layout (:mod:`lucid_yolo.train.memory_format`). Not saved in the
             hyperparameters: a checkpoint does not depend on it, and a resumed fit runs the
@@ -195,8 +182,6 @@ class YoloModule(pl.LightningModule):
         if names:
             self.names = tuple(names)
         self._apply_memory_format(self.trainer.strategy.root_device)
-        if stage != "fit":
-            self._lay_out_depthwise(planned_images=0)
         if stage == "fit" and self.trainer.world_size > 1:
             self._setup_data_parallel()
 
@@ -210,32 +195,6 @@ class YoloModule(pl.LightningModule):
         """
         self.memory_format = resolve_memory_format(self.memory_format_choice, device)
         self.to(memory_format=self.memory_format)
-
-    def _lay_out_depthwise(self, planned_images: int | None) -> None:
-        """Where the network and the EMA network compute their depthwise convolutions, for a
-        run that trains ``planned_images`` images per process (``None``: not known).
-
-        Decided before the run's first forward, so a replayed region records with it; a fit
-        decides in :meth:`configure_optimizers`, where its length is first known.
-        """
-        device = self.trainer.strategy.root_device
-        nchw = depthwise_in_nchw(self.memory_format_choice, device, planned_images)
-        compute_depthwise_in_nchw(self.net, nchw)
-        compute_depthwise_in_nchw(self.ema_net, nchw)
-        if nchw and planned_images:
-            print_line(
-                f"layout: channels-last, depthwise convolutions in NCHW: {planned_images:,} "
-                f"training images < {NCHW_DEPTHWISE_BELOW_IMAGES:,}, too few to repay cuDNN "
-                "compiling them at the first step (memory_format=channels_last keeps them there)"
-            )
-
-    def _planned_training_images(self) -> int | None:
-        """Images the fit trains per process, or ``None`` when its loader has no batch size."""
-        batch_size = getattr(self.trainer.train_dataloader, "batch_size", None)
-        if not isinstance(batch_size, int):
-            return None
-        steps = int(self.trainer.estimated_stepping_batches)
-        return steps * self.trainer.accumulate_grad_batches * batch_size
 
     def _setup_data_parallel(self) -> None:
         """Check the replay options of a multi-process fit (docs/engineering/multi-gpu.md).
@@ -454,7 +413,6 @@ class YoloModule(pl.LightningModule):
         )
         epochs = max(int(self.trainer.max_epochs or 1), 1)
         steps = max(int(self.trainer.estimated_stepping_batches) // epochs, 1)
-        self._lay_out_depthwise(self._planned_training_images())
         schedule = WarmupLinearSchedule(
             optimizer,
             epochs=epochs,
