@@ -43,10 +43,9 @@ class YoloTrainer(pl.Trainer):
     """
 
     callbacks: list[Callback]  # Lightning's, set by its constructor
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._saved: tuple[list[Any], int | None] | None = None
+    # the last save's moment and the IO's number for it, while a fit runs (no constructor of
+    # its own: LightningCLI reads the trainer's options from Lightning's)
+    _saved: tuple[list[Any], int | None] | None = None
 
     @override
     def save_checkpoint(
