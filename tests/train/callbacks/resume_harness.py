@@ -21,7 +21,7 @@ the final state (weights, EMA, optimizer, scaler, scheduler, RNG, loader positio
 
 ``--kill-at`` sends the signal to the process itself ``--during``:
 
-- ``step``: after that training step;
+- ``step``: after that training step, once the checkpoints written before it are on disk;
 - ``validation``: after the first batch of the validation that follows that step;
 - ``save``: while the next checkpoint after that step is being written, once 1 MiB of it is
   out.
@@ -139,6 +139,13 @@ class StepLog(Callback):
         if trainer.global_step != self.kill_at:
             return
         if self.during == "step":
+            # A case names the checkpoint the fit resumes from: the one written before this
+            # step must be on disk. A background write can outlast the steps after it (on a GPU
+            # two steps take milliseconds), and a signal then finds the one before it: what a
+            # real kill does, but not what the case asks.
+            io = trainer.strategy.checkpoint_io
+            if isinstance(io, AtomicCheckpointIO):
+                io.wait()
             send(self.signum, self.to_group)
         elif self.during == "save":
             signal_during_next_save(self.signum)
