@@ -49,17 +49,18 @@ def test_probe_checkpoint_cost_summary_splits_dumps_repeats_and_overlapped_steps
 
 @pytest.mark.slow
 def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(tmp_path: Path) -> None:
+    # two of the three modes: each is a CLI fit of its own (about 20 s on CI's two cores)
     args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --improving"
-    done = run_tool("probe_checkpoint_cost", args, tmp_path)
+    done = run_tool("probe_checkpoint_cost", f"{args} --modes background dump-each", tmp_path)
     assert done.returncode == 0, done.stderr
     result = json.loads((tmp_path / "checkpoint_cost.json").read_text())
-    for mode in ("background", "foreground"):
-        # best and last at each epoch's end, from one dump
-        assert (result[mode]["saves"], result[mode]["dumps"]) == (4, 2)
-        assert result[mode]["per_save_ms"]["dump_s"] > 0
-        assert result[mode]["per_save_ms"]["snapshot_s"] > 0
+    assert set(result) >= {"background", "dump-each"}
+    assert "foreground" not in result
+    # best and last at each epoch's end, from one dump
+    assert (result["background"]["saves"], result["background"]["dumps"]) == (4, 2)
+    assert result["background"]["per_save_ms"]["dump_s"] > 0
+    assert result["background"]["per_save_ms"]["snapshot_s"] > 0
     assert result["background"]["writer_ms"] > 0  # the writes ran on the writer thread
-    assert result["foreground"]["writer_ms"] == 0
     assert (result["dump-each"]["saves"], result["dump-each"]["dumps"]) == (4, 4)  # as before
     assert "| background | 4 (2) |" in (tmp_path / "checkpoint_cost.md").read_text()
 
