@@ -48,6 +48,12 @@ rewritten after each process; ``network_first_call.*`` with ``--network``)::
 
     python3 tools/probe_first_conv.py --batch 16 --network --out $OUT/network
 
+Does a first call on another thread spare the main thread's (``--warm-in-thread``: a copy of
+the network runs once on a thread before the timed calls)::
+
+    python3 tools/probe_first_conv.py --batch 16 --network --layouts channels_last \\
+        --warm-in-thread --out $OUT/thread
+
 CPU smoke run (timings meaningless)::
 
     python3 tools/probe_first_conv.py --device cpu --imgsz 64 --batch 1 --steady 2
@@ -56,11 +62,13 @@ CPU smoke run (timings meaningless)::
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -240,14 +248,53 @@ def run_variant(
     return {"variant": variant, "batch": batch, **start, "rows": rows}
 
 
+def _network_loss(model: nn.Module, images: Tensor) -> Tensor:
+    with torch.autocast(images.device.type, dtype=torch.bfloat16):
+        outputs = model.train()(images)
+    return torch.stack([out.float().sum() for out in outputs.values()]).sum()
+
+
+def _warm_in_thread(model: nn.Module, images: Tensor) -> float:
+    """Seconds of a forward+backward of a copy of ``model`` on another thread, joined.
+
+    Whether that thread's first call spares the main thread's is the question: PyTorch keeps
+    cuDNN's execution plans per thread, so only a cost cuDNN itself keeps per process (the
+    kernels it compiles at run time) would be spared.
+    """
+    twin = copy.deepcopy(model)
+    failures: list[BaseException] = []
+
+    def forward_backward() -> None:
+        try:
+            torch.autograd.backward(_network_loss(twin, images))
+            _sync(images.device)
+        except BaseException as error:
+            failures.append(error)
+
+    began = time.perf_counter()
+    thread = threading.Thread(target=forward_backward)
+    thread.start()
+    thread.join()
+    if failures:
+        raise failures[0]
+    return time.perf_counter() - began
+
+
 def run_network(
-    layout_name: str, name: str, num_classes: int, imgsz: int, batch: int, device: torch.device
+    layout_name: str,
+    name: str,
+    num_classes: int,
+    imgsz: int,
+    batch: int,
+    device: torch.device,
+    warm_in_thread: bool = False,
 ) -> dict[str, Any]:
     """The whole network's first and second forward+backward in this (fresh) process.
 
     The check on the sum over configurations: the same small convolution first, then the
     packaged network in ``layout_name`` (weights and images) in bf16 autocast, a sum of its raw
     outputs as the loss. First minus second is what a fit's first step pays for the network.
+    With ``warm_in_thread`` a copy of the network runs once on another thread before.
     """
     layout = LAYOUTS[layout_name]
     start = _process_start(layout, device)
@@ -256,12 +303,12 @@ def run_network(
         nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device=device).to(memory_format=layout)
     network: dict[str, float] = {}
+    if warm_in_thread:
+        network["thread_warm_s"] = _warm_in_thread(model, images)
     for call in ("first", "second"):
         _sync(device)
         began = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            outputs = model.train()(images)
-        loss = torch.stack([out.float().sum() for out in outputs.values()]).sum()
+        loss = _network_loss(model, images)
         _sync(device)
         network[f"{call}_forward_s"] = time.perf_counter() - began
         began = time.perf_counter()
@@ -371,13 +418,13 @@ def network_table(runs: list[dict[str, Any]]) -> str:
     """One row per ``--network`` process: the whole network's first and second calls."""
     lines = [
         "| batch | layout | round | first fwd s | first bwd s | second fwd s | second bwd s |"
-        " first-call s | process's first conv s | process s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        " first-call s | thread warm-up s | process's first conv s | process s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for run in runs:
         head = f"| {run['batch']} | {run['variant']} | {run['round']} |"
         if "error" in run:
-            lines.append(f"{head} failed: {run['error']} |" + " |" * 6)
+            lines.append(f"{head} failed: {run['error']} |" + " |" * 7)
             continue
         network = run["network"]
         calls = " | ".join(
@@ -387,7 +434,10 @@ def network_table(runs: list[dict[str, Any]]) -> str:
         )
         cost = sum(first_call_s(network))
         start = sum(first_call_s(run["first_conv"]))
-        lines.append(f"{head} {calls} | {cost:.3f} | {start:.3f} | {run['process_s']:.1f} |")
+        warm = f"{network['thread_warm_s']:.3f}" if "thread_warm_s" in network else "—"
+        lines.append(
+            f"{head} {calls} | {cost:.3f} | {warm} | {start:.3f} | {run['process_s']:.1f} |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -433,6 +483,7 @@ def _run_child(
     command += ["--batch", str(batch), "--device", args.device, "--steady", str(args.steady)]
     command += ["--model", args.model, "--imgsz", str(args.imgsz)]
     command += ["--num-classes", str(args.num_classes)] + (["--network"] if args.network else [])
+    command += ["--warm-in-thread"] if args.warm_in_thread else []
     began = time.perf_counter()
     try:
         done = subprocess.run(
@@ -478,6 +529,11 @@ def main() -> None:
         action="store_true",
         help="instead: the whole network's first and second forward+backward, per layout",
     )
+    parser.add_argument(
+        "--warm-in-thread",
+        action="store_true",
+        help="with --network: run a copy of the network once on another thread first",
+    )
     parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of variants")
     parser.add_argument("--steady", type=int, default=20, help="settled calls per configuration")
     parser.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke run")
@@ -489,6 +545,8 @@ def main() -> None:
     device = torch.device(args.device)
     if args.network and args.depthwise_without_cudnn:
         parser.error("--depthwise-without-cudnn times configurations; leave it out with --network")
+    if args.warm_in_thread and not args.network:
+        parser.error("--warm-in-thread warms the whole network: add --network")
     if DW_NCHW in args.layouts and not args.network:
         parser.error(f"--layouts {DW_NCHW!r} changes the network, not a convolution: add --network")
     if device.type == "cuda" and not torch.cuda.is_available():
@@ -496,7 +554,13 @@ def main() -> None:
     if args.child is not None:
         if args.network:
             run = run_network(
-                args.child, args.model, args.num_classes, args.imgsz, args.batch[0], device
+                args.child,
+                args.model,
+                args.num_classes,
+                args.imgsz,
+                args.batch[0],
+                device,
+                warm_in_thread=args.warm_in_thread,
             )
         else:
             fields = json.loads(args.convs.read_text())

@@ -78,7 +78,19 @@ def test_network_table_subtracts_the_second_call(tool: ModuleType) -> None:
     run = {"batch": 16, "variant": "channels_last", "round": 0, "process_s": 9.0}
     run |= {"network": halves, "first_conv": start}
     row = tool.network_table([run]).splitlines()[2]
-    assert row == "| 16 | channels_last | 0 | 4.000 | 2.500 | 0.500 | 1.000 | 5.000 | 2.000 | 9.0 |"
+    assert row == (
+        "| 16 | channels_last | 0 | 4.000 | 2.500 | 0.500 | 1.000 | 5.000 | — | 2.000 | 9.0 |"
+    )
+    run["network"] = {**halves, "thread_warm_s": 3.25}
+    assert "| 5.000 | 3.250 | 2.000 |" in tool.network_table([run]).splitlines()[2]
+
+
+def test_run_network_warms_a_copy_on_another_thread_first(tool: ModuleType) -> None:
+    run = tool.run_network(
+        "contiguous", "yolo26n", 5, 32, 2, torch.device("cpu"), warm_in_thread=True
+    )
+    assert run["network"]["thread_warm_s"] > 0
+    assert {"first_forward_s", "second_backward_s"} <= set(run["network"])
 
 
 def test_variant_names_add_native_depthwise_per_layout(tool: ModuleType) -> None:
