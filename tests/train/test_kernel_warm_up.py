@@ -157,7 +157,6 @@ def test_start_takes_the_batch_shape_and_autocast_of_the_fit(
 
 
 @pytest.mark.gpu
-@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 @pytest.mark.parametrize("replayed", [False, True], ids=["native", "replayed"])
 def test_fit_with_its_kernel_warm_up_is_bitwise_the_fit_without(
     replayed: bool, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]

@@ -7,12 +7,8 @@ set-up and sanity check have kept the GPU mostly idle. PyTorch keeps cuDNN's exe
 thread, but cuDNN keeps the compiled kernels per process: after a copy of the network ran forward
 and backward on another thread, the main thread's first backward took 0.02 s instead of 4.90 s
 (``tools/probe_first_conv.py --network --warm-in-thread``; docs/engineering/whole-fit-speed.md).
-So the module starts that copy when the fit starts (``on_fit_start``, after the model summary),
-and the compilation overlaps the sanity check and the first batch's loading.
-
-Why not earlier: started in ``setup``, the copy's compilation overlapped the move to the device
-and the model summary's CPU forward, which slowed from 0.30 to 1.32 s and from 0.78 to 5.83 s
-(H200, ``tools/profile_startup.py``, session 10): the fit started later than without it.
+So the module starts that copy when the trainer sets it up, and the compilation overlaps the
+model summary, the sanity check and the first batch's loading.
 
 Why the fit's bits do not change: the copy is the network as laid out for the fit, fed zeros, in
 the fit's autocast; nothing it computes is read, it draws no random number and the trained
@@ -54,8 +50,9 @@ class KernelWarmUp:
     """One forward and backward of a copy of ``net`` on a thread of its own.
 
     Args:
-        net: the network as the fit will run it (layout applied, on its device); copied on the
-            caller's thread, so the fit's later changes to it do not race with the copy.
+        net: the network as the fit will run it (layout applied); copied on the caller's thread,
+            so later changes to it (a checkpoint's weights, the move to the device) do not race
+            with the copy.
         images: shape of a training batch of images, ``(B, 3, H, W)``.
         device: the CUDA device the fit trains on.
         memory_format: the layout of the fit's images.

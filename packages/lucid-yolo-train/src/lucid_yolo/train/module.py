@@ -103,7 +103,7 @@ class YoloModule(pl.LightningModule):
             update and count it (:mod:`lucid_yolo.train.non_finite_loss`). fp16's GradScaler
             skips such steps itself.
         kernel_warm_up: on CUDA, run a copy of the network forward and backward on another
-            thread when the fit starts, so the kernels cuDNN compiles at run time are ready
+            thread while the fit sets up, so the kernels cuDNN compiles at run time are ready
             by the first training step (4.7 s of yolo26n's first step at batch 16 on an H200;
             :mod:`lucid_yolo.train.kernel_warm_up`). It changes no result. It needs a
             :class:`~lucid_yolo.train.YoloDataModule` (the batch's shape) and a precision of
@@ -198,6 +198,8 @@ class YoloModule(pl.LightningModule):
         self._apply_memory_format(self.trainer.strategy.root_device)
         if stage == "fit" and self.trainer.world_size > 1:
             self._setup_data_parallel()
+        if stage == "fit" and self.kernel_warm_up:
+            self._warm_up = start_kernel_warm_up(self.trainer, self.net, self.memory_format)
 
     @override
     def on_train_start(self) -> None:
@@ -462,8 +464,6 @@ class YoloModule(pl.LightningModule):
     @override
     def on_fit_start(self) -> None:
         self.ema.rebind()
-        if self.kernel_warm_up:
-            self._warm_up = start_kernel_warm_up(self.trainer, self.net, self.memory_format)
 
     @override
     def on_train_epoch_end(self) -> None:
