@@ -76,14 +76,12 @@ def digested_fit(
     grad_clip_norm: float | None = None,
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
-    kernel_warm_up: bool = True,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
     the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
-    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder;
-    ``kernel_warm_up`` is the module's option."""
+    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
@@ -99,7 +97,6 @@ def digested_fit(
         weights=weights,
         replay=replay,
         memory_format=memory_format,
-        kernel_warm_up=kernel_warm_up,
         **clip,
     )
     losses = _LossBits()

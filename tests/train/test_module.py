@@ -17,7 +17,7 @@ from lightning.pytorch.loggers import CSVLogger
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
-from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule, kernel_warm_up
+from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.exceptions import TrainConfigError
@@ -352,39 +352,6 @@ def test_module_memory_format_defaults_to_auto_outside_the_hyperparameters() -> 
     assert "memory_format" not in module.hparams
     # resolved for the trainer's device in setup; until then the network stays NCHW
     assert module.memory_format == torch.contiguous_format
-
-
-class _WarmedUpAtFirstBatch(Callback):
-    def __init__(self) -> None:
-        self.seconds: list[float | None] = []
-
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, idx: int) -> None:
-        self.seconds.append(pl_module.kernel_warm_up_seconds)
-
-
-@pytest.mark.parametrize("enabled", [True, False])
-def test_module_fit_waits_for_its_kernel_warm_up_before_the_first_batch(
-    enabled: bool,
-    tiny_dataset: Callable[[str], Path],
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # the warm-up runs on CUDA only; opened to the CPU here to check the module's wiring
-    monkeypatch.setattr(kernel_warm_up, "DEVICE_TYPES", ("cpu",))
-    data = _data(tiny_dataset("detect"), "detect", batch_size=2)
-    module = _module(data, "detect", kernel_warm_up=enabled)
-    at_first = _WarmedUpAtFirstBatch()
-    trainer = _trainer(
-        tmp_path, max_steps=1, limit_val_batches=0, enable_checkpointing=False, callbacks=[at_first]
-    )
-    trainer.fit(module, data)
-    assert "kernel_warm_up" not in module.hparams
-    assert module._warm_up is None
-    if enabled:
-        assert at_first.seconds[0] is not None
-        assert at_first.seconds[0] > 0
-    else:
-        assert at_first.seconds == [None]
 
 
 def test_module_rejects_an_unknown_memory_format() -> None:

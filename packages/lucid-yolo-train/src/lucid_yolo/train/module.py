@@ -24,7 +24,6 @@ from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
-from lucid_yolo.train.kernel_warm_up import KernelWarmUp, start_kernel_warm_up
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.memory_format import (
     MemoryFormat,
@@ -102,14 +101,6 @@ class YoloModule(pl.LightningModule):
             ``stop`` the fit before its update, naming the step and the terms, or ``skip`` the
             update and count it (:mod:`lucid_yolo.train.non_finite_loss`). fp16's GradScaler
             skips such steps itself.
-        kernel_warm_up: on CUDA, run a copy of the network forward and backward on another
-            thread while the fit sets up, so the kernels cuDNN compiles at run time are ready
-            by the first training step (4.7 s of yolo26n's first step at batch 16 on an H200;
-            :mod:`lucid_yolo.train.kernel_warm_up`). It changes no result. It needs a
-            :class:`~lucid_yolo.train.YoloDataModule` (the batch's shape) and a precision of
-            ``32-true``, ``16-mixed`` or ``bf16-mixed``; other fits start cold. Off: the memory
-            of one more copy of the network and of its activations is not taken before
-            training starts. Not saved in the hyperparameters.
 
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
@@ -141,7 +132,6 @@ class YoloModule(pl.LightningModule):
         memory_format: MemoryFormat = "auto",
         replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
         non_finite_loss: NonFinitePolicy = "stop",
-        kernel_warm_up: bool = True,
     ) -> None:
         super().__init__()
         if lr0 <= 0.0:
@@ -157,11 +147,7 @@ class YoloModule(pl.LightningModule):
         self.memory_format_choice = check_memory_format(memory_format)
         self.memory_format: torch.memory_format = torch.contiguous_format
         """The layout in use: the choice resolved for the trainer's device at :meth:`setup`."""
-        self.save_hyperparameters(ignore=["weights", "replay", "memory_format", "kernel_warm_up"])
-        self.kernel_warm_up = kernel_warm_up
-        self._warm_up: KernelWarmUp | None = None
-        self.kernel_warm_up_seconds: float | None = None
-        """How long this fit's kernel warm-up ran (``None``: none ran)."""
+        self.save_hyperparameters(ignore=["weights", "replay", "memory_format"])
         spec = model_spec(model)
         self.task = spec.task
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
@@ -198,21 +184,6 @@ class YoloModule(pl.LightningModule):
         self._apply_memory_format(self.trainer.strategy.root_device)
         if stage == "fit" and self.trainer.world_size > 1:
             self._setup_data_parallel()
-        if stage == "fit" and self.kernel_warm_up:
-            self._warm_up = start_kernel_warm_up(self.trainer, self.net, self.memory_format)
-
-    @override
-    def on_train_start(self) -> None:
-        if self._warm_up is not None:
-            warm_up, self._warm_up = self._warm_up, None
-            warm_up.wait()
-            self.kernel_warm_up_seconds = warm_up.seconds
-
-    @override
-    def teardown(self, stage: str) -> None:
-        if self._warm_up is not None:
-            warm_up, self._warm_up = self._warm_up, None
-            warm_up.abandon()
 
     def _apply_memory_format(self, device: torch.device) -> None:
         """Lay out the network and the EMA network as ``memory_format`` says for ``device``.
