@@ -103,6 +103,21 @@ def test_model_summary_leaves_weights_and_batchnorm_statistics_unchanged() -> No
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_model_summary_counts_on_one_cpu_thread_and_puts_the_count_back() -> None:
+    model = create_model("yolo26n", num_classes=80)
+    threads: list[int] = []
+    # a forward hook of the model is deep-copied into the summary's zero-weight probe
+    model.register_forward_hook(lambda *_: threads.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model_summary(model, 640)
+        assert threads == [1]
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_model_summary_format_reports_both_counts() -> None:
     text = model_summary(create_model("yolo26n"), 640).format()
     assert "training:" in text
