@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+
+from lucid_yolo.models.cpu_threads import one_cpu_thread
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
@@ -42,10 +43,8 @@ the same session: 00371102… before)."""
 
 @pytest.fixture
 def one_thread() -> Iterator[None]:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with one_cpu_thread():
+        yield
 
 
 def _fingerprint(fit: Any) -> str:

@@ -6,9 +6,6 @@ A 32x32 input with a single stride-8 level has 16 anchors at x, y in {4, 12, 20,
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 import torch
 from torch import Tensor
 
@@ -104,14 +101,3 @@ def task_case(
     sizes = boxes[..., 2:] - boxes[..., :2]
     batch["rboxes"] = torch.cat((centres, sizes, torch.full((1, 3, 1), 0.25)), dim=-1) * rows
     return outputs, batch
-
-
-@contextmanager
-def single_thread() -> Iterator[None]:
-    """Run tiny CPU workloads on one thread: on a busy 2-core runner, thread hand-offs dominate."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)

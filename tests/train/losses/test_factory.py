@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from loss_cases import STRIDE, make_batch, single_thread, task_case
+from loss_cases import STRIDE, make_batch, task_case
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from lucid_yolo.models import create_model
+from lucid_yolo.models.cpu_threads import one_cpu_thread
 from lucid_yolo.train.losses import (
     DetectionLoss,
     OBBLoss,
@@ -135,7 +136,7 @@ def test_build_loss_trains_every_parameter_of_a_real_detector() -> None:
     images = torch.rand(1, 3, 64, 64)
     batch = make_batch([[4.0, 6.0, 30.0, 40.0], [30.0, 30.0, 60.0, 50.0]], [0, 1])
     batch["images"] = (images * 255).to(torch.uint8)
-    with single_thread():
+    with one_cpu_thread():
         total, _ = build_loss("detect", 2)(model(images), batch, 0.0)
         total.backward()
     assert torch.isfinite(total)

@@ -6,9 +6,10 @@ import math
 
 import pytest
 import torch
-from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch, single_thread
+from loss_cases import POINTS, STRIDE, STRIDES, A, detect_outputs, make_batch
 
 from lucid_yolo.models import distances_to_xyxy
+from lucid_yolo.models.cpu_threads import one_cpu_thread
 from lucid_yolo.models.geometry import box_iou
 from lucid_yolo.train.losses import DetectionLoss, LossGains
 
@@ -133,7 +134,7 @@ def test_detection_loss_fits_free_outputs_with_one_o2o_anchor_per_instance() -> 
     loss = DetectionLoss(2, strides=(STRIDE,))
     optimizer = torch.optim.Adam(outputs.values(), lr=0.05)
     batch = make_batch(gts, [0, 1])
-    with single_thread():
+    with one_cpu_thread():
         for step in range(300):
             total, _ = loss(outputs, batch, step / 299)
             optimizer.zero_grad()

@@ -21,19 +21,14 @@ full-size count for every task) and about ten times quicker than a full-size for
 ``meta`` device, whose per-operator cost, not the image size, dominated ``fit``'s start-up
 (``docs/engineering/whole-fit-speed.md``, start-up).
 
-The forward runs on one CPU thread. Its operators are tiny, so splitting them over the
-intra-op pool buys nothing, and in ``fit`` that pool meets the loader's worker processes, which
-are decoding the first batches on every core by then: each operator then waits for threads that
-are not running. On the 2-core dev machine under load the summary took 0.19-6.4 s with two threads
-and 0.06-0.18 s with one (``docs/engineering/whole-fit-speed.md``, session 10).
+The forward runs on one CPU thread (:mod:`lucid_yolo.models.cpu_threads`): in ``fit`` it meets
+the loader's worker processes, which are decoding the first batches on every core by then.
 """
 
 from __future__ import annotations
 
 import copy
 import itertools
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +36,7 @@ from torch import Tensor, nn
 from torch.utils.hooks import RemovableHandle
 
 from lucid_yolo.models.attention import Attention
+from lucid_yolo.models.cpu_threads import one_cpu_thread
 from lucid_yolo.models.exceptions import ModelConfigError
 from lucid_yolo.models.model import YOLO26
 
@@ -143,17 +139,6 @@ def _zero_weight_copy(model: YOLO26) -> YOLO26:
     return copy.deepcopy(model, memo)
 
 
-@contextmanager
-def _one_cpu_thread() -> Iterator[None]:
-    """The block runs torch's CPU operators on one thread; the caller's count is put back."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-
-
 def _folded_params(module: nn.Module) -> int:
     params = sum(p.numel() for p in module.parameters())
     folded = sum(m.num_features for m in module.modules() if isinstance(m, nn.BatchNorm2d))
@@ -206,7 +191,7 @@ def model_summary(model: YOLO26, image_size: int) -> ModelSummary:
         m.register_forward_hook(hook) for m in probe.modules() if isinstance(m, _COUNTED)
     ]
     try:
-        with torch.no_grad(), _one_cpu_thread():
+        with torch.no_grad(), one_cpu_thread():
             # two images: training-mode BatchNorm needs more than one value per channel, and
             # the coarsest map has one cell per image
             probe(torch.zeros(2, 3, probe_size, probe_size))
