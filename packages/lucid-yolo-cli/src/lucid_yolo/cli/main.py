@@ -23,10 +23,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
+from typing import NoReturn
 
 from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
 from lucid_yolo.cli.errors import CliError
+from lucid_yolo.cli.fast_exit import FastExit
 from lucid_yolo.cli.warning_lines import warning_lines
 
 LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
@@ -78,6 +80,15 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
 
 
+def run() -> NoReturn:
+    """The process entry point: :func:`main` on ``sys.argv``, then the exit without CPython's
+    object teardown (:mod:`lucid_yolo.cli.fast_exit`)."""
+    ending = FastExit()
+    code = main()
+    ending.code = code
+    sys.exit(code)
+
+
 def _run(args: list[str]) -> int:
     try:
         if args and args[0] in LIGHTNING_COMMANDS:
@@ -106,5 +117,6 @@ __all__ = [
     "lightning_args",
     "main",
     "plain_parser",
+    "run",
     "user_errors",
 ]
