@@ -9,47 +9,25 @@ really replayed (a region that retired or never recorded would make the comparis
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-
-TOOL = Path(__file__).resolve().parents[2] / "tools" / "ddp_parity.py"
+from tool_modules import load_tool, run_tool_main
 
 
 @pytest.mark.slow
-def test_ddp_parity_network_loss_update_replayed_bitwise_on_every_rank(tmp_path: Path) -> None:
+def test_ddp_parity_network_loss_update_replayed_bitwise_on_every_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the tool sets these when it loads; set here first, they are undone after the test
+    for name, value in load_tool("multi_gpu_env", monkeypatch).MULTICAST_OFF.items():
+        monkeypatch.setenv(name, value)
     out = tmp_path / "ddp_parity.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(TOOL),
-            "--accelerator",
-            "cpu",
-            "--devices",
-            "2",
-            "--precisions",
-            "32-true",
-            "--tasks",
-            "detect",
-            # accumulation 2 alone: each case is two 2-process fits, and 2 covers the
-            # per-micro-batch regions and the update's once-per-step replay both
-            "--accumulations",
-            "2",
-            "--regions",
-            "network",
-            "loss",
-            "update",
-            "--out",
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    # accumulation 2 alone: each case is two 2-process fits, and 2 covers the per-micro-batch
+    # regions and the update's once-per-step replay both
+    args = "--accelerator cpu --devices 2 --precisions 32-true --tasks detect --accumulations 2"
+    args += f" --regions network loss update --out {out}"
+    assert run_tool_main("ddp_parity", args, tmp_path, monkeypatch, data_root=False) == 0
     rows = {row["case"]: row for row in json.loads(out.read_text())["rows"]}
     assert set(rows) == {"detect/32-true/acc2"}
     # 4 optimizer steps; each region warms up natively on its first call and replays the rest

@@ -8,7 +8,7 @@ from types import ModuleType
 
 import pytest
 import torch
-from tool_modules import load_tool, run_tool
+from tool_modules import load_tool, run_tool_main
 
 
 @pytest.fixture
@@ -48,11 +48,13 @@ def test_probe_checkpoint_cost_summary_splits_dumps_repeats_and_overlapped_steps
 
 
 @pytest.mark.slow
-def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(tmp_path: Path) -> None:
+def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # two of the three modes: each is a CLI fit of its own (about 20 s on CI's two cores)
     args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --improving"
-    done = run_tool("probe_checkpoint_cost", f"{args} --modes background dump-each", tmp_path)
-    assert done.returncode == 0, done.stderr
+    args += " --modes background dump-each"
+    run_tool_main("probe_checkpoint_cost", args, tmp_path, monkeypatch)
     result = json.loads((tmp_path / "checkpoint_cost.json").read_text())
     assert set(result) >= {"background", "dump-each"}
     assert "foreground" not in result

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import torch
-from tool_modules import load_tool, run_tool
+from tool_modules import load_tool, run_tool_main
 
 
 @pytest.fixture
@@ -105,10 +105,11 @@ def test_variant_names_add_native_depthwise_per_layout(tool: ModuleType) -> None
 
 
 @pytest.mark.slow
-def test_probe_first_conv_runs_a_variant_in_its_own_process_on_the_cpu(tmp_path: Path) -> None:
+def test_probe_first_conv_runs_a_variant_in_its_own_process_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = "--device cpu --imgsz 32 --batch 1 --steady 1 --layouts contiguous"
-    done = run_tool("probe_first_conv", args, tmp_path, data_root=False)
-    assert done.returncode == 0, done.stderr
+    run_tool_main("probe_first_conv", args, tmp_path, monkeypatch, data_root=False)
     result = json.loads((tmp_path / "first_conv.json").read_text())
     assert result["num_classes"] == 5  # the embedded synthetic dataset's
     (run,) = result["runs"]

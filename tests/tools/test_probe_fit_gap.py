@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tool_modules import load_tool, run_tool
+from tool_modules import load_tool, run_tool_main
 
 
 @pytest.fixture
@@ -40,10 +40,11 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
 
 
 @pytest.mark.slow
-def test_probe_fit_gap_splits_a_cpu_cli_fit(tmp_path: Path) -> None:
+def test_probe_fit_gap_splits_a_cpu_cli_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --native --profile"
-    done = run_tool("probe_fit_gap", args, tmp_path)
-    assert done.returncode == 0, done.stderr
+    run_tool_main("probe_fit_gap", args, tmp_path, monkeypatch)
     result = json.loads((tmp_path / "fit_gap.json").read_text())
     assert [e["steps"] for e in result["per_epoch"]] == [4, 4]
     for epoch in result["per_epoch"]:

@@ -7,7 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from tool_modules import load_tool, run_tool
+from tool_modules import load_tool, run_tool_main
 
 
 @pytest.fixture
@@ -16,11 +16,12 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 @pytest.mark.slow
-def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> None:
+def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = "--batch 2 --steps 4 --images 8 --imgsz 64 --workers 1 --fit-timeout 600"
     args += " --variants packed cli-callbacks"
-    done = run_tool("probe_loader_thread", args, tmp_path)
-    assert done.returncode == 0, done.stderr
+    run_tool_main("probe_loader_thread", args, tmp_path, monkeypatch)
     rows = json.loads((tmp_path / "loader_thread.json").read_text())
     order = [r["variant"] for r in rows]
     assert order == ["packed", "cli-callbacks"]
@@ -36,10 +37,11 @@ def test_probe_loader_thread_times_a_packed_fit_on_the_cpu(tmp_path: Path) -> No
 
 
 @pytest.mark.slow
-def test_probe_loader_thread_receive_times_batches_without_a_fit(tmp_path: Path) -> None:
+def test_probe_loader_thread_receive_times_batches_without_a_fit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     args = "--batch 2 --images 8 --imgsz 64 --workers 1 --receive 3 --gap 0 --variants packed"
-    done = run_tool("probe_loader_thread", args, tmp_path)
-    assert done.returncode == 0, done.stderr
+    run_tool_main("probe_loader_thread", args, tmp_path, monkeypatch)
     (row,) = json.loads((tmp_path / "loader_receive.json").read_text())
     assert row.get("error") is None
     assert (row["variant"], row["batches_timed"], row["tensors"]) == ("packed", 3, 10)
