@@ -7,6 +7,8 @@ import hashlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -47,25 +49,6 @@ def _tree(root: Path) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
-
-
-def test_fit_leaves_dataset_byte_identical_and_writes_only_runs_and_cache(
-    tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path, cli: CliRunner
-) -> None:
-    dataset = tiny_data.parent
-    before = _tree(dataset)
-    for path in [dataset, *dataset.rglob("*")]:
-        path.chmod(path.stat().st_mode & ~0o222)
-    try:
-        done = cli("fit", "--data.yaml", str(tiny_data), *tiny_fit)
-    finally:
-        for path in [dataset, *dataset.rglob("*")]:
-            path.chmod(path.stat().st_mode | 0o200)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert _tree(dataset) == before
-    written = {Path(k).parts[0] for k in _tree(tmp_path)} - {dataset.name}
-    assert written <= {"runs", "cache"}
-    assert (tmp_path / "runs").is_dir()
 
 
 def test_fit_stopped_by_sigterm_exits_143_with_resume_hint(
@@ -120,14 +103,55 @@ def test_network_guard_records_a_connection(tmp_path: Path) -> None:
     assert (tmp_path / "network.log").read_text() == "(('192.0.2.1', 80),)\n"
 
 
-def test_fit_runs_without_network_and_writes_only_runs_and_cache(
-    tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path
+@dataclass(frozen=True)
+class IsolatedFit:
+    """The module's one fit: its folder, the dataset it read, that dataset's files before it."""
+
+    folder: Path
+    dataset: Path
+    dataset_before: dict[str, str]
+    done: subprocess.CompletedProcess[str]
+
+
+@pytest.fixture(scope="module")
+def isolated_fit(
+    tmp_path_factory: pytest.TempPathFactory,
+    make_dataset: Callable[[Path, str], Path],
+    tiny_fit: tuple[str, ...],
+) -> IsolatedFit:
+    """One ``lucid-yolo fit`` of a read-only tiny dataset, :func:`_isolated` (no network; home,
+    temp and cache inside its folder): the fit tests below each check one property of it, and
+    none changes it."""
+    folder = tmp_path_factory.mktemp("isolated-fit")
+    data = make_dataset(folder / "tiny", "detect")
+    dataset = data.parent
+    before = _tree(dataset)
+    for path in [dataset, *dataset.rglob("*")]:
+        path.chmod(path.stat().st_mode & ~0o222)
+    try:
+        done = _isolated(folder, "fit", "--data.yaml", str(data), *tiny_fit)
+    finally:
+        for path in [dataset, *dataset.rglob("*")]:
+            path.chmod(path.stat().st_mode | 0o200)
+    return IsolatedFit(folder, dataset, before, done)
+
+
+def test_fit_leaves_dataset_byte_identical_and_writes_only_runs_and_cache(
+    isolated_fit: IsolatedFit,
 ) -> None:
-    done = _isolated(tmp_path, "fit", "--data.yaml", str(tiny_data), *tiny_fit)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert not (tmp_path / "network.log").exists()
-    assert _written(tmp_path, tiny_data.parent.name) <= {"runs", "cache"}
-    assert (tmp_path / "runs/detect/fit1/checkpoints/last.ckpt").is_file()
+    assert isolated_fit.done.returncode == 0, isolated_fit.done.stderr[-2000:]
+    assert _tree(isolated_fit.dataset) == isolated_fit.dataset_before
+    assert _written(isolated_fit.folder, isolated_fit.dataset.name) <= {"runs", "cache"}
+    assert (isolated_fit.folder / "runs").is_dir()
+
+
+def test_fit_runs_without_network_and_writes_only_runs_and_cache(
+    isolated_fit: IsolatedFit,
+) -> None:
+    assert isolated_fit.done.returncode == 0, isolated_fit.done.stderr[-2000:]
+    assert not (isolated_fit.folder / "network.log").exists()
+    assert _written(isolated_fit.folder, isolated_fit.dataset.name) <= {"runs", "cache"}
+    assert (isolated_fit.folder / "runs/detect/fit1/checkpoints/last.ckpt").is_file()
 
 
 def test_predict_runs_without_network_and_writes_only_its_run_folder(
