@@ -22,9 +22,11 @@ PREDICT_WARNINGS = (
 )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def exported(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shared tiny fit's checkpoint as ONNX."""
+    """The shared tiny fit's checkpoint as ONNX, once per session: the suite runs ``slow`` tests
+    first, which puts this module's two tests apart, and a module-scoped export ran again for
+    the second (9.5 s)."""
     model = tmp_path_factory.mktemp("onnx") / "model.onnx"
     assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(model)]) == 0
     return model
