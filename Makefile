@@ -10,8 +10,12 @@ BENCH_ARGS ?= --batch 4 --pairs 3
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
 
-setup: ## Install the workspace and dev tools from uv.lock
-	$(UV) sync --locked --all-packages
+# --compile-bytecode: where PYTHONDONTWRITEBYTECODE is set (the dev machine), every interpreter
+# the suite starts (CLI runs, tool smokes, DDP ranks) would otherwise compile torch and Lightning
+# from source, half of its 10 s of imports (docs/engineering/suite-time.md, session 10). A sync
+# option, not a project setting: as a setting every `uv run` recompiled and printed its count.
+setup: ## Install the workspace and dev tools from uv.lock, with their bytecode
+	$(UV) sync --locked --all-packages --compile-bytecode
 
 test: ## CPU test suite (the README's test command)
 	$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)
