@@ -189,8 +189,8 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert command in readme
     assert '$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)' in makefile
     ci = (ROOT / ".ci/run").read_text().rstrip()
-    assert ci.endswith("uv sync --locked --all-packages\nmake gate")
-    assert "$(UV) sync --locked --all-packages" in makefile
+    assert ci.endswith("make setup\nmake gate")
+    assert "$(UV) sync --locked --all-packages --compile-bytecode" in makefile
 
 
 @pytest.mark.parametrize("readme", sorted(ROOT.glob("packages/*/README.md")), ids=str)
