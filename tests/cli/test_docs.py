@@ -189,7 +189,7 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert command in readme
     assert '$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)' in makefile
     ci = (ROOT / ".ci/run").read_text().rstrip()
-    assert ci.endswith("make setup\nmake gate")
+    assert ci.endswith("uv sync --locked --all-packages --compile-bytecode\nmake gate")
     assert "$(UV) sync --locked --all-packages --compile-bytecode" in makefile
 
 
