@@ -7,14 +7,16 @@ which ``lucid_yolo.cli.fast_exit`` skips. This tool runs the same short CLI fit 
 each in a fresh process, alternating: ``fast`` (``python -m lucid_yolo.cli``, the process entry
 with the fast exit) and ``teardown`` (``main()`` called and ``sys.exit`` on its code, the exit as
 before); each child prints the wall clock at ``on_fit_end`` (a callback in this file), and the
-parent reads the clock when the child has ended. The gap is the difference.
+parent reads the clock when the child has ended. The gap is the difference. The fit is the
+benchmark's (``bench_side_by_side.lucid_fit_arguments``: the packaged ``detect-n`` config, every
+replay region on a GPU) on its synthetic set.
 
 Run (repository root; the synthetic set is written under ``--root``)::
 
     uv run python tools/probe_exit_cost.py --rounds 2 --accelerator cpu
 
-On the GPU machine, ``--accelerator gpu`` also replays (network, loss, update), as the benchmark
-does, so the gap includes the graphs' teardown. Writes ``exit_cost.json`` into ``--out``.
+On the GPU machine, ``--accelerator gpu`` replays as the benchmark does, so the gap includes the
+graphs' teardown. Writes ``exit_cost.json`` into ``--out``.
 """
 
 from __future__ import annotations
@@ -61,19 +63,21 @@ def exit_gap(done: subprocess.CompletedProcess[str], ended: float) -> float:
 
 
 def fit_arguments(data: Path, args: argparse.Namespace) -> list[str]:
-    """A short fit through the CLI, replayed on a GPU as the benchmark's."""
-    fit = ["fit", "--data.yaml", str(data), "--data.imgsz", str(args.imgsz)]
-    fit += ["--data.batch_size", str(args.batch), "--trainer.max_epochs", str(args.epochs)]
-    fit += ["--trainer.accelerator", args.accelerator, "--trainer.enable_progress_bar", "false"]
-    fit += ["--trainer.callbacks+=probe_exit_cost.FitEnd"]
-    fit += ["--trainer.default_root_dir", str(args.root / "runs")]
-    if args.accelerator == "gpu":
-        fit += ["--model.replay.network", "true", "--model.replay.loss", "true"]
-        fit += ["--model.replay.update", "true"]
-    return fit
+    """The benchmark's fit (``bench_side_by_side.lucid_fit_arguments``: replayed on a GPU),
+    with :class:`FitEnd`."""
+    from bench_side_by_side import lucid_fit_arguments
+
+    gpu = args.accelerator == "gpu"
+    fit = lucid_fit_arguments(
+        "detect", data, args.root / "runs", batch=args.batch, imgsz=args.imgsz,
+        epochs=args.epochs, replay=gpu, cpu=not gpu,
+    )  # fmt: skip
+    return ["fit", *fit, "--trainer.callbacks+=probe_exit_cost.FitEnd"]
 
 
 def main() -> None:
+    from bench_side_by_side import synthetic_set
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--accelerator", default="cpu", choices=("cpu", "gpu"))
@@ -84,15 +88,7 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-exit-cost"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
-    from lucid_yolo.train.data.synthetic import generate_synthetic
-
-    data = generate_synthetic(
-        args.root / "data",
-        task="detect",
-        num_train=args.images,
-        num_val=args.images // 2,
-        imgsz=args.imgsz,
-    )
+    data = synthetic_set(args.root, "detect", args.images, args.images // 2, args.imgsz)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}
     gaps: dict[str, list[float]] = {"fast": [], "teardown": []}
     for round_ in range(args.rounds):

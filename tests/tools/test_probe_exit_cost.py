@@ -38,13 +38,18 @@ def test_exit_gap_names_a_failed_fit(tool: ModuleType) -> None:
         tool.exit_gap(done, 1.0)
 
 
-def test_gpu_fits_replay_every_region_as_the_benchmark_does(tool: ModuleType) -> None:
+def test_the_fit_is_the_benchmarks_replayed_on_a_gpu_with_the_fit_end_callback(
+    tool: ModuleType,
+) -> None:
     args = argparse.Namespace(
         imgsz=64, batch=2, epochs=1, accelerator="gpu", root=Path("/tmp/probe")
     )
     fit = tool.fit_arguments(Path("data.yaml"), args)
-    assert "--trainer.callbacks+=probe_exit_cost.FitEnd" in fit
+    assert fit[:3] == ["fit", "--config", "detect-n"]
+    assert fit[-1] == "--trainer.callbacks+=probe_exit_cost.FitEnd"
     for region in ("network", "loss", "update"):
-        assert fit[fit.index(f"--model.replay.{region}") + 1] == "true"
+        assert f"--model.replay.{region}=true" in fit
     args.accelerator = "cpu"
-    assert not any(arg.startswith("--model.replay") for arg in tool.fit_arguments(Path("d"), args))
+    cpu = tool.fit_arguments(Path("d"), args)
+    assert not any(arg.startswith("--model.replay") for arg in cpu)
+    assert cpu[cpu.index("--trainer.accelerator") + 1] == "cpu"
