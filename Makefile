@@ -20,9 +20,17 @@ setup: ## Install the workspace and dev tools from uv.lock, with their bytecode
 test: ## CPU test suite (the README's test command)
 	$(UV) run pytest -n auto --dist worksteal -m "not gpu" $(PYTEST_ARGS)
 
-test-gpu: ## CUDA tests, from source, on a GPU machine that has torch, lightning and pytest installed
+# The CUDA tests share one GPU across GPU_WORKERS processes (pytest-xdist): no test times anything
+# and every parity test compares two fits inside its own process, so they may run side by side.
+# All 125 took 143 s with 6 on one H200 (docs/engineering/whole-fit-speed.md, session 11). Each
+# worker holds a CUDA context and its fits' memory: GPU_WORKERS=1 on a small GPU. pytest-benchmark,
+# where installed, refuses xdist unless it is blocked.
+GPU_WORKERS ?= 6
+
+test-gpu: ## CUDA tests, from source, on a GPU machine with torch, lightning, pytest and pytest-xdist
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) CUBLAS_WORKSPACE_CONFIG=:4096:8 \
-		python3 -m pytest -p no:cacheprovider -m gpu $(PYTEST_ARGS)
+		python3 -m pytest -p no:cacheprovider -p no:benchmark -m gpu \
+		-n $(GPU_WORKERS) --dist worksteal $(PYTEST_ARGS)
 
 bench: ## native vs replay fit benchmark, from source, on a GPU machine (BENCH_ARGS to change it)
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) python3 tools/bench_fit.py $(BENCH_ARGS)

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# One device-machine session: every `gpu` test, then the training gates. Logs go to $OUT.
+# One device-machine session: every `gpu` test (GPU_WORKERS processes sharing the GPU, as
+# `make test-gpu`), then the training gates. Logs go to $OUT.
 # Usage (on the GPU machine, from the repository root): bash tools/gpu_session.sh [gates...]
 set -u
 export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
@@ -9,7 +10,8 @@ mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c 'import torch, lightning; print("torch", torch.__version__, "lightning", lightning.__version__)' | tee -a "$OUT/device.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
-    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -m gpu -q -rf --continue-on-collection-errors \
+    timeout "${TEST_TIMEOUT:-300}" python3 -m pytest -p no:cacheprovider -p no:benchmark -m gpu -q -rf \
+        -n "${GPU_WORKERS:-6}" --dist worksteal --continue-on-collection-errors \
         --ignore=tests/train/metrics/test_faster_coco_eval_parity.py \
         --junitxml="$OUT/gpu_tests.xml" ${TEST_ARGS:-tests} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
 fi

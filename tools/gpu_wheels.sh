@@ -2,11 +2,11 @@
 # Downloads, into .whl/, the wheels the GPU machine lacks (its image has torch, lightning, opencv,
 # numpy, pytest, onnxruntime): the CLI's jsonargparse and what its signatures need, the metric
 # cross-check's faster-coco-eval, and Ultralytics, the benchmark peer (never a dependency of any
-# package), with the two of its needs the image lacks. Versions are uv.lock's where it has them.
+# package), with those of its needs that the image lacks and a fit reaches (thop; polars, which
+# reads its results, and polars' runtime; not ultralytics-platform, which it imports only when its
+# platform classes are asked for). Versions are uv.lock's where it has them.
 # Run once a session, here (the dev machine), from the repository root; then name .whl in the
-# device call's carry and start its command with
-#   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-#       --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site
+# device call's carry and start its command with `source tools/gpu_env.sh`, which installs them.
 # .git/info/exclude should list /.whl/ so the wheels never reach a commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
