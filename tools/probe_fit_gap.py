@@ -16,7 +16,14 @@ splits every epoch at its hooks:
 * ``val_s``: validation (as the benchmark counts it);
 * ``turnover_s``: validation's end to the next epoch's start (the fit's end after the last
   epoch): epoch-end hooks, logging, checkpoints;
-* ``checkpoint_s``: of that, the time in ``Trainer.save_checkpoint`` (best and last).
+* ``checkpoint_s``: of that, the time in ``Trainer.save_checkpoint`` (best and last);
+* ``step_ms`` and ``between_ms``: medians on the device's timeline (CUDA events on the current
+  stream; host clocks on a CPU fit) of a step, from ``on_train_batch_start`` to
+  ``on_train_batch_end`` (the steps after the epoch's first), and of the time from one step's
+  end to the next one's start (every gap of the epoch). Lightning copies the batch to the device
+  and runs the data module's ``on_after_batch_transfer`` (the device pixels) before
+  ``on_train_batch_start``, so ``between_ms`` is that device work plus any time the device
+  waited for the host: the part of ``period_ms`` that no step phase holds.
 
 With ``--profile`` the fit also runs cProfile over its first two training steps (where the
 replayed fit records its graphs; the second step took 0.8-0.9 s on the H200 in session 8) and
@@ -40,9 +47,11 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import json
 import os
 import pstats
+import statistics
 import subprocess
 import sys
 import time
@@ -67,6 +76,30 @@ def _sync() -> float:
     return time.perf_counter()
 
 
+class _StepClock:
+    """A point on the device's timeline: a CUDA event on the current stream, or the host's clock.
+
+    Reading an event's time needs it to have completed; the probe reads them at the epoch's end,
+    after its synchronisation, so it adds none inside the epoch.
+    """
+
+    def __init__(self) -> None:
+        self._event: torch.cuda.Event | None = None
+        self._host = time.perf_counter()
+        if torch.cuda.is_available():
+            self._event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            self._event.record()
+
+    def ms_since(self, earlier: _StepClock) -> float:
+        if self._event is not None and earlier._event is not None:
+            return float(earlier._event.elapsed_time(self._event))
+        return (self._host - earlier._host) * 1000.0
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
 class FitGaps(pl.Callback):
     """Times each training epoch's parts at its hooks; writes them at the fit's end.
 
@@ -78,6 +111,7 @@ class FitGaps(pl.Callback):
     def __init__(self) -> None:
         self.epochs: list[dict[str, float]] = []
         self._marks: dict[str, float] = {}
+        self._step_clocks: list[tuple[_StepClock, _StepClock | None]] = []
         self._checkpoint_s = 0.0
         folder = os.environ.get(PROFILE_ENV)
         self._profile_dir = Path(folder) if folder else None
@@ -101,9 +135,11 @@ class FitGaps(pl.Callback):
         self._turnover.disable()
         self._close_epoch(time.perf_counter())
         self._marks = {"start": time.perf_counter()}
+        self._step_clocks = []
         self._checkpoint_s = 0.0
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        self._step_clocks.append((_StepClock(), None))
         if self._profile_dir is not None and trainer.global_step < 2:
             self._first_steps.enable()
 
@@ -111,6 +147,8 @@ class FitGaps(pl.Callback):
         self, trainer: pl.Trainer, _module: Any, _out: Any, _batch: Any, batch_idx: int
     ) -> None:
         self._first_steps.disable()
+        if self._step_clocks:
+            self._step_clocks[-1] = (self._step_clocks[-1][0], _StepClock())
         if batch_idx == 0:
             self._marks["first_end"] = _sync()
         if batch_idx + 1 == trainer.num_training_batches:
@@ -160,9 +198,21 @@ class FitGaps(pl.Callback):
                 "val_s": val_end - val_start,
                 "turnover_s": now - val_end,
                 "checkpoint_s": self._checkpoint_s,
+                **self._device_timeline(),
             }
         )
         self._marks = {}
+
+    def _device_timeline(self) -> dict[str, float | None]:
+        """``step_ms`` (the steps after the epoch's first) and ``between_ms`` (every gap)."""
+        whole = [(start, end) for start, end in self._step_clocks if end is not None]
+        steps = [end.ms_since(start) for start, end in whole[1:]]
+        between = [
+            start.ms_since(previous_end)
+            for (_, previous_end), (start, _) in itertools.pairwise(whole)
+        ]
+        self._step_clocks = []
+        return {"step_ms": _median(steps), "between_ms": _median(between)}
 
 
 PARTS = ("first_s", "steps_s", "to_val_s", "turnover_s", "checkpoint_s", "val_s")
@@ -174,12 +224,17 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
     steps = sum(int(e["steps"]) for e in tail)
     totals = {part: sum(e[part] for e in tail) for part in PARTS}
     train_s = sum(totals[p] for p in ("first_s", "steps_s", "to_val_s", "turnover_s"))
+    timeline = {
+        key: _median([e[key] for e in tail if e.get(key) is not None])
+        for key in ("step_ms", "between_ms")
+    }
     return {
         "epochs": len(tail),
         "steps": steps,
         "train_s": train_s,
         "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
         "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
+        "device_timeline_ms": timeline,
         "per_step_ms": {part: totals[part] * 1000.0 / max(steps, 1) for part in PARTS},
         "totals_s": totals,
     }
@@ -188,10 +243,18 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
 def table(result: dict[str, Any]) -> str:
     """A markdown table of the summary's parts per step."""
     per_step = result["per_step_ms"]
+    timeline = result["device_timeline_ms"]
     lines = [
         f"{result['epochs']} epochs after the first, {result['steps']} steps; train_s / steps "
         f"{result['train_ms_per_step']:.2f} ms, steady period (median epoch) "
         f"{result['steady_period_ms']:.2f} ms",
+    ]
+    if timeline["step_ms"] is not None and timeline["between_ms"] is not None:
+        lines.append(
+            f"device timeline (median epoch): step {timeline['step_ms']:.2f} ms, "
+            f"between steps {timeline['between_ms']:.2f} ms"
+        )
+    lines += [
         "",
         "| part | ms per training step | seconds |",
         "|---|---:|---:|",

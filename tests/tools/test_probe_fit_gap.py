@@ -15,7 +15,9 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_tool("probe_fit_gap", monkeypatch)
 
 
-def _epoch(steps: int, steps_s: float, turnover_s: float) -> dict[str, float]:
+def _epoch(
+    steps: int, steps_s: float, turnover_s: float, step_ms: float = 9.0, between_ms: float = 1.0
+) -> dict[str, float]:
     return {
         "steps": steps,
         "first_s": 0.1,
@@ -25,18 +27,35 @@ def _epoch(steps: int, steps_s: float, turnover_s: float) -> dict[str, float]:
         "val_s": 2.0,
         "turnover_s": turnover_s,
         "checkpoint_s": turnover_s / 2,
+        "step_ms": step_ms,
+        "between_ms": between_ms,
     }
 
 
 def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> None:
-    epochs = [_epoch(11, 5.0, 9.0), _epoch(11, 0.2, 0.3), _epoch(11, 0.2, 0.5)]
+    epochs = [
+        _epoch(11, 5.0, 9.0, step_ms=500.0),
+        _epoch(11, 0.2, 0.3, between_ms=2.0),
+        _epoch(11, 0.2, 0.5),
+        _epoch(11, 0.2, 0.5, step_ms=7.0, between_ms=4.0),
+    ]
     result = tool.summary(epochs)
-    assert (result["epochs"], result["steps"]) == (2, 22)
-    assert result["train_s"] == pytest.approx(0.1 + 0.2 + 0.3 + 0.1 + 0.2 + 0.5)
-    assert result["per_step_ms"]["turnover_s"] == pytest.approx(800.0 / 22)
-    assert result["per_step_ms"]["val_s"] == pytest.approx(4000.0 / 22)
+    assert (result["epochs"], result["steps"]) == (3, 33)
+    assert result["train_s"] == pytest.approx(0.1 + 0.2 + 0.3 + 2 * (0.1 + 0.2 + 0.5))
+    assert result["per_step_ms"]["turnover_s"] == pytest.approx(1300.0 / 33)
+    assert result["per_step_ms"]["val_s"] == pytest.approx(6000.0 / 33)
     assert result["steady_period_ms"] == pytest.approx(20.0)
-    assert "| turnover_s | 36.36 | 0.800 |" in tool.table(result)
+    assert result["device_timeline_ms"] == {"step_ms": 9.0, "between_ms": 2.0}
+    text = tool.table(result)
+    assert "| turnover_s | 39.39 | 1.300 |" in text
+    assert "device timeline (median epoch): step 9.00 ms, between steps 2.00 ms" in text
+
+
+def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) -> None:
+    epochs = [_epoch(2, 0.2, 0.3), {**_epoch(2, 0.2, 0.3), "step_ms": None, "between_ms": None}]
+    result = tool.summary(epochs)
+    assert result["device_timeline_ms"] == {"step_ms": None, "between_ms": None}
+    assert "device timeline" not in tool.table(result)
 
 
 @pytest.mark.slow
@@ -51,6 +70,9 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         assert epoch["val_s"] > 0  # the CLI fit validates every epoch
         assert epoch["checkpoint_s"] > 0  # and saves best and last
         assert epoch["turnover_s"] >= epoch["checkpoint_s"]
+        # host clocks on a CPU fit: the three steps after the first, the three gaps of four steps
+        assert 0 < epoch["step_ms"] < epoch["steps_s"] * 1000.0
+        assert 0 < epoch["between_ms"] < epoch["steps_s"] * 1000.0
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
