@@ -103,10 +103,22 @@ def test_model_summary_leaves_weights_and_batchnorm_statistics_unchanged() -> No
     assert all(torch.equal(before[k], after[k]) for k in before)
 
 
+def test_model_summary_puts_every_module_mode_back_and_keeps_no_hook() -> None:
+    model = create_model("yolo26n-seg").eval()
+    model.head.o2m.train()  # a mixed state: only the one-to-many head in training mode
+    modes = [m.training for m in model.modules()]
+    hooks = [len(m._forward_hooks) for m in model.modules()]
+    summary = model_summary(model, 64)
+    assert [m.training for m in model.modules()] == modes
+    assert [len(m._forward_hooks) for m in model.modules()] == hooks
+    # counted in training mode whatever the mode it came in: the o2m head is counted
+    assert model_summary(model.train(), 64) == summary
+
+
 def test_model_summary_counts_on_one_cpu_thread_and_puts_the_count_back() -> None:
     model = create_model("yolo26n", num_classes=80)
     threads: list[int] = []
-    # a forward hook of the model is deep-copied into the summary's zero-weight probe
+    # the summary's forward is the model's own (its weights swapped), so the model's hook fires
     model.register_forward_hook(lambda *_: threads.append(torch.get_num_threads()))
     before = torch.get_num_threads()
     torch.set_num_threads(2)
