@@ -6,7 +6,7 @@
 # 2 loader workers a fit). Fits still running at FIT_TIMEOUT (545 s) are cut and keep their
 # finished epochs. Three small files come back: $OUT/acc/side_by_side.{md,json,svg}.
 # NOCLIP=1 adds lucid-yolo without the gradient clip (--model.grad_clip_norm 0) beside them.
-# Usage (repository root, Ultralytics wheels on PYTHONPATH): OUT=... bash tools/gpu_accuracy.sh
+# Usage (repository root, after `source tools/gpu_env.sh`): OUT=... bash tools/gpu_accuracy.sh
 set -u
 export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):$PWD/tools:${PYTHONPATH:-}
 export YOLO_OFFLINE=1 PYTHONUNBUFFERED=1

@@ -19,7 +19,8 @@
 # module on the import path in /tmp/lucid-bench-pyc (the GPU machine sets PYTHONDONTWRITEBYTECODE=1
 # over sources without bytecode; an installed package has it), then one process imports torch,
 # CUDA and both trainers.
-# Usage (repository root, Ultralytics wheels on PYTHONPATH, the machine to itself):
+# Usage (repository root, after `source tools/gpu_env.sh`, which puts the Ultralytics wheels on
+# PYTHONPATH; the machine to itself):
 #   ROW=detect-b16 ROUND=1 MERGE=prev/side_by_side.json OUT=... bash tools/gpu_speed.sh
 set -u
 export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):$PWD/tools:${PYTHONPATH:-}

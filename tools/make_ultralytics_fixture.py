@@ -18,6 +18,13 @@ float16), read back with Ultralytics and run in eval mode on a fixed input. Writ
   (``save_period=1``): EMA, optimizer state, training arguments and results, as a user's
   ``last.pt`` holds them before the trainer strips it.
 
+The eval outputs hold the bits of the CPU they were computed on: its vector unit picks the
+kernels, and another CPU's round differently in the last bit (an AVX2 machine against the one the
+first set was recorded on, 2026-12-01). ``--outputs-for NAME`` leaves the checkpoints and images
+as they are and writes the reference's outputs of this CPU beside the others, as
+``ultralytics-<task>.eval.<NAME>.pt``; the importer test takes whichever recorded set its own
+outputs match, bit for bit.
+
 Ultralytics is a test peer, not a dependency: run this with it on the path after the workspace's
 own packages (the trained fixture needs ``lucid_yolo.train``, and so Lightning, for its synthetic
 set), e.g. with a scratch venv that has it::
@@ -53,11 +60,19 @@ IMAGE_SHAPE = (2, 3, 64, 96)
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path("tests/models/fixtures"))
+    parser.add_argument(
+        "--outputs-for",
+        metavar="NAME",
+        help="only the eval outputs of the existing checkpoints on this CPU, as .eval.NAME.pt",
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     # CPU kernels split their reductions by the intra-op thread count, so outputs are bitwise
     # reproducible only at a fixed count; the importer test runs under one thread as well.
     torch.set_num_threads(1)
+    if args.outputs_for:
+        write_outputs_for(args.out, args.outputs_for)
+        return
     generator = torch.Generator().manual_seed(0)
     images = torch.randint(0, 256, IMAGE_SHAPE, dtype=torch.uint8, generator=generator)
     for task, options in FIXTURES.items():
@@ -70,6 +85,18 @@ def main() -> None:
         print(f"{checkpoint}: {checkpoint.stat().st_size / 1e6:.2f} MB")
     trained = write_trained(args.out / "ultralytics-detect-trained.pt")
     print(f"{trained}: {trained.stat().st_size / 1e6:.2f} MB")
+
+
+def write_outputs_for(folder: Path, name: str) -> None:
+    """The reference's eval outputs of each task's existing checkpoint and images on this CPU."""
+    for task in FIXTURES:
+        images = torch.load(folder / f"ultralytics-{task}.eval.pt")["images"]
+        outputs = reference_outputs(
+            load_reference(folder / f"ultralytics-{task}.pt"), images.float() / 255
+        )
+        path = folder / f"ultralytics-{task}.eval.{name}.pt"
+        torch.save({"images": images, **outputs}, path)
+        print(f"{path}: {path.stat().st_size / 1e3:.1f} kB")
 
 
 def write_trained(path: Path) -> Path:

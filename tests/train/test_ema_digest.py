@@ -4,7 +4,9 @@ The expected value was recorded on the code before ``lucid_yolo.train.optim.Mode
 ``lucid_yolo.replay.ModelEMA`` became one implementation (commit "EMA digest recorded"), with one
 intra-op thread, on this repository's locked torch on an x86-64 CPU. A change to any kernel a fit
 runs (a torch upgrade, another CPU's vector unit) can change the bits with no change to the EMA:
-then record it again on unchanged code first (``git log -- tests/train/test_ema_digest.py``).
+then record it again on unchanged code first (``git log -- tests/train/test_ema_digest.py``). A
+new CPU adds its value beside the others (``EXPECTED_FIT``); a change of the code replaces them
+all.
 """
 
 from __future__ import annotations
@@ -23,8 +25,18 @@ pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
 )
 
-EXPECTED_FIT = "48c712d9644f0e0b6c89bd7ad52d901bb6329583fdd0836c3a2432dac78766f9"
-"""SHA-256 over the EMA weights, the EMA update count, the model and optimizer digests and the loss
+EXPECTED_FIT = {
+    "the CPU of sessions up to 10, and CI's": (
+        "48c712d9644f0e0b6c89bd7ad52d901bb6329583fdd0836c3a2432dac78766f9"
+    ),
+    "AVX2 (AMD EPYC, 2026-12-01)": (
+        "450955f5fe653ac94bb290d44435ead1c5a5a45bf365d91dd48e2fd0d51d7f14"
+    ),
+}
+"""The value on each CPU it was recorded on: the same code gives other bits where the vector unit
+differs (the AVX2 value was recorded on `3c271ef`, whose fit the first value passed on CI).
+
+SHA-256 over the EMA weights, the EMA update count, the model and optimizer digests and the loss
 bits of a 4-step native detect fit at 64 px (accumulation 2: 8 micro-batches), unclipped (the
 gradient clip came later). Recorded again,
 still on the EMA code before the unification, when the attention started scaling ``q`` before
@@ -69,4 +81,8 @@ def test_trainer_ema_digest_is_unchanged(
         grad_clip_norm=0.0,
     )
     assert fit.ema_updates == 4
-    assert _fingerprint(fit) == EXPECTED_FIT
+    fingerprint = _fingerprint(fit)
+    assert fingerprint in EXPECTED_FIT.values(), (
+        f"{fingerprint} is none of the recorded values {EXPECTED_FIT}; on a CPU not listed, "
+        f"record it on unchanged code first (module docstring)"
+    )
