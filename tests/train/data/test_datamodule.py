@@ -61,6 +61,22 @@ def test_datamodule_yields_train_and_val_batches(pose_yaml: Path) -> None:
     assert dm.data_stats()["samples"] == 7
 
 
+def test_datamodule_counts_each_split_in_rows_of_its_own(pose_yaml: Path) -> None:
+    # train and val workers of one index run at once and write their row without a lock, so
+    # the splits must not share rows (no workers here: the count is then exact)
+    dm = _module(pose_yaml)
+    dm.setup("fit")
+    train, val = dm.datasets["train"].counters, dm.datasets["val"].counters
+    assert train is not None
+    assert val is not None
+    assert train is not val
+    list(dm.train_dataloader())
+    assert (train.totals()["samples"], val.totals()["samples"]) == (4, 0)
+    list(dm.val_dataloader())
+    assert (train.totals()["samples"], val.totals()["samples"]) == (4, 3)
+    assert dm.data_stats()["samples"] == 7
+
+
 def test_datamodule_evaluation_keeps_every_instance(pose_yaml: Path) -> None:
     dm = _module(pose_yaml, max_instances=1)
     dm.setup("validate")

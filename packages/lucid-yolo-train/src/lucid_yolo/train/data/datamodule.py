@@ -36,6 +36,7 @@ from lucid_yolo.train.data.cache import ImageCache
 from lucid_yolo.train.data.checkpoint_spec import is_checkpoint, load_checkpoint_data
 from lucid_yolo.train.data.coco_yaml import is_coco_yaml, load_coco_yaml
 from lucid_yolo.train.data.collate import collate, collate_packed
+from lucid_yolo.train.data.counters import FIELDS as COUNTER_FIELDS
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
@@ -196,7 +197,6 @@ class YoloDataModule(L.LightningDataModule):
         self.allow_unlabelled = allow_unlabelled
         self.seed = seed
         self.pack_batches = pack_batches
-        self.counters = DataCounters(self.workers)
         self._train_loader: ResumableLoader | None = None
         self._val_loader: RepeatingLoader | None = None
         self._train_position: dict[str, int] | None = None
@@ -302,8 +302,15 @@ class YoloDataModule(L.LightningDataModule):
         self._dataset("train").set_epoch(epoch)
 
     def data_stats(self) -> dict[str, int]:
-        """Samples produced and instances lost (by reason) since the last reset, all workers."""
-        return self.counters.totals()
+        """Samples produced and instances lost (by reason), every split and worker.
+
+        Each split counts in rows of its own: the training and validation loaders' workers run
+        at the same time (the validation stream loads during training), and a worker's row is
+        written without a lock, so two workers of one index must never share it.
+        """
+        counters = [d.counters for d in self.datasets.values() if d.counters is not None]
+        totals = [c.totals() for c in counters]
+        return {field: sum(t[field] for t in totals) for field in COUNTER_FIELDS}
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -418,7 +425,7 @@ class YoloDataModule(L.LightningDataModule):
             flip_idx=self.spec.flip_idx,
             seed=self.seed,
             cache=cache,
-            counters=self.counters,
+            counters=DataCounters(self.workers),
         )
 
     def _announce(self, line: str) -> None:
