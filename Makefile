@@ -22,7 +22,8 @@ test: ## CPU test suite (the README's test command)
 
 # The CUDA tests share one GPU across GPU_WORKERS processes (pytest-xdist): no test times anything
 # and every parity test compares two fits inside its own process, so they may run side by side.
-# All 125 took 143 s with 6 on one H200 (docs/engineering/whole-fit-speed.md, session 11). Each
+# The same pytest command ran all 125 in 143 s with 6 on one H200 (docs/engineering/
+# whole-fit-speed.md, session 11; this target itself has not run there). Each
 # worker holds a CUDA context and its fits' memory: GPU_WORKERS=1 on a small GPU. pytest-benchmark,
 # where installed, refuses xdist unless it is blocked.
 GPU_WORKERS ?= 6

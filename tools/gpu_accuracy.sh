@@ -6,11 +6,10 @@
 # 2 loader workers a fit). Fits still running at FIT_TIMEOUT (545 s) are cut and keep their
 # finished epochs. Three small files come back: $OUT/acc/side_by_side.{md,json,svg}.
 # NOCLIP=1 adds lucid-yolo without the gradient clip (--model.grad_clip_norm 0) beside them.
-# Usage (repository root, after `source tools/gpu_env.sh`): OUT=... bash tools/gpu_accuracy.sh
+# Usage (repository root, `.whl` carried; tools/gpu_env.sh, sourced below, installs it):
+#   OUT=... bash tools/gpu_accuracy.sh
 set -u
-export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):$PWD/tools:${PYTHONPATH:-}
-export YOLO_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_env.sh" || exit 1
 common=(--accuracy --tasks detect,segment,pose,obb --imgsz 320 --batch 16 --epochs 30
         --images 512 --val-images 128 --workers 2 --timeout "${FIT_TIMEOUT:-545}")
 python3 tools/bench_side_by_side.py "${common[@]}" --tools ultralytics,replay \

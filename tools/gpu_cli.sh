@@ -4,11 +4,10 @@
 # predict, export, info, and a segment fit with chained replay regions. Logs go to $OUT.
 # Usage (repository root): bash tools/gpu_cli.sh
 set -u
-export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}$(ls -d "$PWD"/packages/*/src | paste -sd:)
-export PYTHONUNBUFFERED=1 XDG_CACHE_HOME=/tmp/cache
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_env.sh" || exit 1
+export XDG_CACHE_HOME=/tmp/cache
 RUNS=/tmp/cli-runs
-mkdir -p "$OUT" "$RUNS"
+mkdir -p "$RUNS"
 cli() { timeout "${CLI_TIMEOUT:-240}" python3 -m lucid_yolo.cli "$@"; }
 step() { echo "== $*"; }
 ckpt() { ls "$RUNS/$1"/detect/fit1/checkpoints/"$2".ckpt; }

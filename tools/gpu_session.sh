@@ -3,10 +3,7 @@
 # `make test-gpu`), then the training gates. Logs go to $OUT.
 # Usage (on the GPU machine, from the repository root): bash tools/gpu_session.sh [gates...]
 set -u
-export PYTHONPATH=$(ls -d packages/*/src | paste -sd:)
-export CUBLAS_WORKSPACE_CONFIG=:4096:8 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
-mkdir -p "$OUT"
+source "$(dirname "$0")/gpu_env.sh" || exit 1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$OUT/device.txt"
 python3 -c 'import torch, lightning; print("torch", torch.__version__, "lightning", lightning.__version__)' | tee -a "$OUT/device.txt"
 if [ "${SKIP_TESTS:-0}" != 1 ]; then

@@ -19,13 +19,11 @@
 # module on the import path in /tmp/lucid-bench-pyc (the GPU machine sets PYTHONDONTWRITEBYTECODE=1
 # over sources without bytecode; an installed package has it), then one process imports torch,
 # CUDA and both trainers.
-# Usage (repository root, after `source tools/gpu_env.sh`, which puts the Ultralytics wheels on
-# PYTHONPATH; the machine to itself):
+# Usage (repository root, `.whl` carried: tools/gpu_env.sh, sourced below, installs the
+# Ultralytics wheels; the machine to itself):
 #   ROW=detect-b16 ROUND=1 MERGE=prev/side_by_side.json OUT=... bash tools/gpu_speed.sh
 set -u
-export PYTHONPATH=$(ls -d "$PWD"/packages/*/src | paste -sd:):$PWD/tools:${PYTHONPATH:-}
-export YOLO_OFFLINE=1 PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/out}
+source "$(dirname "$0")/gpu_env.sh" || exit 1
 case "${ROW:?set ROW to detect-b16, detect-b4 or segment-b4}" in
     detect-b16) row=(--tasks detect --batch 16 --epochs 30) ;;
     detect-b4) row=(--tasks detect --batch 4 --epochs 6) ;;

@@ -62,6 +62,8 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from lucid_yolo.train.callbacks.device_clock import DeviceClock
+
 GAPS_ENV = "LUCID_FIT_GAPS"
 """Environment variable naming the JSON file :class:`FitGaps` writes."""
 PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
@@ -76,24 +78,9 @@ def _sync() -> float:
     return time.perf_counter()
 
 
-class _StepClock:
-    """A point on the device's timeline: a CUDA event on the current stream, or the host's clock.
-
-    Reading an event's time needs it to have completed; the probe reads them at the epoch's end,
-    after its synchronisation, so it adds none inside the epoch.
-    """
-
-    def __init__(self) -> None:
-        self._event: torch.cuda.Event | None = None
-        self._host = time.perf_counter()
-        if torch.cuda.is_available():
-            self._event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            self._event.record()
-
-    def ms_since(self, earlier: _StepClock) -> float:
-        if self._event is not None and earlier._event is not None:
-            return float(earlier._event.elapsed_time(self._event))
-        return (self._host - earlier._host) * 1000.0
+def _now() -> DeviceClock:
+    """Now on the device's timeline (the host's on a CPU fit)."""
+    return DeviceClock(torch.cuda.is_available())
 
 
 def _median(values: list[float]) -> float | None:
@@ -111,7 +98,7 @@ class FitGaps(pl.Callback):
     def __init__(self) -> None:
         self.epochs: list[dict[str, float]] = []
         self._marks: dict[str, float] = {}
-        self._step_clocks: list[tuple[_StepClock, _StepClock | None]] = []
+        self._step_clocks: list[tuple[DeviceClock, DeviceClock | None]] = []
         self._checkpoint_s = 0.0
         folder = os.environ.get(PROFILE_ENV)
         self._profile_dir = Path(folder) if folder else None
@@ -139,7 +126,7 @@ class FitGaps(pl.Callback):
         self._checkpoint_s = 0.0
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        self._step_clocks.append((_StepClock(), None))
+        self._step_clocks.append((_now(), None))
         if self._profile_dir is not None and trainer.global_step < 2:
             self._first_steps.enable()
 
@@ -148,7 +135,7 @@ class FitGaps(pl.Callback):
     ) -> None:
         self._first_steps.disable()
         if self._step_clocks:
-            self._step_clocks[-1] = (self._step_clocks[-1][0], _StepClock())
+            self._step_clocks[-1] = (self._step_clocks[-1][0], _now())
         if batch_idx == 0:
             self._marks["first_end"] = _sync()
         if batch_idx + 1 == trainer.num_training_batches:
@@ -204,7 +191,8 @@ class FitGaps(pl.Callback):
         self._marks = {}
 
     def _device_timeline(self) -> dict[str, float | None]:
-        """``step_ms`` (the steps after the epoch's first) and ``between_ms`` (every gap)."""
+        """``step_ms`` (the steps after the epoch's first) and ``between_ms`` (every gap), read
+        after the epoch's last synchronisation, so that no event is waited for inside it."""
         whole = [(start, end) for start, end in self._step_clocks if end is not None]
         steps = [end.ms_since(start) for start, end in whole[1:]]
         between = [

@@ -19,6 +19,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from lucid_yolo.train.callbacks.device_clock import DeviceClock
 from lucid_yolo.train.exceptions import TrainConfigError
 
 PHASES = ("data", "network", "loss", "backward", "update")
@@ -27,32 +28,11 @@ PHASES = ("data", "network", "loss", "backward", "update")
 _BOUNDARIES = ("start", "network", "loss", "backward", "update")
 
 
-class _Clock:
-    """A point in time: a CUDA event on GPU runs, a host timestamp otherwise."""
-
-    def __init__(self, cuda: bool) -> None:
-        self._event: torch.cuda.Event | None = None
-        self._host = 0.0
-        if cuda:
-            self._event = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
-            self._event.record()
-        else:
-            self._host = time.perf_counter()
-
-    def done(self) -> bool:
-        return self._event is None or bool(self._event.query())  # type: ignore[no-untyped-call]
-
-    def ms_since(self, earlier: _Clock) -> float:
-        if self._event is not None and earlier._event is not None:
-            return float(earlier._event.elapsed_time(self._event))
-        return (self._host - earlier._host) * 1000.0
-
-
 @dataclass
 class _Step:
     data_ms: float
     images: int
-    marks: dict[str, _Clock] = field(default_factory=dict)
+    marks: dict[str, DeviceClock] = field(default_factory=dict)
 
 
 class PhaseTimer(Callback):
@@ -88,7 +68,7 @@ class PhaseTimer(Callback):
     def mark(self, boundary: str) -> None:
         """Record that the step reached ``boundary`` (one of ``network``, ``loss``, ...)."""
         if self._current is not None:
-            self._current.marks[boundary] = _Clock(self._cuda)
+            self._current.marks[boundary] = DeviceClock(self._cuda)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
