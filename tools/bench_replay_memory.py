@@ -5,8 +5,10 @@ allocator keeps what one fit reserved for the next fit of the same process, and 
 as long as their graphs, so every run here is its own process (``--child``): the parent only
 generates the data, starts the runs in alternating order and gathers their JSON.
 
-A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off), natively
-or with every region replay offers for the task (network, segment heads for segment, loss,
+A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off, or with
+``--validate N`` that many batches of ``--val-images`` validated at each epoch's end and in the
+sanity check, at the data module's validation batch size), natively or with every region replay
+offers for the task (network, segment heads for segment, loss,
 update and EMA blend). It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
@@ -39,6 +41,8 @@ Example (GPU machine, from the repository root; about a minute per case)::
         --out $OUT/replay_memory
     python3 tools/bench_replay_memory.py --cases detect:16 --steps 8 --history --jobs 2 \\
         --out $OUT/replay_memory_sites
+    python3 tools/bench_replay_memory.py --cases detect:16 --steps 24 --images 128 \\
+        --validate 4 --val-images 128 --history --jobs 2 --out $OUT/replay_memory_val
 """
 
 from __future__ import annotations
@@ -179,6 +183,10 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     class MemoryProbe(pl.Callback):
         def __init__(self) -> None:
             self.steps: list[dict[str, int]] = []
+            self.validations = 0
+
+        def on_validation_end(self, *_: Any) -> None:
+            self.validations += 1
 
         def on_train_batch_end(self, *_: Any) -> None:
             if cuda:
@@ -206,7 +214,11 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     module = YoloModule(MODELS[args.task], num_classes=data.num_classes, replay=config, **options)
     probe = MemoryProbe()
     trainer = step_trainer(
-        args.steps, probe, "gpu" if cuda else "cpu", "bf16-mixed" if cuda else "32-true"
+        args.steps,
+        probe,
+        "gpu" if cuda else "cpu",
+        "bf16-mixed" if cuda else "32-true",
+        val_batches=args.validate,
     )
     trainer.fit(module, data)
     result: dict[str, Any] = {
@@ -215,6 +227,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "imgsz": args.imgsz,
         "mode": args.mode,
         "steps": args.steps,
+        "validate": args.validate,
+        "validations": probe.validations,
         "regions": {k: v for k, v in vars(config).items() if isinstance(v, bool)},
         "telemetry": module.replay_telemetry.as_dict(),
         "peak_reserved": None,
@@ -265,6 +279,7 @@ def _run(args: argparse.Namespace, data: Path, task: str, batch: int, mode: str)
         "--data", str(data),
         "--imgsz", str(args.imgsz),
         "--steps", str(args.steps),
+        "--validate", str(args.validate),
         "--workers", str(args.workers),
         "--device", args.device,
         "--history-entries", str(args.history_entries),
@@ -383,7 +398,11 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
     parsed = [(c.split(":")[0], int(c.split(":")[1])) for c in args.cases]
     datasets = {
         task: generate_synthetic(
-            args.root / task, task=task, num_train=args.images, num_val=2, imgsz=args.imgsz
+            args.root / task,
+            task=task,
+            num_train=args.images,
+            num_val=args.val_images,
+            imgsz=args.imgsz,
         )
         for task in dict.fromkeys(task for task, _ in parsed)
     }
@@ -407,7 +426,13 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
                 "ratio": ratios(runs["native"], runs["replay"]),
             }
         )
-    report = {"imgsz": args.imgsz, "steps": args.steps, "device": args.device, "cases": cases}
+    report = {
+        "imgsz": args.imgsz,
+        "steps": args.steps,
+        "validate": args.validate,
+        "device": args.device,
+        "cases": cases,
+    }
     (args.out / "replay_memory.json").write_text(json.dumps(report, indent=1))
     summary = table(cases) + "\n\n" + budget_table(cases)
     (args.out / "replay_memory.md").write_text(summary + site_tables(cases))
@@ -421,6 +446,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--steps", type=int, default=30)
     parser.add_argument("--images", type=int, default=128)
+    parser.add_argument("--val-images", type=int, default=2)
+    parser.add_argument(
+        "--validate", type=int, default=0, help="validation batches at each epoch's end (0: off)"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per fit")

@@ -11,15 +11,20 @@ from lightning.pytorch.callbacks import Callback
 
 
 def step_trainer(
-    steps: int, probe: Callback, accelerator: str = "gpu", precision: str = "bf16-mixed"
+    steps: int,
+    probe: Callback,
+    accelerator: str = "gpu",
+    precision: str = "bf16-mixed",
+    val_batches: int = 0,
 ) -> pl.Trainer:
-    """A trainer that runs ``steps`` optimizer steps on one device with ``probe`` attached."""
+    """A trainer that runs ``steps`` optimizer steps on one device with ``probe`` attached,
+    validating ``val_batches`` batches at each epoch's end (none by default)."""
     return pl.Trainer(
         accelerator=accelerator,
         devices=1,
         precision=precision,
         max_steps=steps,
-        limit_val_batches=0,
+        limit_val_batches=val_batches,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,

@@ -23,7 +23,20 @@ splits every epoch at its hooks:
   end to the next one's start (every gap of the epoch). Lightning copies the batch to the device
   and runs the data module's ``on_after_batch_transfer`` (the device pixels) before
   ``on_train_batch_start``, so ``between_ms`` is that device work plus any time the device
-  waited for the host: the part of ``period_ms`` that no step phase holds.
+  waited for the host: the part of ``period_ms`` that no step phase holds. ``step_mean_ms``,
+  ``step_p90_ms`` and ``step_max_ms`` (and the same of ``between``) describe the tail: the
+  means add up to ``period_ms``, the medians need not, so a mean well above its median says
+  that a few long steps, not every step, hold the difference;
+* ``host_wait_*_ms``: the same statistics of the host's time from one step's end hook to the
+  next one's start hook (the fetch, the copy's launch and the device pixels' launches; what
+  ``PhaseTimer`` reports as data wait, as a mean);
+* ``gc_count``, ``gc_full`` (of them, collections of the oldest generation), ``gc_ms`` and
+  ``gc_max_ms``: CPython's garbage collections between the epoch's first and last step (every
+  one pauses the thread that launches the steps).
+
+With ``--gc-freeze`` the fit calls ``gc.freeze()`` when training starts, so that later
+collections skip every object the set-up made (the model, the graphs, Lightning's state): whether
+the collections are the long steps is then a comparison of two fits.
 
 With ``--profile`` the fit also runs cProfile over its first two training steps (where the
 replayed fit records its graphs; the second step took 0.8-0.9 s on the H200 in session 8) and
@@ -46,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import io
 import itertools
 import json
@@ -69,7 +83,11 @@ GAPS_ENV = "LUCID_FIT_GAPS"
 PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
 """Environment variable naming a folder: :class:`FitGaps` then also profiles (cProfile) the first
 training step and every ``Trainer.save_checkpoint``, and writes their top functions there."""
+GC_FREEZE_ENV = "LUCID_FIT_GAPS_GC_FREEZE"
+"""Environment variable: when ``1``, :class:`FitGaps` calls ``gc.freeze()`` at training's start."""
 TOOLS_DIR = Path(__file__).resolve().parent
+TIMELINE = ("step", "between", "host_wait")
+"""The per-step series each epoch describes by its median, mean, 90th percentile and maximum."""
 
 
 def _sync() -> float:
@@ -87,6 +105,49 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
+def _describe(name: str, values: list[float]) -> dict[str, float | None]:
+    """``<name>_ms`` (the median, the name earlier reports used), ``_mean``, ``_p90``, ``_max``."""
+    ordered = sorted(values)
+    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))] if ordered else None
+    return {
+        f"{name}_ms": _median(ordered),
+        f"{name}_mean_ms": statistics.fmean(ordered) if ordered else None,
+        f"{name}_p90_ms": p90,
+        f"{name}_max_ms": ordered[-1] if ordered else None,
+    }
+
+
+class GcPauses:
+    """CPython's garbage collections while armed: how many, of which generation, how long."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self._began: float | None = None
+        self.pauses_ms: list[float] = []
+        self.full = 0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if not self.armed:
+            return
+        if phase == "start":
+            self._began = time.perf_counter()
+        elif self._began is not None:
+            self.pauses_ms.append((time.perf_counter() - self._began) * 1000.0)
+            self.full += info["generation"] == 2
+            self._began = None
+
+    def take(self) -> dict[str, float]:
+        """The collections since the last take, then forget them."""
+        pauses, full = self.pauses_ms, self.full
+        self.pauses_ms, self.full = [], 0
+        return {
+            "gc_count": len(pauses),
+            "gc_full": full,
+            "gc_ms": sum(pauses),
+            "gc_max_ms": max(pauses, default=0.0),
+        }
+
+
 class FitGaps(pl.Callback):
     """Times each training epoch's parts at its hooks; writes them at the fit's end.
 
@@ -99,6 +160,9 @@ class FitGaps(pl.Callback):
         self.epochs: list[dict[str, float]] = []
         self._marks: dict[str, float] = {}
         self._step_clocks: list[tuple[DeviceClock, DeviceClock | None]] = []
+        self._host_waits: list[float] = []
+        self._last_end_host: float | None = None
+        self._gc = GcPauses()
         self._checkpoint_s = 0.0
         folder = os.environ.get(PROFILE_ENV)
         self._profile_dir = Path(folder) if folder else None
@@ -117,15 +181,28 @@ class FitGaps(pl.Callback):
                 self._checkpoint_s += time.perf_counter() - began
 
         trainer.save_checkpoint = timed  # type: ignore[method-assign]
+        gc.callbacks.append(self._gc)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self._gc in gc.callbacks:
+            gc.callbacks.remove(self._gc)
+
+    def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if os.environ.get(GC_FREEZE_ENV) == "1":
+            gc.freeze()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self._turnover.disable()
         self._close_epoch(time.perf_counter())
         self._marks = {"start": time.perf_counter()}
         self._step_clocks = []
+        self._host_waits = []
+        self._last_end_host = None
         self._checkpoint_s = 0.0
 
     def on_train_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self._last_end_host is not None:
+            self._host_waits.append((time.perf_counter() - self._last_end_host) * 1000.0)
         self._step_clocks.append((_now(), None))
         if self._profile_dir is not None and trainer.global_step < 2:
             self._first_steps.enable()
@@ -138,9 +215,13 @@ class FitGaps(pl.Callback):
             self._step_clocks[-1] = (self._step_clocks[-1][0], _now())
         if batch_idx == 0:
             self._marks["first_end"] = _sync()
+            self._gc.take()
+            self._gc.armed = True
         if batch_idx + 1 == trainer.num_training_batches:
+            self._gc.armed = False
             self._marks["last_end"] = _sync()
             self._marks["steps"] = batch_idx
+        self._last_end_host = time.perf_counter()
 
     def on_validation_start(self, trainer: pl.Trainer, *_: Any) -> None:
         if not trainer.sanity_checking:
@@ -186,13 +267,15 @@ class FitGaps(pl.Callback):
                 "turnover_s": now - val_end,
                 "checkpoint_s": self._checkpoint_s,
                 **self._device_timeline(),
+                **self._gc.take(),
             }
         )
         self._marks = {}
 
     def _device_timeline(self) -> dict[str, float | None]:
-        """``step_ms`` (the steps after the epoch's first) and ``between_ms`` (every gap), read
-        after the epoch's last synchronisation, so that no event is waited for inside it."""
+        """``step_*`` (the steps after the epoch's first), ``between_*`` (every gap) and
+        ``host_wait_*``, read after the epoch's last synchronisation, so that no event is waited
+        for inside it."""
         whole = [(start, end) for start, end in self._step_clocks if end is not None]
         steps = [end.ms_since(start) for start, end in whole[1:]]
         between = [
@@ -200,10 +283,19 @@ class FitGaps(pl.Callback):
             for (_, previous_end), (start, _) in itertools.pairwise(whole)
         ]
         self._step_clocks = []
-        return {"step_ms": _median(steps), "between_ms": _median(between)}
+        return {
+            **_describe("step", steps),
+            **_describe("between", between),
+            **_describe("host_wait", self._host_waits),
+        }
 
 
 PARTS = ("first_s", "steps_s", "to_val_s", "turnover_s", "checkpoint_s", "val_s")
+GC_KEYS = ("gc_count", "gc_full", "gc_ms", "gc_max_ms")
+
+
+def _timeline_keys() -> list[str]:
+    return [f"{name}{stat}_ms" for name in TIMELINE for stat in ("", "_mean", "_p90", "_max")]
 
 
 def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
@@ -213,8 +305,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
     totals = {part: sum(e[part] for e in tail) for part in PARTS}
     train_s = sum(totals[p] for p in ("first_s", "steps_s", "to_val_s", "turnover_s"))
     timeline = {
-        key: _median([e[key] for e in tail if e.get(key) is not None])
-        for key in ("step_ms", "between_ms")
+        key: _median([e[key] for e in tail if e.get(key) is not None]) for key in _timeline_keys()
     }
     return {
         "epochs": len(tail),
@@ -223,6 +314,9 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
         "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
         "device_timeline_ms": timeline,
+        "gc_per_epoch": {
+            key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GC_KEYS
+        },
         "per_step_ms": {part: totals[part] * 1000.0 / max(steps, 1) for part in PARTS},
         "totals_s": totals,
     }
@@ -237,10 +331,19 @@ def table(result: dict[str, Any]) -> str:
         f"{result['train_ms_per_step']:.2f} ms, steady period (median epoch) "
         f"{result['steady_period_ms']:.2f} ms",
     ]
-    if timeline["step_ms"] is not None and timeline["between_ms"] is not None:
+    for name, label in (("step", "step"), ("between", "between steps"), ("host_wait", "host wait")):
+        stats = [timeline.get(f"{name}{stat}_ms") for stat in ("", "_mean", "_p90", "_max")]
+        if all(value is not None for value in stats):
+            lines.append(
+                f"{label} (median epoch): median {stats[0]:.2f}, mean {stats[1]:.2f}, "
+                f"p90 {stats[2]:.2f}, max {stats[3]:.2f} ms"
+            )
+    gc_stats = result.get("gc_per_epoch", {})
+    if all(gc_stats.get(key) is not None for key in GC_KEYS):
         lines.append(
-            f"device timeline (median epoch): step {timeline['step_ms']:.2f} ms, "
-            f"between steps {timeline['between_ms']:.2f} ms"
+            f"garbage collections (median epoch): {gc_stats['gc_count']:.0f}, "
+            f"{gc_stats['gc_full']:.0f} full, {gc_stats['gc_ms']:.1f} ms, "
+            f"longest {gc_stats['gc_max_ms']:.1f} ms"
         )
     lines += [
         "",
@@ -271,6 +374,7 @@ def main() -> None:
         action="store_true",
         help="also cProfile the first two steps and the turnovers (first_steps.txt, turnover.txt)",
     )
+    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() when training starts")
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
@@ -291,6 +395,8 @@ def main() -> None:
     env[GAPS_ENV] = str(gaps)
     if args.profile:
         env[PROFILE_ENV] = str(args.out)
+    if args.gc_freeze:
+        env[GC_FREEZE_ENV] = "1"
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     (args.out / "fit_gap_fit.log").write_text(done.stdout[-20000:] + done.stderr[-20000:])
     if done.returncode != 0:
@@ -299,6 +405,7 @@ def main() -> None:
     result = {
         "batch": args.batch,
         "replay": not args.native,
+        "gc_freeze": args.gc_freeze,
         **summary(epochs),
         "per_epoch": epochs,
     }

@@ -89,6 +89,8 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
             "--imgsz", "64",
             "--steps", "3",
             "--images", "4",
+            "--val-images", "2",
+            "--validate", "1",
             "--workers", "0",
             "--jobs", "2",
             "--history",
@@ -101,6 +103,8 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
     assert "error" not in case["native"], case["native"]
     assert "error" not in case["replay"], case["replay"]
     assert case["native"]["telemetry"]["replays"] == 0
+    # the sanity check; the fit stops at its third step, inside its first epoch of four
+    assert case["native"]["validations"] == case["replay"]["validations"] == 1
     # step 1 warms up, step 2 records, step 3 replays network, loss and update
     assert case["replay"]["telemetry"]["recordings"] == 3
     assert case["replay"]["telemetry"]["replays"] > 0

@@ -27,8 +27,8 @@ def _epoch(
         "val_s": 2.0,
         "turnover_s": turnover_s,
         "checkpoint_s": turnover_s / 2,
-        "step_ms": step_ms,
-        "between_ms": between_ms,
+        **{f"step{stat}_ms": step_ms for stat in ("", "_mean", "_p90", "_max")},
+        **{f"between{stat}_ms": between_ms for stat in ("", "_mean", "_p90", "_max")},
     }
 
 
@@ -45,16 +45,54 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
     assert result["per_step_ms"]["turnover_s"] == pytest.approx(1300.0 / 33)
     assert result["per_step_ms"]["val_s"] == pytest.approx(6000.0 / 33)
     assert result["steady_period_ms"] == pytest.approx(20.0)
-    assert result["device_timeline_ms"] == {"step_ms": 9.0, "between_ms": 2.0}
+    timeline = result["device_timeline_ms"]
+    assert (timeline["step_ms"], timeline["between_ms"]) == (9.0, 2.0)
     text = tool.table(result)
     assert "| turnover_s | 39.39 | 1.300 |" in text
-    assert "device timeline (median epoch): step 9.00 ms, between steps 2.00 ms" in text
+    assert "step (median epoch): median 9.00, mean 9.00, p90 9.00, max 9.00 ms" in text
+    assert "between steps (median epoch): median 2.00, mean 2.00, p90 2.00, max 2.00 ms" in text
+    assert "garbage collections" not in text
+
+
+def test_probe_fit_gap_describes_a_tail_and_the_collections(tool: ModuleType) -> None:
+    stats = tool._describe("step", [10.0] * 9 + [40.0])
+    assert stats == {
+        "step_ms": 10.0,
+        "step_mean_ms": 13.0,
+        "step_p90_ms": 40.0,
+        "step_max_ms": 40.0,
+    }
+    epochs = [_epoch(3, 0.2, 0.3)] + [
+        {**_epoch(3, 0.2, 0.3), "gc_count": n, "gc_full": 1, "gc_ms": 2.0 * n, "gc_max_ms": 1.5}
+        for n in (4, 6, 8)
+    ]
+    result = tool.summary(epochs)
+    assert result["gc_per_epoch"] == {"gc_count": 6, "gc_full": 1, "gc_ms": 12.0, "gc_max_ms": 1.5}
+    assert "garbage collections (median epoch): 6, 1 full, 12.0 ms, longest 1.5 ms" in tool.table(
+        result
+    )
+
+
+def test_probe_fit_gap_counts_collections_only_while_armed(tool: ModuleType) -> None:
+    pauses = tool.GcPauses()
+    pauses("start", {"generation": 2})
+    pauses("stop", {"generation": 2})
+    assert pauses.take()["gc_count"] == 0
+    pauses.armed = True
+    for generation in (0, 2):
+        pauses("start", {"generation": generation})
+        pauses("stop", {"generation": generation})
+    taken = pauses.take()
+    assert (taken["gc_count"], taken["gc_full"]) == (2, 1)
+    assert taken["gc_ms"] >= taken["gc_max_ms"] >= 0.0
+    assert pauses.take()["gc_count"] == 0
 
 
 def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) -> None:
-    epochs = [_epoch(2, 0.2, 0.3), {**_epoch(2, 0.2, 0.3), "step_ms": None, "between_ms": None}]
+    lacking = {key: None for key in _epoch(2, 0.2, 0.3) if key.startswith(("step_", "between_"))}
+    epochs = [_epoch(2, 0.2, 0.3), {**_epoch(2, 0.2, 0.3), **lacking}]
     result = tool.summary(epochs)
-    assert result["device_timeline_ms"] == {"step_ms": None, "between_ms": None}
+    assert set(result["device_timeline_ms"].values()) == {None}
     assert "device timeline" not in tool.table(result)
 
 
@@ -73,6 +111,9 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         # host clocks on a CPU fit: the three steps after the first, the three gaps of four steps
         assert 0 < epoch["step_ms"] < epoch["steps_s"] * 1000.0
         assert 0 < epoch["between_ms"] < epoch["steps_s"] * 1000.0
+        assert epoch["step_ms"] <= epoch["step_max_ms"]
+        assert 0 < epoch["host_wait_mean_ms"] <= epoch["host_wait_max_ms"]
+        assert epoch["gc_count"] >= epoch["gc_full"] >= 0
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
