@@ -12,13 +12,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 import yaml
 
+from lucid_yolo.cli.cuda_allocator import ALLOCATOR_VARIABLES
 from lucid_yolo.train.data.synthetic import generate_synthetic
 
 LIGHTNING_DEPRECATIONS = (
@@ -28,6 +29,19 @@ LIGHTNING_DEPRECATIONS = (
     "ignore::DeprecationWarning:lightning.pytorch.cli",
     "ignore:.*only one JsonargparseDeprecationWarning per type:DeprecationWarning",
 )
+
+
+@pytest.fixture(autouse=True)
+def _allocator_variables_kept() -> Iterator[None]:
+    """An in-process Lightning command sets the CUDA allocator's variable for its process;
+    each test ends with the variables it started with, so none leaks into the next."""
+    saved = {name: os.environ.get(name) for name in ALLOCATOR_VARIABLES}
+    yield
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -36,6 +36,7 @@ from lightning.pytorch.utilities import rank_zero_only
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 from typing_extensions import override
 
+from lucid_yolo.cli.cuda_allocator import allocator_clause
 from lucid_yolo.cli.embedded import SYNTHETIC, embedded_dataset
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.final_report import FITNESS, ValidationHistory, final_line
@@ -273,9 +274,11 @@ class YoloCLI(LightningCLI):
         trainer = self.trainer
         model = self.config_init[str(self.subcommand)]["model"].hparams["model"]
         devices = f" × {trainer.world_size}" if trainer.world_size > 1 else ""
+        device_type = trainer.strategy.root_device.type
         _print_once(
-            f"lucid-yolo {self.subcommand}: {model} on {trainer.strategy.root_device.type}"
-            f"{devices}, precision {trainer.precision}, run folder {trainer.log_dir}"
+            f"lucid-yolo {self.subcommand}: {model} on {device_type}{devices}, precision "
+            f"{trainer.precision}{allocator_clause(device_type, os.environ)}, "
+            f"run folder {trainer.log_dir}"
         )
 
     def after_fit(self) -> None:

@@ -7,7 +7,9 @@ on the embedded synthetic dataset) with the given flags on top, so that one flag
 setting of the quickstart.
 
 Torch and Lightning load only once a command runs: ``lucid-yolo --help`` and the plain commands'
-help stay quick, and each command imports what it needs.
+help stay quick, and each command imports what it needs. Before a Lightning command imports them,
+the CUDA allocator gets expandable segments unless the user configured it
+(:mod:`lucid_yolo.cli.cuda_allocator`).
 
 Example::
 
@@ -21,12 +23,14 @@ Example::
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from typing import NoReturn
 
 from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
+from lucid_yolo.cli.cuda_allocator import default_allocator_settings
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.fast_exit import FastExit
 from lucid_yolo.cli.warning_lines import warning_lines
@@ -92,6 +96,7 @@ def run() -> NoReturn:
 def _run(args: list[str]) -> int:
     try:
         if args and args[0] in LIGHTNING_COMMANDS:
+            default_allocator_settings(os.environ)
             from lucid_yolo.cli.lightning_cli import run_lightning
 
             run_lightning(lightning_args(args[0], args[1:]))

@@ -1,0 +1,54 @@
+"""The CUDA caching allocator of a command: expandable segments, unless the user configured it.
+
+A replayed fit keeps its training step's activations in the CUDA graphs' private pool, so
+validation and the data path's device work cannot reuse them as a native fit does; they reserve
+blocks of their own beside the pool. With PyTorch's default segments, blocks of one size (a
+validation batch is twice a training batch) are cut from segments that blocks of another size
+cannot reuse, and the reservation grows past what is ever allocated at once: at detect batch 16
+on the H200 a replayed fit reserved 4.09 GiB for a 2.90 GiB allocated peak. Expandable segments
+map memory as it is needed in one growing range per stream, so a freed range serves any size.
+Measured on the H200 (``docs/engineering/whole-fit-speed.md``, session 12, one fit each): peak
+reserved of the same CLI fits 4.09 → 3.60 GiB replayed and 3.12 → 2.83 GiB native, their times
+within one run's spread (31.4 → 30.7 s, 38.6 → 39.6 s), and the whole gpu suite (every bitwise
+parity test) passed with them.
+
+PyTorch reads the setting when its CUDA allocator first starts, so the CLI sets the variable
+before a Lightning command imports torch. A variable the user set, to any value, is left as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, MutableMapping
+
+ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+"""The variables PyTorch reads its allocator settings from (the second is the newer name)."""
+
+EXPANDABLE_SEGMENTS = "expandable_segments:True"
+
+
+def default_allocator_settings(environ: MutableMapping[str, str]) -> bool:
+    """Set expandable segments in ``environ`` when no allocator variable is set.
+
+    Returns:
+        Whether the default was set (``False``: the user's settings stand).
+    """
+    if any(name in environ for name in ALLOCATOR_VARIABLES):
+        return False
+    environ[ALLOCATOR_VARIABLES[0]] = EXPANDABLE_SEGMENTS
+    return True
+
+
+def allocator_clause(device_type: str, environ: Mapping[str, str]) -> str:
+    """The start line's words on the allocator of a CUDA run (empty elsewhere or if unset)."""
+    if device_type != "cuda":
+        return ""
+    settings = next((environ[name] for name in ALLOCATOR_VARIABLES if name in environ), None)
+    return "" if settings is None else f", CUDA allocator {settings}"
+
+
+__all__ = [
+    "ALLOCATOR_VARIABLES",
+    "EXPANDABLE_SEGMENTS",
+    "allocator_clause",
+    "default_allocator_settings",
+]
