@@ -7,7 +7,9 @@ and the others reuse its result.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import io
 import json
 import os
 import subprocess
@@ -15,6 +17,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -128,33 +131,42 @@ class Trained:
     stderr: str
 
 
-@pytest.fixture(scope="session")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
-    """One ``lucid-yolo fit`` of the tiny dataset, shared by every worker of the session."""
+def once_per_run(
+    tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], dict[str, Any]]
+) -> tuple[Path, dict[str, Any]]:
+    """``build(folder)``'s JSON result, built once per test run and shared by every xdist worker.
+
+    The first worker to take the folder's lock builds; the others wait for it and read its result.
+    """
     # xdist workers' base folders share a parent that belongs to this run; without xdist that
     # parent holds every run's folder, so the run's own base folder is used
     base = tmp_path_factory.getbasetemp()
-    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "cli-trained"
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / name
     shared.mkdir(exist_ok=True)
     result_file = shared / "result.json"
     with (shared / "lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not result_file.is_file():
-            data = make_tiny(shared / "tiny")
-            done = run_cli("fit", "--data.yaml", str(data), *TINY_FIT, cwd=shared)
-            checkpoint = shared / "runs/detect/fit1/checkpoints/best.ckpt"
-            result_file.write_text(
-                json.dumps(
-                    {
-                        "data": str(data),
-                        "checkpoint": str(checkpoint),
-                        "returncode": done.returncode,
-                        "stdout": done.stdout,
-                        "stderr": done.stderr,
-                    }
-                )
-            )
-    saved = json.loads(result_file.read_text())
+            result_file.write_text(json.dumps(build(shared)))
+    return shared, json.loads(result_file.read_text())
+
+
+@pytest.fixture(scope="session")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
+    """One ``lucid-yolo fit`` of the tiny dataset, shared by every worker of the session."""
+
+    def fit(shared: Path) -> dict[str, Any]:
+        data = make_tiny(shared / "tiny")
+        done = run_cli("fit", "--data.yaml", str(data), *TINY_FIT, cwd=shared)
+        return {
+            "data": str(data),
+            "checkpoint": str(shared / "runs/detect/fit1/checkpoints/best.ckpt"),
+            "returncode": done.returncode,
+            "stdout": done.stdout,
+            "stderr": done.stderr,
+        }
+
+    shared, saved = once_per_run(tmp_path_factory, "cli-trained", fit)
     return Trained(
         workdir=shared,
         data=Path(saved["data"]),
@@ -163,6 +175,33 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> Trained:
         stdout=saved["stdout"],
         stderr=saved["stderr"],
     )
+
+
+@dataclass(frozen=True)
+class Exported:
+    """The shared tiny fit's checkpoint exported to ONNX by ``lucid-yolo export``, in process."""
+
+    path: Path
+    code: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture(scope="session")
+def exported(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Exported:
+    """One ONNX export of :func:`trained`'s checkpoint for the whole run: each dynamo export takes
+    20-28 s on a 2-core dev machine, and three tests of two modules read the same file."""
+    from lucid_yolo.cli.main import main
+
+    def export(shared: Path) -> dict[str, Any]:
+        path = shared / "model.onnx"
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(path)])
+        return {"path": str(path), "code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    _, saved = once_per_run(tmp_path_factory, "cli-exported", export)
+    return Exported(Path(saved["path"]), saved["code"], saved["stdout"], saved["stderr"])
 
 
 @pytest.fixture(scope="session")

@@ -11,22 +11,18 @@ import pytest
 from lucid_yolo.cli.main import main
 
 if TYPE_CHECKING:
-    from conftest import Trained
+    from conftest import Exported, Trained
 
 
-def test_export_onnx_of_trained_checkpoint_loads(
-    trained: Trained, tmp_path: Path, capfd: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "model.onnx"
-    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(out)]) == 0
-    model = onnx.load(str(out))
+def test_export_onnx_of_trained_checkpoint_loads(exported: Exported) -> None:
+    assert exported.code == 0
+    model = onnx.load(str(exported.path))
     onnx.checker.check_model(model)
     assert [o.name for o in model.graph.output] == ["boxes", "scores", "classes"]
     dims = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     assert dims == [1, 3, 64, 64]
-    out_text, err_text = capfd.readouterr()
-    assert f"to {out}" in out_text
-    assert "torchvision" not in err_text
+    assert f"to {exported.path}" in exported.stdout
+    assert "torchvision" not in exported.stderr
 
 
 def test_export_old_checkpoint_flag_warns_and_works(

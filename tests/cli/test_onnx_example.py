@@ -13,23 +13,13 @@ import pytest
 from lucid_yolo.cli.main import main
 
 if TYPE_CHECKING:
-    from conftest import Trained
+    from conftest import Exported, Trained
 
 EXAMPLE = Path(__file__).parents[2] / "docs" / "onnx_example.py"
 PREDICT_WARNINGS = (
     "ignore:The '.*dataloader' does not have many workers:UserWarning",
     "ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning",
 )
-
-
-@pytest.fixture(scope="session")
-def exported(trained: Trained, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shared tiny fit's checkpoint as ONNX, once per session: the suite runs ``slow`` tests
-    first, which puts this module's two tests apart, and a module-scoped export ran again for
-    the second (9.5 s)."""
-    model = tmp_path_factory.mktemp("onnx") / "model.onnx"
-    assert main(["export", "--ckpt_path", str(trained.checkpoint), "--out", str(model)]) == 0
-    return model
 
 
 def _same_detection(ours: dict[str, Any], theirs: dict[str, Any]) -> bool:
@@ -51,7 +41,7 @@ def _run_example(monkeypatch: pytest.MonkeyPatch, *args: str) -> None:
 @pytest.mark.filterwarnings(PREDICT_WARNINGS[1])
 def test_onnx_example_matches_predict(
     trained: Trained,
-    exported: Path,
+    exported: Exported,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -65,7 +55,7 @@ def test_onnx_example_matches_predict(
     capsys.readouterr()
 
     drawn = tmp_path / "drawn.png"
-    _run_example(monkeypatch, str(exported), str(image), "--conf", "0", "--draw", str(drawn))
+    _run_example(monkeypatch, str(exported.path), str(image), "--conf", "0", "--draw", str(drawn))
     found = [json.loads(line) for line in capsys.readouterr().out.splitlines()][:5]
 
     assert drawn.is_file()
@@ -82,10 +72,10 @@ def test_onnx_example_matches_predict(
 
 def test_onnx_example_says_when_nothing_reaches_the_threshold(
     trained: Trained,
-    exported: Path,
+    exported: Exported,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     image = next(iter(sorted((trained.data.parent / "images" / "val").iterdir())))
-    _run_example(monkeypatch, str(exported), str(image), "--conf", "1.5")
+    _run_example(monkeypatch, str(exported.path), str(image), "--conf", "1.5")
     assert capsys.readouterr() == ("", "no detection with a score of 1.5 or more\n")
