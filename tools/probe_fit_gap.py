@@ -20,13 +20,17 @@ splits every epoch at its hooks:
 * ``step_ms`` and ``between_ms``: medians on the device's timeline (CUDA events on the current
   stream; host clocks on a CPU fit) of a step, from ``on_train_batch_start`` to
   ``on_train_batch_end`` (the steps after the epoch's first), and of the time from one step's
-  end to the next one's start (every gap of the epoch). Lightning copies the batch to the device
-  and runs the data module's ``on_after_batch_transfer`` (the device pixels) before
+  end to the next one's start (every gap of the epoch but the first). Lightning copies the batch
+  to the device and runs the data module's ``on_after_batch_transfer`` (the device pixels) before
   ``on_train_batch_start``, so ``between_ms`` is that device work plus any time the device
   waited for the host: the part of ``period_ms`` that no step phase holds. ``step_mean_ms``,
   ``step_p90_ms`` and ``step_max_ms`` (and the same of ``between``) describe the tail: the
-  means add up to ``period_ms``, the medians need not, so a mean well above its median says
-  that a few long steps, not every step, hold the difference;
+  means add up to ``period_ms`` (with the first gap's share), the medians need not, so a mean
+  well above its median says that a few long steps, not every step, hold the difference;
+* ``first_gap_ms``: the gap after the epoch's first step, apart, because the probe itself
+  synchronises the device there: with no queued work left, whatever the host does next (at an
+  epoch's start Lightning's fetcher also takes the batch after the next) is device idle that a
+  fit without the probe would partly cover;
 * ``host_wait_*_ms``: the same statistics of the host's time from one step's end hook to the
   next one's start hook (the fetch, the copy's launch and the device pixels' launches; what
   ``PhaseTimer`` reports as data wait, as a mean);
@@ -273,9 +277,9 @@ class FitGaps(pl.Callback):
         self._marks = {}
 
     def _device_timeline(self) -> dict[str, float | None]:
-        """``step_*`` (the steps after the epoch's first), ``between_*`` (every gap) and
-        ``host_wait_*``, read after the epoch's last synchronisation, so that no event is waited
-        for inside it."""
+        """``step_*`` (the steps after the epoch's first), ``first_gap_ms``, ``between_*`` (the
+        other gaps) and ``host_wait_*``, read after the epoch's last synchronisation, so that no
+        event is waited for inside it."""
         whole = [(start, end) for start, end in self._step_clocks if end is not None]
         steps = [end.ms_since(start) for start, end in whole[1:]]
         between = [
@@ -285,7 +289,8 @@ class FitGaps(pl.Callback):
         self._step_clocks = []
         return {
             **_describe("step", steps),
-            **_describe("between", between),
+            "first_gap_ms": between[0] if between else None,
+            **_describe("between", between[1:]),
             **_describe("host_wait", self._host_waits),
         }
 
@@ -295,7 +300,8 @@ GC_KEYS = ("gc_count", "gc_full", "gc_ms", "gc_max_ms")
 
 
 def _timeline_keys() -> list[str]:
-    return [f"{name}{stat}_ms" for name in TIMELINE for stat in ("", "_mean", "_p90", "_max")]
+    described = [f"{name}{stat}_ms" for name in TIMELINE for stat in ("", "_mean", "_p90", "_max")]
+    return [*described, "first_gap_ms"]
 
 
 def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
@@ -338,6 +344,11 @@ def table(result: dict[str, Any]) -> str:
                 f"{label} (median epoch): median {stats[0]:.2f}, mean {stats[1]:.2f}, "
                 f"p90 {stats[2]:.2f}, max {stats[3]:.2f} ms"
             )
+    if timeline.get("first_gap_ms") is not None:
+        lines.append(
+            f"gap after the first step (the probe synchronises there; median epoch): "
+            f"{timeline['first_gap_ms']:.2f} ms"
+        )
     gc_stats = result.get("gc_per_epoch", {})
     if all(gc_stats.get(key) is not None for key in GC_KEYS):
         lines.append(

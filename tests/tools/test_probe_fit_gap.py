@@ -29,6 +29,7 @@ def _epoch(
         "checkpoint_s": turnover_s / 2,
         **{f"step{stat}_ms": step_ms for stat in ("", "_mean", "_p90", "_max")},
         **{f"between{stat}_ms": between_ms for stat in ("", "_mean", "_p90", "_max")},
+        "first_gap_ms": 30.0,
     }
 
 
@@ -51,6 +52,7 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
     assert "| turnover_s | 39.39 | 1.300 |" in text
     assert "step (median epoch): median 9.00, mean 9.00, p90 9.00, max 9.00 ms" in text
     assert "between steps (median epoch): median 2.00, mean 2.00, p90 2.00, max 2.00 ms" in text
+    assert "gap after the first step (the probe synchronises there; median epoch): 30.00 ms" in text
     assert "garbage collections" not in text
 
 
@@ -89,7 +91,11 @@ def test_probe_fit_gap_counts_collections_only_while_armed(tool: ModuleType) -> 
 
 
 def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) -> None:
-    lacking = {key: None for key in _epoch(2, 0.2, 0.3) if key.startswith(("step_", "between_"))}
+    lacking = {
+        key: None
+        for key in _epoch(2, 0.2, 0.3)
+        if key.startswith(("step_", "between_", "first_gap"))
+    }
     epochs = [_epoch(2, 0.2, 0.3), {**_epoch(2, 0.2, 0.3), **lacking}]
     result = tool.summary(epochs)
     assert set(result["device_timeline_ms"].values()) == {None}
@@ -108,8 +114,10 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         assert epoch["val_s"] > 0  # the CLI fit validates every epoch
         assert epoch["checkpoint_s"] > 0  # and saves best and last
         assert epoch["turnover_s"] >= epoch["checkpoint_s"]
-        # host clocks on a CPU fit: the three steps after the first, the three gaps of four steps
+        # host clocks on a CPU fit: the three steps after the first; of the three gaps of four
+        # steps, the first apart (it follows the probe's synchronisation) and the other two
         assert 0 < epoch["step_ms"] < epoch["steps_s"] * 1000.0
+        assert 0 < epoch["first_gap_ms"] < epoch["steps_s"] * 1000.0
         assert 0 < epoch["between_ms"] < epoch["steps_s"] * 1000.0
         assert epoch["step_ms"] <= epoch["step_max_ms"]
         assert 0 < epoch["host_wait_mean_ms"] <= epoch["host_wait_max_ms"]
