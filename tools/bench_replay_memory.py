@@ -31,6 +31,11 @@ pool and the rest, beside what the 1.10 goal leaves outside that pool (:func:`bu
 ``--jobs`` runs that many fits at once: each is its own process, so memory numbers do not depend
 on the others (times do, and this tool reports none).
 
+The fits here are the Trainer's, without the CLI, so they run with PyTorch's allocator settings
+as the environment gives them; ``lucid-yolo`` commands give the allocator expandable segments
+(:mod:`lucid_yolo.cli.cuda_allocator`), so export
+``PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`` to measure what a CLI fit reserves.
+
 ``--device cpu`` is the smoke mode the CPU suite runs: the same processes and JSON with the
 replay library's CPU stand-in, and ``null`` for every CUDA number.
 
