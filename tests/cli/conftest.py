@@ -1,8 +1,9 @@
-"""Shared fixtures of the CLI tests: a tiny dataset and one trained checkpoint per session.
+"""Shared fixtures of the CLI tests: a tiny dataset, and one trained checkpoint and its ONNX export
+per test run.
 
-The checkpoint comes from a real ``lucid-yolo fit`` subprocess. xdist workers each hold their own
-session, so the fit runs once per test run under a file lock in the folder all its workers share
-and the others reuse its result.
+The checkpoint comes from a real ``lucid-yolo fit`` subprocess, the export from ``lucid-yolo
+export``. xdist workers each hold their own session, so each is built once per test run under a
+file lock in the folder all its workers share (:func:`once_per_run`) and the others reuse it.
 """
 
 from __future__ import annotations
