@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
 
-ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
-"""The variables PyTorch reads its allocator settings from (the second is the newer name)."""
+ALLOCATOR_VARIABLES = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF", "PYTORCH_HIP_ALLOC_CONF")
+"""The variables PyTorch reads its allocator settings from: the CUDA name, the newer name for any
+device, and ROCm's."""
 
 EXPANDABLE_SEGMENTS = "expandable_segments:True"
 
