@@ -6,10 +6,10 @@ as long as their graphs, so every run here is its own process (``--child``): the
 generates the data, starts the runs in alternating order and gathers their JSON.
 
 A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off, or with
-``--validate N`` that many batches of ``--val-images`` validated at each epoch's end and in the
-sanity check, at the data module's validation batch size), natively or with every region replay
-offers for the task (network, segment heads for segment, loss,
-update and EMA blend). It records:
+``--validate N`` that many batches of ``--val-images`` validated at each epoch's end, and
+Lightning's sanity check of ``min(2, N)`` batches before training, at the data module's
+validation batch size), natively or with every region replay offers for the task (network,
+segment heads for segment, loss, update and EMA blend). It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
   ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;

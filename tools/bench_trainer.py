@@ -1,7 +1,8 @@
-"""The Lightning trainer of a step benchmark: training steps only, one GPU, nothing else run.
+"""The Lightning trainer of a step benchmark: training steps on one GPU, little else run.
 
-No validation, logger, checkpoint, progress bar or summary, so that what a benchmark's callback
-times or measures is the training steps alone.
+No logger, checkpoint, progress bar or summary, and no validation unless asked for
+(``val_batches``), so that what a benchmark's callback times or measures is the training steps
+alone, or the steps and the validation the caller chose.
 """
 
 from __future__ import annotations

@@ -31,9 +31,9 @@ splits every epoch at its hooks:
   synchronises the device there: with no queued work left, whatever the host does next (at an
   epoch's start Lightning's fetcher also takes the batch after the next) is device idle that a
   fit without the probe would partly cover;
-* ``host_wait_*_ms``: the same statistics of the host's time from one step's end hook to the
-  next one's start hook (the fetch, the copy's launch and the device pixels' launches; what
-  ``PhaseTimer`` reports as data wait, as a mean);
+* ``host_wait_*_ms``: the same statistics, over the same gaps, of the host's time from one
+  step's end hook to the next one's start hook (the fetch, the copy's launch and the device
+  pixels' launches; what ``PhaseTimer`` reports as data wait, as a mean);
 * ``gc_count``, ``gc_full`` (of them, collections of the oldest generation), ``gc_ms`` and
   ``gc_max_ms``: CPython's garbage collections between the epoch's first and last step (every
   one pauses the thread that launches the steps).
@@ -67,6 +67,7 @@ import gc
 import io
 import itertools
 import json
+import math
 import os
 import pstats
 import statistics
@@ -92,6 +93,9 @@ GC_FREEZE_ENV = "LUCID_FIT_GAPS_GC_FREEZE"
 TOOLS_DIR = Path(__file__).resolve().parent
 TIMELINE = ("step", "between", "host_wait")
 """The per-step series each epoch describes by its median, mean, 90th percentile and maximum."""
+STATISTICS = ("", "_mean", "_p90", "_max")
+"""Key suffixes of :func:`_describe`: ``<series><suffix>_ms``; the bare one is the median."""
+TIMELINE_KEYS = (*(f"{name}{stat}_ms" for name in TIMELINE for stat in STATISTICS), "first_gap_ms")
 
 
 def _sync() -> float:
@@ -110,19 +114,25 @@ def _median(values: list[float]) -> float | None:
 
 
 def _describe(name: str, values: list[float]) -> dict[str, float | None]:
-    """``<name>_ms`` (the median, the name earlier reports used), ``_mean``, ``_p90``, ``_max``."""
+    """``<name>_ms`` (the median, the name earlier reports used), ``_mean``, ``_p90`` (nearest
+    rank) and ``_max``; ``None`` each without values."""
     ordered = sorted(values)
-    p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))] if ordered else None
-    return {
-        f"{name}_ms": _median(ordered),
-        f"{name}_mean_ms": statistics.fmean(ordered) if ordered else None,
-        f"{name}_p90_ms": p90,
-        f"{name}_max_ms": ordered[-1] if ordered else None,
-    }
+    if not ordered:
+        return dict.fromkeys((f"{name}{stat}_ms" for stat in STATISTICS), None)
+    values_of = (
+        statistics.median(ordered),
+        statistics.fmean(ordered),
+        ordered[math.ceil(0.9 * len(ordered)) - 1],
+        ordered[-1],
+    )
+    return {f"{name}{stat}_ms": value for stat, value in zip(STATISTICS, values_of, strict=True)}
 
 
 class GcPauses:
     """CPython's garbage collections while armed: how many, of which generation, how long."""
+
+    KEYS = ("gc_count", "gc_full", "gc_ms", "gc_max_ms")
+    """The keys of :meth:`take`."""
 
     def __init__(self) -> None:
         self.armed = False
@@ -144,12 +154,8 @@ class GcPauses:
         """The collections since the last take, then forget them."""
         pauses, full = self.pauses_ms, self.full
         self.pauses_ms, self.full = [], 0
-        return {
-            "gc_count": len(pauses),
-            "gc_full": full,
-            "gc_ms": sum(pauses),
-            "gc_max_ms": max(pauses, default=0.0),
-        }
+        values = (len(pauses), full, sum(pauses), max(pauses, default=0.0))
+        return dict(zip(self.KEYS, values, strict=True))
 
 
 class FitGaps(pl.Callback):
@@ -291,17 +297,11 @@ class FitGaps(pl.Callback):
             **_describe("step", steps),
             "first_gap_ms": between[0] if between else None,
             **_describe("between", between[1:]),
-            **_describe("host_wait", self._host_waits),
+            **_describe("host_wait", self._host_waits[1:]),
         }
 
 
 PARTS = ("first_s", "steps_s", "to_val_s", "turnover_s", "checkpoint_s", "val_s")
-GC_KEYS = ("gc_count", "gc_full", "gc_ms", "gc_max_ms")
-
-
-def _timeline_keys() -> list[str]:
-    described = [f"{name}{stat}_ms" for name in TIMELINE for stat in ("", "_mean", "_p90", "_max")]
-    return [*described, "first_gap_ms"]
 
 
 def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
@@ -311,7 +311,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
     totals = {part: sum(e[part] for e in tail) for part in PARTS}
     train_s = sum(totals[p] for p in ("first_s", "steps_s", "to_val_s", "turnover_s"))
     timeline = {
-        key: _median([e[key] for e in tail if e.get(key) is not None]) for key in _timeline_keys()
+        key: _median([e[key] for e in tail if e.get(key) is not None]) for key in TIMELINE_KEYS
     }
     return {
         "epochs": len(tail),
@@ -321,7 +321,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
         "device_timeline_ms": timeline,
         "gc_per_epoch": {
-            key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GC_KEYS
+            key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GcPauses.KEYS
         },
         "per_step_ms": {part: totals[part] * 1000.0 / max(steps, 1) for part in PARTS},
         "totals_s": totals,
@@ -338,19 +338,19 @@ def table(result: dict[str, Any]) -> str:
         f"{result['steady_period_ms']:.2f} ms",
     ]
     for name, label in (("step", "step"), ("between", "between steps"), ("host_wait", "host wait")):
-        stats = [timeline.get(f"{name}{stat}_ms") for stat in ("", "_mean", "_p90", "_max")]
+        stats = [timeline[f"{name}{stat}_ms"] for stat in STATISTICS]
         if all(value is not None for value in stats):
             lines.append(
                 f"{label} (median epoch): median {stats[0]:.2f}, mean {stats[1]:.2f}, "
                 f"p90 {stats[2]:.2f}, max {stats[3]:.2f} ms"
             )
-    if timeline.get("first_gap_ms") is not None:
+    if timeline["first_gap_ms"] is not None:
         lines.append(
             f"gap after the first step (the probe synchronises there; median epoch): "
             f"{timeline['first_gap_ms']:.2f} ms"
         )
-    gc_stats = result.get("gc_per_epoch", {})
-    if all(gc_stats.get(key) is not None for key in GC_KEYS):
+    gc_stats = result["gc_per_epoch"]
+    if all(gc_stats[key] is not None for key in GcPauses.KEYS):
         lines.append(
             f"garbage collections (median epoch): {gc_stats['gc_count']:.0f}, "
             f"{gc_stats['gc_full']:.0f} full, {gc_stats['gc_ms']:.1f} ms, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 from types import ModuleType
@@ -61,7 +62,7 @@ def test_probe_fit_gap_describes_a_tail_and_the_collections(tool: ModuleType) ->
     assert stats == {
         "step_ms": 10.0,
         "step_mean_ms": 13.0,
-        "step_p90_ms": 40.0,
+        "step_p90_ms": 10.0,
         "step_max_ms": 40.0,
     }
     epochs = [_epoch(3, 0.2, 0.3)] + [
@@ -73,6 +74,27 @@ def test_probe_fit_gap_describes_a_tail_and_the_collections(tool: ModuleType) ->
     assert "garbage collections (median epoch): 6, 1 full, 12.0 ms, longest 1.5 ms" in tool.table(
         result
     )
+
+
+def test_probe_fit_gap_p90_is_the_nearest_rank(tool: ModuleType) -> None:
+    assert tool._describe("gap", [float(v) for v in range(1, 21)])["gap_p90_ms"] == 18.0
+    assert tool._describe("gap", [5.0])["gap_p90_ms"] == 5.0
+    assert set(tool._describe("gap", []).values()) == {None}
+
+
+def test_probe_fit_gap_freezes_the_collector_only_when_asked(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gaps = tool.FitGaps()
+    monkeypatch.delenv(tool.GC_FREEZE_ENV, raising=False)
+    gaps.on_train_start(None)
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setenv(tool.GC_FREEZE_ENV, "1")
+    try:
+        gaps.on_train_start(None)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
 
 
 def test_probe_fit_gap_counts_collections_only_while_armed(tool: ModuleType) -> None:
@@ -99,7 +121,10 @@ def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) ->
     epochs = [_epoch(2, 0.2, 0.3), {**_epoch(2, 0.2, 0.3), **lacking}]
     result = tool.summary(epochs)
     assert set(result["device_timeline_ms"].values()) == {None}
-    assert "device timeline" not in tool.table(result)
+    text = tool.table(result)
+    assert "step (median epoch)" not in text
+    assert "between steps" not in text
+    assert "gap after the first step" not in text
 
 
 @pytest.mark.slow

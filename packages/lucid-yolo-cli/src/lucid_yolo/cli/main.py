@@ -30,7 +30,7 @@ from typing import NoReturn
 
 from lucid_yolo.cli import data, export, info
 from lucid_yolo.cli.configs import QUICKSTART, expand_config_names, packaged_configs
-from lucid_yolo.cli.cuda_allocator import default_allocator_settings
+from lucid_yolo.cli.cuda_allocator import set_default_allocator
 from lucid_yolo.cli.errors import CliError
 from lucid_yolo.cli.fast_exit import FastExit
 from lucid_yolo.cli.warning_lines import warning_lines
@@ -96,7 +96,7 @@ def run() -> NoReturn:
 def _run(args: list[str]) -> int:
     try:
         if args and args[0] in LIGHTNING_COMMANDS:
-            default_allocator_settings(os.environ)
+            set_default_allocator(os.environ)
             from lucid_yolo.cli.lightning_cli import run_lightning
 
             run_lightning(lightning_args(args[0], args[1:]))
