@@ -76,15 +76,17 @@ def digested_fit(
     grad_clip_norm: float | None = None,
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
+    max_instances: int | None = 48,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
     the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
-    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder."""
+    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder;
+    ``max_instances`` the data module's target rows (``None``: its choice)."""
     pl.seed_everything(0)
     data = YoloDataModule(
-        yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=48, seed=0
+        yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=max_instances, seed=0
     )
     suffix = TASK_SUFFIXES[task]
     clip = {} if grad_clip_norm is None else {"grad_clip_norm": grad_clip_norm}

@@ -58,6 +58,7 @@ from lucid_yolo.train.data.resources import (
 )
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
 from lucid_yolo.train.data.sampler import EpochSampler
+from lucid_yolo.train.data.target_rows import choose_target_rows
 from lucid_yolo.train.data.worker_signals import SigtermFilter
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -89,9 +90,13 @@ class YoloDataModule(L.LightningDataModule):
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).
         max_instances: fixed target rows per training image (Batch ``N``); more are counted and
-            the largest kept. Evaluation splits use their largest image's count instead (at
-            least 1), so metrics never lose a ground-truth instance and a batch carries no more
-            padding rows than it needs (a segment row holds a (H/4, W/4) mask).
+            the largest kept. ``None``: the most instances a training sample can hold (the
+            largest image's count times the mosaic's, copy-paste's and mixup's factors), at most
+            100, so no instance is cut and the loss works on no more padding rows than it must;
+            the fit's result does not depend on it then (:mod:`.target_rows`). Evaluation splits
+            use their largest image's count (at least 1), so metrics never lose a ground-truth
+            instance and a batch carries no more padding rows than it needs (a segment row holds
+            a (H/4, W/4) mask).
         augment: training augmentation (``None``: the YOLO defaults of :class:`AugmentConfig`).
         cache: ``True``: decode and resize every image once into RAM (:mod:`.cache`), filled in
             ``setup``; ``"disk"``: once into a memory-mapped file under ``cache_dir``, reused by
@@ -129,7 +134,7 @@ class YoloDataModule(L.LightningDataModule):
         batch_size: int = 16,
         val_batch_size: int | None = None,
         workers: int | None = None,
-        max_instances: int = 100,
+        max_instances: int | None = None,
         augment: AugmentConfig | None = None,
         cache: CacheRequest = None,
         cache_max_bytes: int = 8 * 2**30,
@@ -396,8 +401,14 @@ class YoloDataModule(L.LightningDataModule):
             disk_cache_found=self.cache is None
             and has_disk_cache(self.cache_dir, paths, self.imgsz),
         )
-        batches = "" if train else f"; batches of {self.val_batch_size} ({self._val_batch_reason})"
-        self._announce(f"{split}: {len(labels)} images, {choice.reason}{batches}")
+        largest = max((len(item) for item in labels), default=0)
+        if train:
+            rows = choose_target_rows(self.max_instances, largest, self.augment, self.spec.task)
+            max_rows, shape = rows.rows, f"; {rows.rows} target rows per image ({rows.reason})"
+        else:
+            max_rows = max(1, largest)
+            shape = f"; batches of {self.val_batch_size} ({self._val_batch_reason})"
+        self._announce(f"{split}: {len(labels)} images, {choice.reason}{shape}")
         cache: ImageCache | DiskImageCache | None = None
         if choice.mode == "ram":
             cache = ImageCache(self.imgsz, choice.budget)
@@ -418,9 +429,7 @@ class YoloDataModule(L.LightningDataModule):
             task=self.spec.task,
             imgsz=self.imgsz,
             augment=self.augment if train else None,
-            max_instances=self.max_instances
-            if train
-            else max(1, max((len(item) for item in labels), default=0)),
+            max_instances=max_rows,
             num_keypoints=0 if kpt_shape is None else kpt_shape[0],
             flip_idx=self.spec.flip_idx,
             seed=self.seed,

@@ -43,6 +43,17 @@ class SampleSource(Protocol):
         ...
 
 
+def instance_factors(config: AugmentConfig, *, segment: bool) -> dict[str, int]:
+    """By how much each step of :func:`train_sample` that adds instances can multiply a sample's
+    count: a mosaic joins four tiles (drawn with replacement, so one image may fill all four),
+    copy-paste (segment samples only) at most doubles one, and mixup joins two samples. The
+    affine and the flip only drop instances. Steps that are off are left out."""
+    factors = {"mosaic": 4 if config.mosaic > 0 else 1}
+    factors["copy-paste"] = 2 if segment and config.copy_paste > 0 else 1
+    factors["mixup"] = 2 if config.mixup > 0 else 1
+    return {step: factor for step, factor in factors.items() if factor > 1}
+
+
 def train_sample(
     source: SampleSource,
     index: int,
@@ -117,4 +128,4 @@ def _geometric(
     )
 
 
-__all__ = ["SampleSource", "train_sample", "val_sample"]
+__all__ = ["SampleSource", "instance_factors", "train_sample", "val_sample"]
