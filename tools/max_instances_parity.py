@@ -28,7 +28,7 @@ import lightning.pytorch as pl
 
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from parity_matrix import SUFFIX, TASKS, Record, fit_state_digests
+from parity_matrix import SUFFIX, TASKS, Record, fit_state_digests, parity_trainer
 
 
 def fit(yaml: Path, task: str, rows: int | None, args: argparse.Namespace) -> dict[str, Any]:
@@ -49,20 +49,12 @@ def fit(yaml: Path, task: str, rows: int | None, args: argparse.Namespace) -> di
         ),
     )
     record = Record()
-    trainer = pl.Trainer(
-        accelerator=args.accelerator,
-        devices=1,
+    trainer = parity_trainer(
+        args.accelerator,
+        [record],
         precision="bf16-mixed" if gpu else "32-true",
         max_steps=args.steps,
         limit_val_batches=1,
-        num_sanity_val_steps=0,
-        deterministic=True,
-        benchmark=False,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[record],
     )
     trainer.fit(module, data)
     return {

@@ -148,6 +148,25 @@ def fit_state_digests(trainer: pl.Trainer, module: YoloModule) -> dict[str, str]
     return state_digest(state)
 
 
+def parity_trainer(accelerator: str, callbacks: list[Callback], **options: Any) -> pl.Trainer:
+    """A one-device trainer for fits compared bit for bit: deterministic kernels, no cuDNN
+    benchmark (it may pick another kernel per run), no sanity check, and nothing written or
+    printed of its own; ``options`` add the schedule, precision and validation."""
+    return pl.Trainer(
+        accelerator=accelerator,
+        devices=1,
+        num_sanity_val_steps=0,
+        deterministic=True,
+        benchmark=False,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+        **options,
+    )
+
+
 def _bits(value: Any) -> str:
     return torch.as_tensor(value).detach().float().cpu().numpy().tobytes().hex()
 
@@ -194,21 +213,13 @@ def _fit(yaml: Path, case: Case, args: argparse.Namespace, replay: bool) -> _Fit
     )
     record = Record()
     callbacks = [] if extra is None else extra.callbacks()
-    trainer = pl.Trainer(
-        accelerator=args.accelerator,
-        devices=1,
+    trainer = parity_trainer(
+        args.accelerator,
+        [record, *callbacks],
         **_precision(case.precision, args.accelerator),
         val_check_interval=2,
         check_val_every_n_epoch=None,
         limit_val_batches=1,
-        num_sanity_val_steps=0,
-        deterministic=True,
-        benchmark=False,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[record, *callbacks],
         **schedule,
     )
     trainer.fit(module, data)
