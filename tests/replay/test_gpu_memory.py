@@ -6,6 +6,7 @@ are ratios of allocated bytes measured in the same process, never times.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,6 +21,7 @@ from lucid_yolo.replay import (
     PoolLeakError,
     RegionRecorder,
     ReplayPool,
+    ScratchLoan,
 )
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("deterministic")]
@@ -284,3 +286,60 @@ def test_gpu_update_recording_copies_no_device_state() -> None:
     assert graphed.telemetry.recordings == 1
     assert graphed.telemetry.replays == 1
     assert torch.cuda.max_memory_allocated() - before < 96 * 2**20
+
+
+def _replayed_with_evaluation_copy() -> tuple[RegionRecorder, nn.Module, Tensor]:
+    """A DeepNet replayed for two steps at batch 8, an eval-mode copy of it made before the
+    recording (an EMA's place), and an input."""
+    torch.manual_seed(0)
+    net = DeepNet().cuda()
+    evaluated = copy.deepcopy(net).eval()
+    recorder = RegionRecorder(ModuleRegion(net), pool=ReplayPool("cuda"))
+    x = torch.randn(8, 3, 128, 128, device="cuda")
+    for _ in range(3):
+        recorder(x).square().mean().backward()
+    torch.cuda.synchronize()
+    assert recorder.telemetry.replays == 2
+    torch.cuda.empty_cache()
+    return recorder, evaluated, x
+
+
+@torch.no_grad()
+def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held: None) -> None:
+    """An evaluation forward between replayed steps, lent the pool's free blocks, runs in the
+    training step's scratch: nothing new is reserved, its output lives in the pool and has the
+    bits of the same forward outside the loan, which reserves its activations anew."""
+    recorder, evaluated, x = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool)
+    reserved = torch.cuda.memory_reserved()
+    loan.open()
+    with loan.borrowing():
+        lent = evaluated(x)
+    assert _pool_of(lent.data_ptr()) == tuple(recorder.pool.handle)
+    lent_bits = lent.cpu()
+    del lent
+    loan.close()
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() == reserved
+    assert loan.borrowed == 1
+    outside = evaluated(x)
+    torch.cuda.synchronize()
+    assert torch.cuda.memory_reserved() > reserved
+    assert _pool_of(outside.data_ptr()) == (0, 0)
+    assert torch.equal(outside.cpu(), lent_bits)
+    recorder(x).square().mean().backward()
+    assert recorder.telemetry.replays == 3
+
+
+@torch.no_grad()
+def test_gpu_evaluation_keeping_a_lent_tensor_raises_at_the_loan_end(rng_state_held: None) -> None:
+    """A tensor of the loan still referenced when it closes sits in memory the next replay
+    writes: the loan refuses to end quietly."""
+    recorder, evaluated, x = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool)
+    loan.open()
+    with loan.borrowing():
+        kept = evaluated(x)
+    with pytest.raises(PoolLeakError, match="between replayed steps"):
+        loan.close()
+    assert kept.shape == (8, 4, 128, 128)

@@ -14,7 +14,7 @@ import torch
 from replay_nets import log_pool_routing
 from torch import Tensor
 
-from lucid_yolo.replay import PoolLeakError, ReplayPool
+from lucid_yolo.replay import PoolLeakError, ReplayPool, ScratchLoan
 from lucid_yolo.replay._graphs import RegionGraphs
 
 
@@ -83,4 +83,63 @@ def test_pool_warm_up_forgives_a_block_that_only_a_reference_cycle_held(
     with pool.warm_up(into_pool=True):
         pass
     assert next(readings, None) is None  # read before, after, and after collecting cycles
+    assert graphs.static_outputs
+
+
+def test_scratch_loan_lends_only_while_graphs_hold_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events = _count_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    loan = ScratchLoan(pool)
+    loan.open()
+    assert not loan.lending
+    with loan.borrowing():
+        events.append("body")
+    loan.close()
+    graphs = _captured(pool)
+    loan.open()
+    assert loan.lending
+    for _ in range(2):
+        with loan.borrowing():
+            events.append("body")
+    loan.close()
+    assert not loan.lending
+    with loan.borrowing():
+        events.append("body")
+    assert events == ["body", "route", "body", "unroute", "route", "body", "unroute", "body"]
+    assert loan.borrowed == 2
+    assert graphs.static_outputs
+
+
+def test_scratch_loan_raises_at_close_when_a_block_outlives_the_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 2048)})
+    readings = iter([before, after, after])  # open, close, and close after collecting cycles
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool)
+    loan.open()
+    with pytest.raises(
+        PoolLeakError, match=r"1 block\(s\) .* between replayed steps .* \(2048 bytes\)"
+    ):
+        loan.close()
+    assert not loan.lending  # the loan is over either way; the error stops the pass's caller
+    assert graphs.static_outputs
+
+
+def test_scratch_loan_opens_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An open loan keeps its first reading: a pass that starts again after a failed one
+    compares with the pool as it was before either."""
+    readings = iter([frozenset({(0, 512)}), frozenset({(0, 512)})])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool)
+    loan.open()
+    loan.open()
+    loan.close()
+    assert next(readings, None) is None
     assert graphs.static_outputs

@@ -51,6 +51,8 @@ class DigestedFit:
     regions: dict[str, dict[str, int]]
     """Telemetry per recorder, by name (``network``, ``segment-heads``, ``loss``, ``optimizer
     MuSGD``)."""
+    val: list[dict[str, str]]
+    """The bits of each validation pass's metrics after the sanity check (``validate``)."""
 
 
 class _LossBits(Callback):
@@ -59,6 +61,22 @@ class _LossBits(Callback):
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *_: Any) -> None:
         self.losses.append(outputs["loss"].detach().float().cpu().numpy().tobytes().hex())
+
+
+class _ValBits(Callback):
+    def __init__(self) -> None:
+        self.val: list[dict[str, str]] = []
+
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        if trainer.sanity_checking:
+            return
+        self.val.append(
+            {
+                k: v.detach().float().cpu().numpy().tobytes().hex()
+                for k, v in sorted(trainer.callback_metrics.items())
+                if k.startswith("val/")
+            }
+        )
 
 
 def digested_fit(
@@ -77,13 +95,15 @@ def digested_fit(
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
     max_instances: int | None = 48,
+    validate: bool = False,
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
     the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
     ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder;
-    ``max_instances`` the data module's target rows (``None``: its choice)."""
+    ``max_instances`` the data module's target rows (``None``: its choice); ``validate``
+    validates every epoch (2 training batches) and records each pass's metric bits."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=max_instances, seed=0
@@ -101,21 +121,21 @@ def digested_fit(
         memory_format=memory_format,
         **clip,
     )
-    losses = _LossBits()
+    losses, val = _LossBits(), _ValBits()
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=1,
         precision=precision,  # type: ignore[arg-type]
         max_steps=max_steps,
         accumulate_grad_batches=accumulate,
-        limit_val_batches=0,
+        limit_val_batches=1.0 if validate else 0,
         deterministic=True,
         benchmark=False,
         logger=False,
         enable_checkpointing=False,
         enable_progress_bar=False,
         enable_model_summary=False,
-        callbacks=[losses, *(callbacks or [])],
+        callbacks=[losses, val, *(callbacks or [])],
         gradient_clip_val=gradient_clip_val,
     )
     trainer.fit(module, data)
@@ -135,6 +155,7 @@ def digested_fit(
         int(module.ema.updates),
         module,
         {r.name: r.telemetry.as_dict() for r in module.replay_recorders()},
+        val.val,
     )
 
 

@@ -309,3 +309,32 @@ def test_network_replay_images_without_the_network_region_are_fresh() -> None:
     first, second = replay.images(raw), replay.images(raw)
     assert first is not second
     assert _same_bits(first, raw.float().div_(255.0))
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_replayed_fit_lends_its_pool_to_each_validation_pass_after_the_first_recording(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # Three epochs of two steps, each validated in one batch; the sanity check comes before any
+    # graph holds the pool. On the CPU the lending itself is a no-op (the gpu parity test reads
+    # the pool's memory): this pins the module's hooks, a pass per epoch, and the loan's end.
+    yaml = tiny_dataset("detect")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 6, "validate": True}
+    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
+    loan = replayed.module.replay.evaluation_loan
+    assert loan is not None
+    assert loan.borrowed == 3
+    assert not loan.lending
+    assert len(replayed.val) == 3
+
+
+def test_evaluation_loan_follows_the_option() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    lent = NetworkReplay(net, "detect", ReplayConfig(network=True))
+    kept = NetworkReplay(net, "detect", ReplayConfig(network=True, evaluate_in_pool=False))
+    assert lent.evaluation_loan is None  # no pool before the fit binds one
+    pool = lent.shared_pool(torch.device("cpu"))
+    kept.shared_pool(torch.device("cpu"))
+    assert lent.evaluation_loan is not None
+    assert lent.evaluation_loan.pool is pool
+    assert kept.evaluation_loan is None

@@ -17,7 +17,7 @@ from lucid_yolo.replay.exceptions import (
     ReplayRetiredWarning,
 )
 from lucid_yolo.replay.module import ReplayModule
-from lucid_yolo.replay.pool import ReplayPool
+from lucid_yolo.replay.pool import ReplayPool, ScratchLoan
 from lucid_yolo.replay.protocols import (
     GroupedRegion,
     ModuleRegion,
@@ -37,6 +37,7 @@ __all__ = [
     # level 1: one region
     "RegionRecorder",
     "ReplayPool",
+    "ScratchLoan",
     # level 2: a module that records itself
     "ReplayModule",
     # level 3: a whole plain-PyTorch step

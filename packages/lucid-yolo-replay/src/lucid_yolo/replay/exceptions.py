@@ -30,12 +30,14 @@ class CaptureError(ReplayError):
 
 
 class PoolLeakError(ReplayError):
-    """A warm-up inside the shared graph pool left a block alive there.
+    """Work that borrowed the shared graph pool's free blocks left a block alive there: a
+    recording's warm-up, or eager work lent the blocks between replayed steps
+    (:class:`~lucid_yolo.replay.ScratchLoan`).
 
     The block sits in the scratch of graphs captured earlier, which overwrite it when they
     replay, and nothing can move it: retiring would leave native code reading it. So the
     recorder lets this error stop the step instead of retiring
-    (docs/replay-invariants.md, invariant 25).
+    (docs/replay-invariants.md, invariants 25 and 27).
     """
 
 

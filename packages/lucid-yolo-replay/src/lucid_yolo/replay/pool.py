@@ -169,23 +169,40 @@ class ReplayPool:
         before = self.live_blocks()
         with self.side_stream_allocates_in_pool():
             yield
-        # torch keeps a cuBLAS workspace per handle and stream for good (torch 2.11), so one
-        # the warm-up created is alive in the pool: drop it, the capture makes its own
-        # (cuda_capture).
+        self.raise_if_left(
+            before,
+            during="a warm-up",
+            why="the region keeps a device tensor beyond its call (a cache, a buffer created on "
+            "first use)",
+            remedy="Create it in a native call before the recording (warmup_steps >= 1 with the "
+            "same inputs) or give the recorder a pool of its own",
+        )
+
+    def raise_if_left(
+        self, before: frozenset[tuple[int, int]], *, during: str, why: str, remedy: str
+    ) -> None:
+        """Raise when a block allocated in the pool since ``before`` (:meth:`live_blocks`) is
+        still alive: the pool's graphs would overwrite it when they replay.
+
+        torch keeps a cuBLAS workspace per handle and stream for good (torch 2.11), so one the
+        borrower created is alive in the pool: it is dropped first (the next user, a capture
+        among them, makes its own). A reference cycle may hold a tensor that is otherwise gone,
+        so a leak is counted again after a collection.
+
+        Raises:
+            PoolLeakError: naming ``during``, ``why`` and ``remedy``.
+        """
         if self.uses_cuda:
             torch._C._cuda_clearCublasWorkspaces()
         left = self.live_blocks() - before
         if left:
-            gc.collect()  # a reference cycle may still hold a warm-up tensor
+            gc.collect()
             left = self.live_blocks() - before
         if left:
             raise PoolLeakError(
-                f"{len(left)} block(s) allocated during a warm-up in the graph pool are still "
-                f"alive ({sum(size for _, size in left)} bytes): the region keeps a device tensor "
-                "beyond its call (a cache, a buffer created on first use). The earlier graphs "
-                "of the pool write that memory when they replay. Create it in a native call "
-                "before the recording (warmup_steps >= 1 with the same inputs) or give the "
-                "recorder a pool of its own"
+                f"{len(left)} block(s) allocated during {during} in the graph pool are still "
+                f"alive ({sum(size for _, size in left)} bytes): {why}. The earlier graphs of "
+                f"the pool write that memory when they replay. {remedy}"
             )
 
     @contextlib.contextmanager
@@ -245,6 +262,77 @@ class ReplayPool:
         return sum(int(s["total_size"]) for s in _pool_segments(self._handle))
 
 
+class ScratchLoan:
+    """The pool's free blocks lent to eager work between replayed steps, such as an evaluation
+    pass, and checked when they come back.
+
+    Between two replayed steps the blocks that a step needs only while it runs (its
+    activations, the loss's transients) hold nothing. Eager work that reserved memory of its
+    own beside them would raise the process's peak above a native run's, whose evaluation reuses
+    the blocks the training step freed; run inside :meth:`borrowing`, it allocates from those
+    free blocks instead. That is safe only while no graph of the pool replays and nothing
+    allocated during the loan outlives it, because the next replay writes that memory:
+    :meth:`open` notes the pool's live blocks and :meth:`close` raises if any allocated since is
+    still alive.
+
+    Each call inside :meth:`borrowing` runs on the pool's side stream, ordered after and before
+    the caller's stream, which is where the pool's free blocks are (the caching allocator hands
+    a block only to the stream that allocated it). What the call returns may be read on the
+    caller's stream: every later use of the side stream is ordered after the caller's work.
+    Lending applies only while graphs hold the pool (:attr:`ReplayPool.holds_graphs`);
+    otherwise, and on the CPU stand-in, the body runs as it is.
+
+    Args:
+        pool: the pool whose free blocks are lent.
+
+    Attributes:
+        borrowed: calls that ran in the pool's blocks, over every pass (a test's evidence that
+            the loan was taken).
+    """
+
+    def __init__(self, pool: ReplayPool) -> None:
+        self.pool = pool
+        self.borrowed = 0
+        self._before: frozenset[tuple[int, int]] | None = None
+
+    @property
+    def lending(self) -> bool:
+        """Whether the loan is open and the pool's blocks are lent."""
+        return self._before is not None
+
+    def open(self) -> None:
+        """Start lending when graphs hold the pool (a no-op otherwise, and when already open)."""
+        if self._before is None and self.pool.holds_graphs:
+            self._before = self.pool.live_blocks()
+
+    @contextlib.contextmanager
+    def borrowing(self) -> Iterator[None]:
+        """Run the body on the side stream with its allocations served from the pool."""
+        if self._before is None:
+            yield
+            return
+        with self.pool.side_stream_allocates_in_pool(), self.pool.side_stream():
+            yield
+        self.borrowed += 1
+
+    def close(self) -> None:
+        """End the loan (a no-op when it is not open).
+
+        Raises:
+            PoolLeakError: when a block allocated during the loan is still alive.
+        """
+        before, self._before = self._before, None
+        if before is not None:
+            self.pool.raise_if_left(
+                before,
+                during="work lent the pool's free blocks between replayed steps",
+                why="a tensor computed there is still referenced (kept in a cache or a list, "
+                "or returned to a caller that kept it)",
+                remedy="Copy what must be kept (`.clone()` after the borrowed call), or run that "
+                "work without the loan",
+            )
+
+
 def _pool_segments(handle: Any) -> list[dict[str, Any]]:
     """The allocator's segments that belong to the private pool ``handle``."""
     snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
@@ -260,4 +348,4 @@ def _end_allocate_to_pool(device: int, handle: Any) -> None:
     getattr(torch._C, name)(device, handle)
 
 
-__all__ = ["ReplayPool"]
+__all__ = ["ReplayPool", "ScratchLoan"]

@@ -8,6 +8,7 @@ region, so the native path and the replayed path run the same module code.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -447,6 +448,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_start(self) -> None:
         self.evaluator.reset()
+        self._lend_pool_to_evaluation()
 
     @override
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -455,6 +457,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
+        self._end_evaluation_loan()
         if self.replay_recorders() and not self.trainer.sanity_checking:
             telemetry = self.replay_telemetry.as_dict()
             # counters of the whole job: each rank records and replays its own step
@@ -471,6 +474,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_test_epoch_start(self) -> None:
         self.evaluator.reset()
+        self._lend_pool_to_evaluation()
 
     @override
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -479,6 +483,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
+        self._end_evaluation_loan()
 
     @override
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
@@ -515,9 +520,23 @@ class YoloModule(pl.LightningModule):
         return merge_telemetry(*parts, self.step_verifier.telemetry)
 
     def _evaluate(self, batch: Batch) -> None:
-        images = float_images(batch["images"], self.memory_format)
-        outputs = self.ema_net(images)
+        loan = self.replay.evaluation_loan
+        with loan.borrowing() if loan is not None else contextlib.nullcontext():
+            images = float_images(batch["images"], self.memory_format)
+            outputs = self.ema_net(images)
         self.evaluator.update(outputs, batch)
+
+    def _lend_pool_to_evaluation(self) -> None:
+        """Lend the step pool's free blocks to the evaluation pass that starts (see
+        ``ReplayConfig.evaluate_in_pool``); the metric's state stays outside the pool."""
+        if self.replay.evaluation_loan is not None:
+            self.replay.evaluation_loan.open()
+
+    def _end_evaluation_loan(self) -> None:
+        """Take the blocks back once the pass's metrics are computed (raises ``PoolLeakError``
+        when a tensor of the pass is still alive in them)."""
+        if self.replay.evaluation_loan is not None:
+            self.replay.evaluation_loan.close()
 
     def _log_metrics(self, stage: str) -> None:
         for name, value in self.evaluator.compute().items():

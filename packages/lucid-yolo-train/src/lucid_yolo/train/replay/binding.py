@@ -18,6 +18,7 @@ from lucid_yolo.replay import (
     RegionRecorder,
     ReplayPool,
     RetireReason,
+    ScratchLoan,
     Telemetry,
     TensorSpec,
     merge_telemetry,
@@ -68,6 +69,9 @@ class NetworkReplay:
         self.segment_heads: RegionRecorder | None = None
         self.loss_recorder: RegionRecorder | None = None
         self._pool: ReplayPool | None = None
+        self.evaluation_loan: ScratchLoan | None = None
+        """The step pool's free blocks lent to evaluation between replayed steps
+        (``config.evaluate_in_pool``); ``None`` until the pool exists or when turned off."""
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
 
     def images(
@@ -178,6 +182,8 @@ class NetworkReplay:
         if self._pool is not None:
             return self._pool
         pool = self._pool = ReplayPool(device)
+        if self.config.evaluate_in_pool:
+            self.evaluation_loan = ScratchLoan(pool)
         if self.config.network:
             self.network = RegionRecorder(
                 self._network_region,

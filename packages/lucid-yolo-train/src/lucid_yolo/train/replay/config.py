@@ -32,6 +32,13 @@ class ReplayConfig:
             results are compared bitwise; the first difference retires every region with
             ``parity-mismatch`` (:mod:`lucid_yolo.train.replay.step_verifier`). ``0`` never
             verifies.
+        evaluate_in_pool: while graphs hold the step's pool, evaluation's forward (validation,
+            test) runs in the pool's free blocks between replayed steps instead of reserving
+            its own memory beside them (:class:`~lucid_yolo.replay.ScratchLoan`): a replayed
+            fit's peak then stays near a native one's, whose evaluation reuses what the
+            training step freed. The same kernels run on the same inputs, so the metrics are
+            the same bits. ``False`` is for a subclass whose evaluation keeps the forward's
+            outputs beyond its pass (the loan raises ``PoolLeakError`` at the pass's end).
 
     Raises:
         TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
@@ -43,6 +50,7 @@ class ReplayConfig:
     update: bool = False
     max_signatures: int = 4
     verify_every: int = 0
+    evaluate_in_pool: bool = True
 
     def __post_init__(self) -> None:
         if self.max_signatures < 1:
