@@ -304,7 +304,6 @@ def _replayed_with_evaluation_copy() -> tuple[RegionRecorder, nn.Module, Tensor]
     return recorder, evaluated, x
 
 
-@torch.no_grad()
 def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held: None) -> None:
     """An evaluation forward between replayed steps, lent the pool's free blocks, runs in the
     training step's scratch: nothing new is reserved, its output lives in the pool and has the
@@ -313,7 +312,7 @@ def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held:
     loan = ScratchLoan(recorder.pool)
     reserved = torch.cuda.memory_reserved()
     loan.open()
-    with loan.borrowing():
+    with loan.borrowing(), torch.no_grad():
         lent = evaluated(x)
     assert _pool_of(lent.data_ptr()) == tuple(recorder.pool.handle)
     lent_bits = lent.cpu()
@@ -322,7 +321,8 @@ def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held:
     torch.cuda.synchronize()
     assert torch.cuda.memory_reserved() == reserved
     assert loan.borrowed == 1
-    outside = evaluated(x)
+    with torch.no_grad():
+        outside = evaluated(x)
     torch.cuda.synchronize()
     assert torch.cuda.memory_reserved() > reserved
     assert _pool_of(outside.data_ptr()) == (0, 0)
@@ -331,14 +331,13 @@ def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held:
     assert recorder.telemetry.replays == 3
 
 
-@torch.no_grad()
 def test_gpu_evaluation_keeping_a_lent_tensor_raises_at_the_loan_end(rng_state_held: None) -> None:
     """A tensor of the loan still referenced when it closes sits in memory the next replay
     writes: the loan refuses to end quietly."""
     recorder, evaluated, x = _replayed_with_evaluation_copy()
     loan = ScratchLoan(recorder.pool)
     loan.open()
-    with loan.borrowing():
+    with loan.borrowing(), torch.no_grad():
         kept = evaluated(x)
     with pytest.raises(PoolLeakError, match="between replayed steps"):
         loan.close()
