@@ -61,12 +61,14 @@ def owner_of(event: Event, pools: Sequence[PoolRange]) -> str:
 
 
 def _pool_reservations(trace: Sequence[Event], pools: Sequence[PoolRange]) -> dict[int, str]:
-    """The reserving events (by index) whose segment is a graph pool's.
+    """The reserving events (by index) whose memory is a graph pool's.
 
-    A pool's segments live as long as its graphs, so a pool segment is one that the end-of-fit
-    snapshot lists at that address with that size and that the trace never frees afterwards.
+    A pool's segments live as long as its graphs, so a pool reservation is one that lies within
+    a segment the end-of-fit snapshot lists as the pool's and that the trace never frees
+    afterwards. With PyTorch's default segments that is one ``segment_alloc`` of the segment's
+    whole size; with expandable segments the snapshot's segment is the range the allocator
+    reserved, and the trace maps memory into it piece by piece (``segment_map``).
     """
-    pool_at = {start: (size, name) for start, size, name in pools}
     open_reservations: dict[int, int] = {}
     for index, event in enumerate(trace):
         sign = _RESERVE.get(event["action"], 0)
@@ -76,9 +78,12 @@ def _pool_reservations(trace: Sequence[Event], pools: Sequence[PoolRange]) -> di
             open_reservations.pop(int(event["addr"]), None)
     found = {}
     for address, index in open_reservations.items():
-        pool = pool_at.get(address)
-        if pool is not None and pool[0] == int(trace[index]["size"]):
-            found[index] = pool[1]
+        position = bisect.bisect_right(pools, (address, float("inf"), "")) - 1
+        if position < 0:
+            continue
+        start, size, name = pools[position]
+        if address + int(trace[index]["size"]) <= start + size:
+            found[index] = name
     return found
 
 

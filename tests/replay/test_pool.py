@@ -130,16 +130,16 @@ def test_scratch_loan_raises_at_close_when_a_block_outlives_the_pass(
     assert graphs.static_outputs
 
 
-def test_scratch_loan_opens_once_per_pass(monkeypatch: pytest.MonkeyPatch) -> None:
-    """An open loan keeps its first reading: a pass that starts again after a failed one
-    compares with the pool as it was before either."""
-    readings = iter([frozenset({(0, 512)}), frozenset({(0, 512)})])
+def test_scratch_loan_reads_the_pool_afresh_at_each_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that starts after one that failed before closing compares with the pool as it is
+    when it starts: blocks alive then (a new recording's) are not the pass's."""
+    readings = iter([frozenset({(0, 512)}), frozenset({(0, 512), (512, 1024)})] * 2)
     monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
     pool = ReplayPool("cpu")
     graphs = _captured(pool)
     loan = ScratchLoan(pool)
-    loan.open()
+    loan.open()  # a pass that fails before close
     loan.open()
     loan.close()
-    assert next(readings, None) is None
+    assert not loan.lending
     assert graphs.static_outputs

@@ -118,6 +118,25 @@ def test_event_owners_follow_a_reused_address_from_a_stream_segment_to_a_pool(
     assert owners == ["stream 0", "stream 0", "stream 0", "stream 0", POOL[2], POOL[2]]
 
 
+def test_event_owners_name_the_pool_of_expandable_segments_mapped_piece_by_piece(
+    trace_tools: ModuleType,
+) -> None:
+    # With expandable segments the snapshot lists the pool's whole range, and the trace maps
+    # memory into it in pieces; a piece mapped for a stream and unmapped is not the pool's.
+    trace = [
+        _event("segment_map", 5000, 200),  # a stream's piece, unmapped before the pool's
+        _event("segment_unmap", 5000, 200),
+        _event("segment_map", 5000, 400),
+        _event("alloc", 5000, 300, MODEL, RECORD),
+        _event("segment_map", 5400, 600),
+        _event("alloc", 5500, 500, MODEL),
+        _event("segment_map", 9000, 100),  # beside the pool
+        _event("alloc", 9000, 100, DATA),
+    ]
+    owners = trace_tools.event_owners(trace, [POOL])
+    assert owners == ["stream 0", "stream 0", *[POOL[2]] * 4, "stream 0", "stream 0"]
+
+
 def test_attribute_names_the_blocks_alive_at_the_allocated_peak(trace_tools: ModuleType) -> None:
     report = trace_tools.attribute(_trace(), [POOL], _is_marker)
     peak = report["allocated"]

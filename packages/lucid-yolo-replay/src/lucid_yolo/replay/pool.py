@@ -266,14 +266,15 @@ class ScratchLoan:
     """The pool's free blocks lent to eager work between replayed steps, such as an evaluation
     pass, and checked when they come back.
 
-    Between two replayed steps the blocks that a step needs only while it runs (its
-    activations, the loss's transients) hold nothing. Eager work that reserved memory of its
-    own beside them would raise the process's peak above a native run's, whose evaluation reuses
-    the blocks the training step freed; run inside :meth:`borrowing`, it allocates from those
-    free blocks instead. That is safe only while no graph of the pool replays and nothing
-    allocated during the loan outlives it, because the next replay writes that memory:
-    :meth:`open` notes the pool's live blocks and :meth:`close` raises if any allocated since is
-    still alive.
+    Between two replayed steps the pool's free blocks, those a step needs only while it runs
+    (the backward's and the loss's transients; the activations saved for the backward stay
+    allocated), hold nothing. Eager work that reserved memory of its own beside them would raise
+    the process's peak further above a native run's, whose evaluation reuses the blocks the
+    training step freed; run inside :meth:`borrowing`, it allocates from those free blocks first
+    (and grows the pool when they are too few). That is safe only while no graph of the pool
+    replays and nothing allocated during the loan outlives it, because the next replay writes
+    that memory: :meth:`open` notes the pool's live blocks and :meth:`close` raises if any
+    allocated since is still alive.
 
     Each call inside :meth:`borrowing` runs on the pool's side stream, ordered after and before
     the caller's stream, which is where the pool's free blocks are (the caching allocator hands
@@ -301,9 +302,12 @@ class ScratchLoan:
         return self._before is not None
 
     def open(self) -> None:
-        """Start lending when graphs hold the pool (a no-op otherwise, and when already open)."""
-        if self._before is None and self.pool.holds_graphs:
-            self._before = self.pool.live_blocks()
+        """Start lending when graphs hold the pool (otherwise the loan stays closed).
+
+        Each pass opens afresh: what is alive in the pool when it starts is not its own, even
+        after a pass that failed before :meth:`close`.
+        """
+        self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
 
     @contextlib.contextmanager
     def borrowing(self) -> Iterator[None]:
