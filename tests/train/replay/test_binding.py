@@ -315,17 +315,18 @@ def test_network_replay_images_without_the_network_region_are_fresh() -> None:
 def test_replayed_fit_lends_its_pool_to_each_validation_pass_after_the_first_recording(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
-    # Three epochs of two steps, each validated in one batch; the sanity check comes before any
-    # graph holds the pool. On the CPU the lending itself is a no-op (the gpu parity test reads
-    # the pool's memory): this pins the module's hooks, a pass per epoch, and the loan's end.
+    # Two epochs of two steps, each validated in one batch; the network records at its second
+    # call, and the sanity check comes before any graph holds the pool. On the CPU the lending
+    # itself is a no-op (the gpu parity test reads the pool's memory): this pins the module's
+    # hooks, a borrowed forward per pass, and the loan's end.
     yaml = tiny_dataset("detect")
-    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 6, "validate": True}
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
     replayed = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
     loan = replayed.module.replay.evaluation_loan
     assert loan is not None
-    assert loan.borrowed == 3
+    assert loan.borrowed == 2
     assert not loan.lending
-    assert len(replayed.val) == 3
+    assert len(replayed.val) == 2
 
 
 def test_evaluation_loan_follows_the_option() -> None:
