@@ -342,3 +342,29 @@ def test_gpu_evaluation_keeping_a_lent_tensor_raises_at_the_loan_end(rng_state_h
     with pytest.raises(PoolLeakError, match="between replayed steps"):
         loan.close()
     assert kept.shape == (8, 4, 128, 128)
+
+
+def test_gpu_lent_block_is_written_again_only_after_the_callers_reads(
+    rng_state_held: None,
+) -> None:
+    """A borrowed output read on the caller's stream and dropped goes back to the pool at once
+    (no ``record_stream``): the next borrowed call gets the same block, and may write it only
+    after the caller's queued read. Without the side stream's wait for the caller's stream, the
+    read, held back here by a sleeping kernel, would see the second call's values."""
+    recorder, _, _ = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool)
+    loan.open()
+    count = 1 << 20
+    with loan.borrowing():
+        first = torch.full((count,), 1.0, device="cuda")
+    address = first.data_ptr()
+    torch.cuda._sleep(200_000_000)  # about 0.1 s of the caller's stream
+    total = first.sum()
+    del first
+    with loan.borrowing():
+        second = torch.full((count,), 2.0, device="cuda")
+    reused = second.data_ptr() == address
+    del second
+    assert total.item() == count
+    assert reused
+    loan.close()

@@ -132,14 +132,28 @@ def test_scratch_loan_raises_at_close_when_a_block_outlives_the_pass(
 
 def test_scratch_loan_reads_the_pool_afresh_at_each_open(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass that starts after one that failed before closing compares with the pool as it is
-    when it starts: blocks alive then (a new recording's) are not the pass's."""
-    readings = iter([frozenset({(0, 512)}), frozenset({(0, 512), (512, 1024)})] * 2)
+    when it starts: a block alive then (a new recording's) is not the pass's."""
+    earlier, now = frozenset({(0, 512)}), frozenset({(0, 512), (512, 1024)})
+    readings = iter([earlier, now, now])  # the failed pass's open, the next open, its close
     monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
     pool = ReplayPool("cpu")
     graphs = _captured(pool)
     loan = ScratchLoan(pool)
-    loan.open()  # a pass that fails before close
+    loan.open()
     loan.open()
     loan.close()
-    assert not loan.lending
+    assert next(readings, None) is None
+    assert graphs.static_outputs
+
+
+def test_scratch_loan_marks_the_pool_lent_while_it_lends() -> None:
+    pool = ReplayPool("cpu")
+    loan = ScratchLoan(pool)
+    loan.open()
+    assert not pool.lent  # nothing to lend before a graph holds the pool
+    graphs = _captured(pool)
+    loan.open()
+    assert pool.lent
+    loan.close()
+    assert not pool.lent
     assert graphs.static_outputs

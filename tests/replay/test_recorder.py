@@ -26,6 +26,7 @@ from lucid_yolo.replay import (
     ReplayPool,
     ReplayRetiredWarning,
     RetireReason,
+    ScratchLoan,
     TensorSpec,
     first_difference,
     grads_of,
@@ -847,3 +848,20 @@ def test_recorder_static_input_refuses_another_layout_an_open_forward_and_retire
     with pytest.warns(ReplayRetiredWarning, match="forward-altered"):
         recorder.retire(RetireReason.FORWARD_ALTERED, "test")
     assert recorder.static_input(0, spec) is None
+
+
+def test_recorder_runs_native_while_its_pool_is_lent() -> None:
+    """A replay or a recording would write blocks that evaluation borrowed between steps."""
+    recorder = RegionRecorder(ModuleRegion(make_net("cpu")))
+    x, target = torch.randn(2, 3, 16, 16), torch.randn(2, 4, 16, 16)
+    for _ in range(2):
+        loss_of(recorder(x), target).backward()
+    assert recorder.telemetry.replays == 1
+    loan = ScratchLoan(recorder.pool)
+    loan.open()
+    loss_of(recorder(x), target).backward()
+    assert recorder.telemetry.native_calls["pool-lent"] == 1
+    assert recorder.telemetry.replays == 1
+    loan.close()
+    loss_of(recorder(x), target).backward()
+    assert recorder.telemetry.replays == 2

@@ -17,8 +17,10 @@ from torch import nn
 from lucid_yolo.replay import (
     GraphedOptimizer,
     ReplayConfigError,
+    ReplayPool,
     ReplayRetiredWarning,
     RetireReason,
+    ScratchLoan,
     UpdateRecorder,
     first_difference,
     state_digest,
@@ -319,6 +321,21 @@ def test_update_recorder_retired_runs_native() -> None:
     recorder()
     assert recorder.telemetry.native_calls["retired"] == 1
     assert t.item() == 1
+
+
+def test_update_recorder_runs_native_while_its_pool_is_lent() -> None:
+    t = torch.zeros(1)
+    pool = ReplayPool("cpu")
+    recorder = UpdateRecorder(lambda: t.add_(1), state=lambda: [t], warmup_steps=0, pool=pool)
+    recorder()
+    loan = ScratchLoan(pool)
+    loan.open()
+    recorder()
+    loan.close()
+    recorder()
+    assert recorder.telemetry.native_calls["pool-lent"] == 1
+    assert (recorder.telemetry.recordings, recorder.telemetry.replays) == (1, 2)
+    assert t.item() == 3
 
 
 def test_update_recorder_capture_check_leaves_no_trace() -> None:

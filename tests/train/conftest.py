@@ -53,6 +53,8 @@ class DigestedFit:
     MuSGD``)."""
     val: list[dict[str, str]]
     """The bits of each validation pass's metrics after the sanity check (``validate``)."""
+    val_outputs: list[dict[str, str]]
+    """Digests of every evaluation forward's outputs, sanity check included (``validate``)."""
 
 
 class _LossBits(Callback):
@@ -103,10 +105,18 @@ def digested_fit(
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
     ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder;
     ``max_instances`` the data module's target rows (``None``: its choice); ``validate``
-    validates every epoch (2 training batches) and records each pass's metric bits."""
+    validates every epoch (2 training batches) in batches of 2 (2 a pass) and records each
+    pass's metric bits and each evaluation forward's output digests."""
     pl.seed_everything(0)
     data = YoloDataModule(
-        yaml, task=task, imgsz=imgsz, batch_size=4, workers=0, max_instances=max_instances, seed=0
+        yaml,
+        task=task,
+        imgsz=imgsz,
+        batch_size=4,
+        val_batch_size=2 if validate else None,
+        workers=0,
+        max_instances=max_instances,
+        seed=0,
     )
     suffix = TASK_SUFFIXES[task]
     clip = {} if grad_clip_norm is None else {"grad_clip_norm": grad_clip_norm}
@@ -122,6 +132,11 @@ def digested_fit(
         **clip,
     )
     losses, val = _LossBits(), _ValBits()
+    val_outputs: list[dict[str, str]] = []
+    if validate:
+        module.ema_net.register_forward_hook(
+            lambda _module, _args, outputs: val_outputs.append(state_digest(outputs))
+        )
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=1,
@@ -156,6 +171,7 @@ def digested_fit(
         module,
         {r.name: r.telemetry.as_dict() for r in module.replay_recorders()},
         val.val,
+        val_outputs,
     )
 
 

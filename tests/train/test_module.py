@@ -16,7 +16,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
-from lucid_yolo.replay import ReplayRetiredWarning, RetireReason
+from lucid_yolo.replay import PoolLeakError, ReplayRetiredWarning, RetireReason, ScratchLoan
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
@@ -442,3 +442,18 @@ def test_module_checkpoint_written_in_one_layout_loads_into_the_other(
     assert _weights_in_layout(exported, torch.contiguous_format)
     for name, value in exported.ema_net.state_dict().items():
         assert torch.equal(value, module.ema_net.state_dict()[name]), name
+
+
+def test_evaluation_loan_leak_names_the_option_that_turns_the_loan_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = YoloModule("yolo26n", num_classes=3, replay=ReplayConfig(network=True))
+    module.replay.shared_pool(torch.device("cpu"))
+
+    def leaked(self: ScratchLoan) -> None:
+        raise PoolLeakError("1 block(s) allocated during work lent the pool's free blocks")
+
+    monkeypatch.setattr(ScratchLoan, "close", leaked)
+    with pytest.raises(PoolLeakError, match=r"--model\.replay\.evaluate_in_pool false") as caught:
+        module._end_evaluation_loan()
+    assert isinstance(caught.value.__cause__, PoolLeakError)

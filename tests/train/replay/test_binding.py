@@ -315,18 +315,19 @@ def test_network_replay_images_without_the_network_region_are_fresh() -> None:
 def test_replayed_fit_lends_its_pool_to_each_validation_pass_after_the_first_recording(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
-    # Two epochs of two steps, each validated in one batch; the network records at its second
+    # Two epochs of two steps, each validated in two batches; the network records at its second
     # call, and the sanity check comes before any graph holds the pool. On the CPU the lending
     # itself is a no-op (the gpu parity test reads the pool's memory): this pins the module's
-    # hooks, a borrowed forward per pass, and the loan's end.
+    # hooks, a borrowed forward per batch of each pass, and the loan's end.
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
     replayed = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
     loan = replayed.module.replay.evaluation_loan
     assert loan is not None
-    assert loan.borrowed == 2
+    assert loan.borrowed == 4
     assert not loan.lending
     assert len(replayed.val) == 2
+    assert len(replayed.val_outputs) == 2 + 4
 
 
 def test_evaluation_loan_follows_the_option() -> None:

@@ -62,6 +62,9 @@ class ReplayPool:
         self._open: list[weakref.ref[OpenForward]] = []
         self._holders: weakref.WeakSet[object] = weakref.WeakSet()
         self._static_outputs: weakref.WeakSet[Tensor] = weakref.WeakSet()
+        self.lent = False
+        """Whether a :class:`ScratchLoan` lends the pool's free blocks now: its recorders then
+        run native, since a replay or a recording would write blocks the borrower may hold."""
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -138,9 +141,13 @@ class ReplayPool:
             return
         current = torch.cuda.current_stream(self.device)
         self.stream.wait_stream(current)
-        with torch.cuda.stream(self.stream):
-            yield
-        current.wait_stream(self.stream)
+        try:
+            with torch.cuda.stream(self.stream):
+                yield
+        finally:
+            # also after an error: what the body queued must finish before the caller's stream
+            # reuses or frees the blocks it wrote
+            current.wait_stream(self.stream)
 
     @contextlib.contextmanager
     def warm_up(self, *, into_pool: bool) -> Iterator[None]:
@@ -169,7 +176,7 @@ class ReplayPool:
         before = self.live_blocks()
         with self.side_stream_allocates_in_pool():
             yield
-        self.raise_if_left(
+        self._raise_if_left(
             before,
             during="a warm-up",
             why="the region keeps a device tensor beyond its call (a cache, a buffer created on "
@@ -178,7 +185,7 @@ class ReplayPool:
             "same inputs) or give the recorder a pool of its own",
         )
 
-    def raise_if_left(
+    def _raise_if_left(
         self, before: frozenset[tuple[int, int]], *, during: str, why: str, remedy: str
     ) -> None:
         """Raise when a block allocated in the pool since ``before`` (:meth:`live_blocks`) is
@@ -226,7 +233,8 @@ class ReplayPool:
     def live_blocks(self) -> frozenset[tuple[int, int]]:
         """``(address, size)`` of every allocated block of this pool (empty for the stand-in).
 
-        Read from the allocator's memory snapshot, so only call it around a recording.
+        Read from the allocator's memory snapshot, so call it around a recording or an
+        evaluation pass, never per step.
         """
         if not self.uses_cuda or self._handle is None:
             return frozenset()
@@ -302,12 +310,14 @@ class ScratchLoan:
         return self._before is not None
 
     def open(self) -> None:
-        """Start lending when graphs hold the pool (otherwise the loan stays closed).
+        """Start lending when graphs hold the pool (otherwise the loan stays closed); until
+        :meth:`close`, the pool's recorders run native (:attr:`ReplayPool.lent`).
 
         Each pass opens afresh: what is alive in the pool when it starts is not its own, even
         after a pass that failed before :meth:`close`.
         """
         self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
+        self.pool.lent = self._before is not None
 
     @contextlib.contextmanager
     def borrowing(self) -> Iterator[None]:
@@ -326,8 +336,9 @@ class ScratchLoan:
             PoolLeakError: when a block allocated during the loan is still alive.
         """
         before, self._before = self._before, None
+        self.pool.lent = False
         if before is not None:
-            self.pool.raise_if_left(
+            self.pool._raise_if_left(
                 before,
                 during="work lent the pool's free blocks between replayed steps",
                 why="a tensor computed there is still referenced (kept in a cache or a list, "

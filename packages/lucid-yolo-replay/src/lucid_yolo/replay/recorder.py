@@ -175,6 +175,8 @@ class RegionRecorder:
         """Run the region: native, record then replay, or replay (see the class docstring)."""
         if not self.enabled:
             return self._native("disabled", args)
+        if self.pool.lent:
+            return self._native("pool-lent", args)
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self._native("no-grad", args)
         if self.retired is not None:

@@ -149,6 +149,8 @@ class UpdateRecorder:
         """Run the update: native (warm-up, retired, new key past the limit) or replayed."""
         if not self.enabled:
             return self._native("disabled")
+        if self.pool is not None and self.pool.lent:
+            return self._native("pool-lent")
         if self.retired is not None:
             return self._native("retired")
         key = self.key()

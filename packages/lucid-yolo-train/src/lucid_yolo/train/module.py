@@ -19,7 +19,13 @@ from torch import Tensor
 from typing_extensions import override
 
 from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
-from lucid_yolo.replay import RegionRecorder, Telemetry, UpdateRecorder, merge_telemetry
+from lucid_yolo.replay import (
+    PoolLeakError,
+    RegionRecorder,
+    Telemetry,
+    UpdateRecorder,
+    merge_telemetry,
+)
 from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
@@ -533,10 +539,22 @@ class YoloModule(pl.LightningModule):
             self.replay.evaluation_loan.open()
 
     def _end_evaluation_loan(self) -> None:
-        """Take the blocks back once the pass's metrics are computed (raises ``PoolLeakError``
-        when a tensor of the pass is still alive in them)."""
-        if self.replay.evaluation_loan is not None:
+        """Take the blocks back once the pass's metrics are computed.
+
+        Raises:
+            PoolLeakError: a tensor the pass's forward made is still alive in them (kept by a
+                subclass's evaluation, for example), with the option that turns the loan off.
+        """
+        if self.replay.evaluation_loan is None:
+            return
+        try:
             self.replay.evaluation_loan.close()
+        except PoolLeakError as error:
+            raise PoolLeakError(
+                f"{error}. In lucid-yolo the evaluation forward's outputs are lent the graphs' "
+                "memory only for their pass: clone what the pass keeps, or evaluate beside the "
+                "graphs with --model.replay.evaluate_in_pool false"
+            ) from error
 
     def _log_metrics(self, stage: str) -> None:
         for name, value in self.evaluator.compute().items():

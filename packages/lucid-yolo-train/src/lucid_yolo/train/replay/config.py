@@ -35,9 +35,9 @@ class ReplayConfig:
         evaluate_in_pool: while graphs hold the step's pool, evaluation's forward (validation,
             test) runs in the pool's free blocks between replayed steps instead of reserving
             its own memory beside them (:class:`~lucid_yolo.replay.ScratchLoan`), as a native
-            fit's evaluation reuses what its training step freed (a replayed detect fit at
-            batch 16 on an H200 peaked at 3.15 GiB with it, 3.33 without; native 2.46). The
-            same kernels run on the same inputs, so the metrics are the same bits. ``False``
+            fit's evaluation reuses what its training step freed: a lower peak
+            (docs/engineering/whole-fit-speed.md, session 13). The same kernels run on the
+            same inputs, so the metrics are the same bits. ``False``
             is for a subclass whose evaluation keeps the forward's outputs beyond its pass (the
             loan raises ``PoolLeakError`` at the pass's end).
 
