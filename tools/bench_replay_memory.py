@@ -20,6 +20,9 @@ segment heads for segment, loss, update and EMA blend). It records:
   pools each stream (a warm-up on a side stream leaves blocks there that the default stream can
   never reuse), with reserved and allocated bytes each;
 - the replay telemetry (recordings, replays, ``pool_bytes``);
+- for a replayed fit without ``--history``, what the evaluation loan's reading of the graph
+  pool's live blocks (``ReplayPool.live_blocks``, an allocator snapshot, taken twice a
+  validation pass) costs in the state the fit ends in: the median of five, in ms;
 - with ``--history``, the allocator's trace replayed on the host (:mod:`memory_trace`): at the
   peak allocated, at the peak reserved, and at the peak outside the graph pools during the last
   step, the blocks alive then by owner and allocation site, which names the code path (warm-up,
@@ -243,6 +246,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "recordings": recordings,
         "owners_at_end": None,
         "attribution": None,
+        "loan_reading_ms": None,
     }
     if cuda:
         torch.cuda.synchronize()
@@ -251,12 +255,25 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         result["peak_allocated"] = torch.cuda.max_memory_allocated()
         result["stats"] = {k: stats.get(k) for k in STATS}
         result["owners_at_end"] = segments_by_owner(torch.cuda.memory_snapshot())
+        loan = module.replay.evaluation_loan
+        if loan is not None and loan.pool.holds_graphs and not history:
+            result["loan_reading_ms"] = _median_ms(loan.pool.live_blocks, repeats=5)
     if history:
         try:
             result["attribution"] = _attribution(args.history_entries)
         except Exception as error:  # the peaks above must survive a trace this tool misreads
             result["attribution"] = {"error": repr(error)}
     return result
+
+
+def _median_ms(call: Any, repeats: int) -> float:
+    """Median wall time of ``repeats`` calls, in ms."""
+    times = []
+    for _ in range(repeats):
+        began = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - began)
+    return 1000.0 * sorted(times)[len(times) // 2]
 
 
 # ---------------------------------------------------------------------------- runs (parent)
@@ -371,6 +388,18 @@ def budget_table(cases: list[dict[str, Any]]) -> str:
     return "\n".join(lines) + "\n" if len(lines) > 2 else ""
 
 
+def loan_lines(cases: list[dict[str, Any]]) -> str:
+    """Markdown: per replayed fit that measured it, the evaluation loan's pool reading."""
+    lines = [
+        f"- {case['task']} b{case['batch']}: the evaluation loan's reading of the pool's live "
+        f"blocks took {case['replay']['loan_reading_ms']:.2f} ms at the fit's end (read twice a "
+        "validation pass)"
+        for case in cases
+        if case["replay"].get("loan_reading_ms") is not None
+    ]
+    return "\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def site_tables(cases: list[dict[str, Any]], rows: int = 10) -> str:
     """Markdown: per fit with ``--history``, the largest allocation sites at each peak."""
     parts = []
@@ -439,7 +468,7 @@ def _parent(args: argparse.Namespace) -> dict[str, Any]:
         "cases": cases,
     }
     (args.out / "replay_memory.json").write_text(json.dumps(report, indent=1))
-    summary = table(cases) + "\n\n" + budget_table(cases)
+    summary = table(cases) + "\n\n" + budget_table(cases) + loan_lines(cases)
     (args.out / "replay_memory.md").write_text(summary + site_tables(cases))
     print(summary, flush=True)
     return report

@@ -110,7 +110,22 @@ def test_cpu_smoke_mode_writes_both_fits_of_a_case(bench: ModuleType, tmp_path: 
     assert case["replay"]["telemetry"]["replays"] > 0
     assert case["replay"]["peak_reserved"] is None
     assert case["replay"]["attribution"] is None  # no allocator trace without CUDA
+    assert case["replay"]["loan_reading_ms"] is None
     assert "| detect b1 |" in (tmp_path / "out" / "replay_memory.md").read_text()
+
+
+def test_loan_lines_name_each_replayed_fit_that_measured_its_loan_reading(
+    bench: ModuleType,
+) -> None:
+    cases = [
+        {"task": "detect", "batch": 16, "native": {}, "replay": {"loan_reading_ms": 4.25}},
+        {"task": "detect", "batch": 4, "native": {}, "replay": {"loan_reading_ms": None}},
+    ]
+    text = bench.loan_lines(cases)
+    assert "- detect b16: the evaluation loan's reading" in text
+    assert "4.25 ms" in text
+    assert "b4" not in text
+    assert bench.loan_lines(cases[1:]) == ""
 
 
 def test_watch_recordings_logs_memory_around_each_recording(
