@@ -57,9 +57,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import time
+import timeit
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -257,23 +259,14 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         result["owners_at_end"] = segments_by_owner(torch.cuda.memory_snapshot())
         loan = module.replay.evaluation_loan
         if loan is not None and loan.pool.holds_graphs and not history:
-            result["loan_reading_ms"] = _median_ms(loan.pool.live_blocks, repeats=5)
+            readings = timeit.repeat(loan.pool.live_blocks, number=1, repeat=5)
+            result["loan_reading_ms"] = 1000.0 * statistics.median(readings)
     if history:
         try:
             result["attribution"] = _attribution(args.history_entries)
         except Exception as error:  # the peaks above must survive a trace this tool misreads
             result["attribution"] = {"error": repr(error)}
     return result
-
-
-def _median_ms(call: Any, repeats: int) -> float:
-    """Median wall time of ``repeats`` calls, in ms."""
-    times = []
-    for _ in range(repeats):
-        began = time.perf_counter()
-        call()
-        times.append(time.perf_counter() - began)
-    return 1000.0 * sorted(times)[len(times) // 2]
 
 
 # ---------------------------------------------------------------------------- runs (parent)

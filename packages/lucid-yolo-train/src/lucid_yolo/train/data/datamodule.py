@@ -93,7 +93,7 @@ class YoloDataModule(L.LightningDataModule):
             the largest kept. ``None``: the most instances a training sample can hold (the
             largest image's count times the mosaic's, copy-paste's and mixup's factors), at most
             100, so no instance is cut and the loss works on no more padding rows than it must;
-            a CPU fit's result does not depend on it then (:mod:`.target_rows`). Evaluation splits
+            a fit's result does not depend on it then (:mod:`.target_rows`). Evaluation splits
             use their largest image's count (at least 1), so metrics never lose a ground-truth
             instance and a batch carries no more padding rows than it needs (a segment row holds
             a (H/4, W/4) mask).
