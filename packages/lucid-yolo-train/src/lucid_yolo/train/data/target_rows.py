@@ -10,8 +10,9 @@ With ``N`` at least that bound no instance is ever cut, and the padded rows are 
 every loss term, so a fit is bit for bit the fit with any larger ``N``: the four tasks' CPU fits
 with ``N`` of 100, 48 and 24 gave the same weights and losses, and so did bf16 fits of the four
 with every region replayed on an H200, 100 rows against the automatic choice
-(``tools/max_instances_parity.py``; ``tests/train/data/test_target_rows.py``). ``max_instances=None`` therefore takes that bound, at
-most :data:`AUTO_MAX_ROWS`, the earlier fixed default, whose cut a crowded set keeps.
+(``tools/max_instances_parity.py``; ``tests/train/data/test_target_rows.py``).
+``max_instances=None`` therefore takes that bound, at most :data:`AUTO_MAX_ROWS`, the earlier
+fixed default, whose cut a crowded set keeps.
 """
 
 from __future__ import annotations
