@@ -28,7 +28,7 @@ Command (GPU machine, from the repository root)::
 
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/profile_validation.py \\
         --tasks detect segment --images 128 --imgsz 640 --batch 16 --train-epochs 5
-    # validation in batches of 32 (twice --batch, the data module's default); --val-batch N
+    # validation in batches of 16 (--batch, the data module's default); --val-batch N
 
 A CPU check with small numbers:
 ``--images 8 --imgsz 64 --batch 4 --repeats 1 --train-images 8 --train-epochs 1``.
@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--batch", type=int, default=16, help="training batch")
     parser.add_argument(
-        "--val-batch", type=int, default=None, help="validation batch (default: 2x --batch)"
+        "--val-batch", type=int, default=None, help="validation batch (default: --batch)"
     )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)

@@ -307,7 +307,9 @@ def _replayed_with_evaluation_copy() -> tuple[RegionRecorder, nn.Module, Tensor]
 def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held: None) -> None:
     """An evaluation forward between replayed steps, lent the pool's free blocks, runs in the
     training step's scratch: nothing new is reserved, its output lives in the pool and has the
-    bits of the same forward outside the loan, which reserves its activations anew."""
+    bits of the same forward outside the loan, which allocates beside the pool. (Whether that
+    forward reserves anew depends on what earlier tests left cached in the worker's default
+    pool, so the contrast is read from where its output lives.)"""
     recorder, evaluated, x = _replayed_with_evaluation_copy()
     loan = ScratchLoan(recorder.pool)
     reserved = torch.cuda.memory_reserved()
@@ -324,7 +326,6 @@ def test_gpu_evaluation_lent_the_pool_reserves_nothing_beside_it(rng_state_held:
     with torch.no_grad():
         outside = evaluated(x)
     torch.cuda.synchronize()
-    assert torch.cuda.memory_reserved() > reserved
     assert _pool_of(outside.data_ptr()) == (0, 0)
     assert torch.equal(outside.cpu(), lent_bits)
     recorder(x).square().mean().backward()

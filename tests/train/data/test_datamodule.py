@@ -418,14 +418,15 @@ def test_datamodule_long_label_scan_prints_progress_on_stdout(
     assert "data: " not in captured.err
 
 
-def test_datamodule_val_batch_size_defaults_to_twice_the_training_batch(
+def test_datamodule_val_batch_size_defaults_to_the_training_batch(
     pose_yaml: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     data = _module(pose_yaml)
     data.setup("validate")
     line = next(line for line in capsys.readouterr().out.splitlines() if "data: val:" in line)
-    assert data.val_dataloader().batch_size == 8
-    assert "batches of 8 (2x the training batch" in line
+    assert data.batch_size == 4
+    assert data.val_dataloader().batch_size == 4
+    assert "batches of 4 (the training batch; set val_batch_size to choose)" in line
 
 
 def test_datamodule_val_batch_size_as_asked(

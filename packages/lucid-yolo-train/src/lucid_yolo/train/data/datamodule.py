@@ -82,10 +82,14 @@ class YoloDataModule(L.LightningDataModule):
         imgsz: square network input size, pixels; ``None``: the checkpoint's training size when
             ``yaml`` is a checkpoint, else 640.
         batch_size: training images per batch.
-        val_batch_size: evaluation batch size (validate, test, predict); ``None``: twice
-            ``batch_size``, as the reference trainer does: evaluation keeps no activations for
-            a backward pass, and fewer, larger batches cost fewer launches per image. Metrics
-            do not depend on it (each image is scored on its own).
+        val_batch_size: evaluation batch size (validate, test, predict); ``None``:
+            ``batch_size``. Evaluation then needs no more memory than a training step's
+            forward, so it fits wherever training fits, and in a replayed fit it runs in the
+            graph pool's free scratch (``ReplayConfig.evaluate_in_pool``) instead of reserving
+            its own beside it; on the H200 the fit's start (sanity check and first epoch) was
+            also shorter than at twice the batch, each pass slightly longer (engineering log,
+            whole-fit speed, session 14). Metrics do not depend on it (each image is scored on
+            its own).
         workers: DataLoader worker processes per loader (0: load in the main process), at most
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).
@@ -185,9 +189,9 @@ class YoloDataModule(L.LightningDataModule):
         self.source_images = None if source is None else list_images(source)
         self.imgsz = trained_imgsz if imgsz is None else imgsz
         self.batch_size = batch_size
-        self.val_batch_size = val_batch_size or 2 * batch_size
+        self.val_batch_size = val_batch_size or batch_size
         self._val_batch_reason = (
-            "as asked" if val_batch_size else "2x the training batch; set val_batch_size to choose"
+            "as asked" if val_batch_size else "the training batch; set val_batch_size to choose"
         )
         worker_choice = choose_workers(workers, cpu_count())
         self.workers = worker_choice.workers
