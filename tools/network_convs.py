@@ -51,9 +51,12 @@ class ConvConfig:
         """The configuration of ``conv`` called on ``x`` ``(B, C, H, W)`` in a forward of
         ``images``.
 
-        The images enter the network in float32 (``float_images``); every other convolution's
-        input comes out of an op that CUDA's bf16 autocast runs in bf16 (a convolution, then
-        BatchNorm and SiLU in their input's dtype, upsampling, concatenation, sums).
+        The probe hands the images over in float32, which autocast casts down before the
+        first convolution (a fit makes them in autocast's dtype directly:
+        ``network_input_dtype``; the convolution computes in bf16 either way); every other
+        convolution's input comes out of an op that CUDA's bf16 autocast runs in bf16 (a
+        convolution, then BatchNorm and SiLU in their input's dtype, upsampling,
+        concatenation, sums).
         """
         padding = conv.padding
         if isinstance(padding, str):

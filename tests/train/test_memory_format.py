@@ -1,15 +1,18 @@
-"""The fit's one layout: the option checked, resolved per device, the float images made in it."""
+"""The fit's one layout: the option checked, resolved per device, the float images made in it,
+and in the dtype the network's first convolution computes in."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from lucid_yolo.models import create_model
 from lucid_yolo.train import TrainConfigError
 from lucid_yolo.train.memory_format import (
     check_memory_format,
     float_images,
     layout_stride,
+    network_input_dtype,
     resolve_memory_format,
 )
 
@@ -64,3 +67,61 @@ def test_float_images_are_the_plain_division_in_the_asked_layout(
 def test_layout_stride_is_a_dense_tensor_stride(layout: torch.memory_format) -> None:
     shape = (2, 3, 8, 6)
     assert layout_stride(shape, layout) == torch.empty(shape, memory_format=layout).stride()
+
+
+def _every_value_in_half(device: str, dtype: torch.dtype) -> None:
+    raw = (
+        torch.arange(256, dtype=torch.uint8, device=device)
+        .reshape(1, 1, 16, 16)
+        .expand(2, 3, 16, 16)
+    )
+    for layout in (CHANNELS_LAST, CONTIGUOUS):
+        made = float_images(raw, layout, dtype)
+        cast_down = float_images(raw, layout).to(dtype)
+        assert made.dtype == dtype
+        assert made.is_contiguous(memory_format=layout)
+        assert torch.equal(made.view(torch.int16), cast_down.view(torch.int16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_float_images_in_half_precision_are_the_float32_quotients_cast_down(
+    dtype: torch.dtype,
+) -> None:
+    """All 256 pixel values: the division in half precision rounds each to the float32
+    quotient cast down, as autocast casts a float32 input before the first convolution."""
+    _every_value_in_half("cpu", dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_gpu_float_images_in_half_precision_are_the_float32_quotients_cast_down(
+    dtype: torch.dtype,
+) -> None:
+    _every_value_in_half("cuda", dtype)
+
+
+def test_network_input_dtype_is_autocasts_while_it_is_on() -> None:
+    cpu = torch.device("cpu")
+    assert network_input_dtype(cpu) == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert network_input_dtype(cpu) == torch.bfloat16
+        with torch.autocast("cpu", enabled=False):
+            assert network_input_dtype(cpu) == torch.float32
+    assert network_input_dtype(torch.device("meta")) == torch.float32
+
+
+@pytest.mark.parametrize("name", ["yolo26n", "yolo26n-seg", "yolo26n-pose", "yolo26n-obb"])
+def test_networks_compute_the_same_bits_from_images_in_autocasts_dtype(name: str) -> None:
+    """The first operation of every packaged network is autocast's cast down, so images made
+    in its dtype give the float32 images' outputs to the bit."""
+    net = create_model(name, num_classes=3, seed=0).eval()
+    gen = torch.Generator().manual_seed(0)
+    raw = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=gen)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        dtype = network_input_dtype(raw.device)
+        from_float32 = net(float_images(raw, CONTIGUOUS))
+        from_half = net(float_images(raw, CONTIGUOUS, dtype))
+    assert dtype == torch.bfloat16
+    assert from_float32.keys() == from_half.keys()
+    for key, value in from_float32.items():
+        assert torch.equal(value, from_half[key]), key

@@ -36,6 +36,7 @@ from lucid_yolo.train.memory_format import (
     MemoryFormat,
     check_memory_format,
     float_images,
+    network_input_dtype,
     resolve_memory_format,
 )
 from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS, NonFiniteLossGuard, NonFinitePolicy
@@ -266,7 +267,8 @@ class YoloModule(pl.LightningModule):
 
     def _loss(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """Forward and loss of one micro-batch: ``(total, terms)``."""
-        images = self.replay.images(batch["images"], self.memory_format)
+        raw = batch["images"]
+        images = self.replay.images(raw, self.memory_format, network_input_dtype(raw.device))
         outputs = self.replay(images)
         if self.phase_marker is not None:
             self.phase_marker("network")
@@ -493,8 +495,7 @@ class YoloModule(pl.LightningModule):
 
     @override
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
-        images = float_images(batch["images"], self.memory_format)
-        outputs = self.ema_net(images)
+        outputs = self.ema_net(self._evaluation_images(batch["images"]))
         return self.evaluator.predictions(outputs, batch)
 
     @override
@@ -528,9 +529,11 @@ class YoloModule(pl.LightningModule):
     def _evaluate(self, batch: Batch) -> None:
         loan = self.replay.evaluation_loan
         with loan.borrowing() if loan is not None else contextlib.nullcontext():
-            images = float_images(batch["images"], self.memory_format)
-            outputs = self.ema_net(images)
+            outputs = self.ema_net(self._evaluation_images(batch["images"]))
         self.evaluator.update(outputs, batch)
+
+    def _evaluation_images(self, raw: Tensor) -> Tensor:
+        return float_images(raw, self.memory_format, network_input_dtype(raw.device))
 
     def _lend_pool_to_evaluation(self) -> None:
         """Lend the step pool's free blocks to the evaluation pass that starts (see

@@ -75,31 +75,34 @@ class NetworkReplay:
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
 
     def images(
-        self, raw: Tensor, memory_format: torch.memory_format = torch.contiguous_format
+        self,
+        raw: Tensor,
+        memory_format: torch.memory_format = torch.contiguous_format,
+        dtype: torch.dtype = torch.float32,
     ) -> Tensor:
-        """Float images in [0, 1] for :meth:`__call__`, in ``memory_format``, bit for bit
-        :func:`~lucid_yolo.train.memory_format.float_images`.
+        """Float images in [0, 1] for :meth:`__call__`, in ``memory_format`` and ``dtype``, bit
+        for bit :func:`~lucid_yolo.train.memory_format.float_images`.
 
         Once the network region has recorded, they are built in its static input buffer
         (:meth:`~lucid_yolo.replay.RegionRecorder.static_input`), so the replay copies nothing
-        in and the step holds one float batch instead of two: 78.6 MB at batch 16, 640 px
-        (issue 11, memory). A uint8 to float32 copy is exact in any layout and the same division
-        follows.
+        in and the step holds one float batch instead of two: 78.6 MB at batch 16, 640 px in
+        float32 (issue 11, memory). The same copy and division as ``float_images`` follow.
 
         Args:
             raw: (B, 3, H, W) uint8 images, as the batch brings them, in any layout.
             memory_format: the layout of the result, the fit's one layout
                 (:mod:`lucid_yolo.train.memory_format`), so the region's signature stays the
                 same every step.
+            dtype: the result's dtype (:func:`~lucid_yolo.train.memory_format.network_input_dtype`).
         """
         buffer = None
         if self.network is not None:
             shape = tuple(raw.shape)
             stride = layout_stride(shape, memory_format)
-            spec = TensorSpec(shape, stride, torch.float32, raw.device, False)
+            spec = TensorSpec(shape, stride, dtype, raw.device, False)
             buffer = self.network.static_input(0, spec)
         if buffer is None:
-            return float_images(raw, memory_format)
+            return float_images(raw, memory_format, dtype)
         with torch.no_grad():
             return buffer.copy_(raw).div_(255.0)
 
