@@ -273,24 +273,29 @@ def test_regions_record_a_second_signature_when_the_image_size_changes(
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.dtype == b.dtype and torch.equal(a.view(torch.int32), b.view(torch.int32))
+    bits = {4: torch.int32, 2: torch.int16}[a.element_size()]
+    return a.dtype == b.dtype and torch.equal(a.view(bits), b.view(bits))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("layout", [torch.contiguous_format, torch.channels_last])
 def test_network_replay_images_are_built_in_the_network_static_input_once_recorded(
-    layout: torch.memory_format,
+    layout: torch.memory_format, dtype: torch.dtype
 ) -> None:
+    """In float32, and in bf16 under autocast (the images a bf16-mixed fit makes)."""
     net = create_model("yolo26n", num_classes=3).to(memory_format=layout)
     replay = NetworkReplay(net, "detect", ReplayConfig(network=True))
     gen = torch.Generator().manual_seed(0)
     built = []
     for _ in range(4):  # native warm-up, recording, then two replays
         raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8, generator=gen)
-        images = replay.images(raw, layout)
-        assert _same_bits(images, raw.float().div_(255.0))
-        assert images.is_contiguous(memory_format=layout)
-        built.append(images)
-        sum(v.float().square().mean() for v in replay(images).values()).backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=dtype == torch.bfloat16):
+            images = replay.images(raw, layout, dtype)
+            assert _same_bits(images, raw.float().div_(255.0).to(dtype))
+            assert images.is_contiguous(memory_format=layout)
+            built.append(images)
+            outputs = replay(images)
+        sum(v.float().square().mean() for v in outputs.values()).backward()
     assert replay.network is not None
     static = replay.network.static_input(0, TensorSpec.of(built[-1]))
     assert static is not None
