@@ -110,18 +110,33 @@ def test_network_input_dtype_is_autocasts_while_it_is_on() -> None:
     assert network_input_dtype(torch.device("meta")) == torch.float32
 
 
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+@pytest.mark.parametrize("layout", [CHANNELS_LAST, CONTIGUOUS])
 @pytest.mark.parametrize("name", ["yolo26n", "yolo26n-seg", "yolo26n-pose", "yolo26n-obb"])
-def test_networks_compute_the_same_bits_from_images_in_autocasts_dtype(name: str) -> None:
+def test_networks_train_to_the_same_bits_from_images_in_autocasts_dtype(
+    name: str, layout: torch.memory_format, device: str, deterministic: None
+) -> None:
     """The first operation of every packaged network is autocast's cast down, so images made
-    in its dtype give the float32 images' outputs to the bit."""
-    net = create_model(name, num_classes=3, seed=0).eval()
+    in its dtype give the float32 images' outputs, gradients and BatchNorm statistics to the
+    bit, in a training-mode forward and backward."""
     gen = torch.Generator().manual_seed(0)
-    raw = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=gen)
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        dtype = network_input_dtype(raw.device)
-        from_float32 = net(float_images(raw, CONTIGUOUS))
-        from_half = net(float_images(raw, CONTIGUOUS, dtype))
+    raw = torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8, generator=gen).to(device)
+    results = []
+    for half in (False, True):
+        net = create_model(name, num_classes=3, seed=0).to(device, memory_format=layout)
+        with torch.autocast(device, dtype=torch.bfloat16):
+            dtype = network_input_dtype(raw.device) if half else torch.float32
+            outputs = net(float_images(raw, layout, dtype))
+        sum(value.float().sum() for value in outputs.values()).backward()
+        results.append(
+            (dtype, outputs, net.state_dict(), {n: p.grad for n, p in net.named_parameters()})
+        )
+    (_, float32_outputs, float32_state, float32_grads), (dtype, outputs, state, grads) = results
     assert dtype == torch.bfloat16
-    assert from_float32.keys() == from_half.keys()
-    for key, value in from_float32.items():
-        assert torch.equal(value, from_half[key]), key
+    for key, value in float32_outputs.items():
+        assert torch.equal(outputs[key], value), key
+    for key, value in float32_state.items():
+        assert torch.equal(state[key], value), key
+    for key, value in float32_grads.items():
+        assert value is not None
+        assert torch.equal(grads[key], value), key

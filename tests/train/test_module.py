@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
+from lucid_yolo.models import YOLO26, ConvBnAct
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import PoolLeakError, ReplayRetiredWarning, RetireReason, ScratchLoan
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
@@ -457,3 +459,70 @@ def test_evaluation_loan_leak_names_the_option_that_turns_the_loan_off(
     with pytest.raises(PoolLeakError, match=r"--model\.replay\.evaluate_in_pool false") as caught:
         module._end_evaluation_loan()
     assert isinstance(caught.value.__cause__, PoolLeakError)
+
+
+def _first_convolution_inputs(module: YoloModule) -> list[tuple[str, torch.dtype]]:
+    """Record the dtype each network's first convolution is handed, per call."""
+    seen: list[tuple[str, torch.dtype]] = []
+    for name, net in (("net", module.net), ("ema", module.ema_net)):
+        assert isinstance(net, YOLO26)
+        stem = net.backbone.stem[0]
+        assert isinstance(stem, ConvBnAct)
+        stem.conv.register_forward_pre_hook(
+            lambda _conv, args, name=name: seen.append((name, args[0].dtype))
+        )
+    return seen
+
+
+@pytest.mark.slow
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_module_bf16_mixed_hands_bf16_images_with_the_bits_of_float32_images(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    """Under bf16-mixed the training step, validation and prediction make their images in
+    bf16 (``network_input_dtype``); the fit's state, metrics and predictions are those of the
+    same fit fed float32 images that autocast casts down."""
+
+    def run(images_dtype: Callable[[torch.device], torch.dtype] | None) -> dict[str, Any]:
+        pl.seed_everything(0, verbose=False)
+        data = _data(tiny_dataset("detect"), "detect", batch_size=2)
+        module = _module(data, "detect", memory_format="channels_last")
+        seen = _first_convolution_inputs(module)
+        trainer = _trainer(
+            tmp_path,
+            precision="bf16-mixed",
+            max_steps=2,
+            limit_val_batches=1,
+            enable_checkpointing=False,
+        )
+        with contextlib.ExitStack() as stack:
+            if images_dtype is not None:
+                stack.enter_context(
+                    patch("lucid_yolo.train.module.network_input_dtype", images_dtype)
+                )
+            trainer.fit(module, data)
+            predictions = trainer.predict(module, datamodule=data)
+        return {
+            "seen": set(seen),
+            "state": module.state_dict(),
+            "metrics": dict(trainer.callback_metrics),
+            "predictions": predictions,
+        }
+
+    made_in_bf16 = run(None)
+    cast_by_autocast = run(lambda _device: torch.float32)
+    assert made_in_bf16["seen"] == {("net", torch.bfloat16), ("ema", torch.bfloat16)}
+    assert cast_by_autocast["seen"] == {("net", torch.float32), ("ema", torch.float32)}
+    for key, value in cast_by_autocast["state"].items():
+        assert torch.equal(made_in_bf16["state"][key], value), key
+    assert made_in_bf16["metrics"].keys() == cast_by_autocast["metrics"].keys()
+    for key, value in cast_by_autocast["metrics"].items():
+        assert torch.equal(made_in_bf16["metrics"][key], value), key
+    made = [image for batch in made_in_bf16["predictions"] for image in batch]
+    cast = [image for batch in cast_by_autocast["predictions"] for image in batch]
+    assert made
+    assert len(made) == len(cast)
+    for ours, theirs in zip(made, cast, strict=True):
+        assert ours.keys() == theirs.keys()
+        for key, value in theirs.items():
+            assert (ours[key] is None and value is None) or torch.equal(ours[key], value), key

@@ -12,7 +12,8 @@ keeps NCHW on the CPU and CPU fits compute what they did before.
 One layout for the whole fit matters to replay as much as to speed: a recorded region keys on its
 inputs' strides (:class:`~lucid_yolo.replay.TensorSpec`), so images arriving in another layout
 than the recording's would record again or run natively. The float images are therefore always
-made here, in the chosen layout, whatever layout the data path hands over.
+made here, in the chosen layout, whatever layout the data path hands over, and in the dtype
+the first convolution computes in under mixed precision (:func:`network_input_dtype`).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ def resolve_memory_format(choice: MemoryFormat, device: torch.device) -> torch.m
 def float_images(
     raw: Tensor, memory_format: torch.memory_format, dtype: torch.dtype = torch.float32
 ) -> Tensor:
-    """Float images in [0, 1] in ``memory_format``: ``raw.float().div_(255.0).to(dtype)``, bit
-    for bit.
+    """Float images in [0, 1] in ``memory_format``: for a ``dtype`` of float32, bfloat16 or
+    float16, ``raw.float().div_(255.0).to(dtype)`` bit for bit.
 
     One copy whatever layout ``raw`` has (the device HSV pass may hand over ``channels_last``
     uint8, the workers' collate NCHW); a uint8 to float copy is exact in any layout. In a half
@@ -78,12 +79,11 @@ def float_images(
 
 
 def network_input_dtype(device: torch.device) -> torch.dtype:
-    """The dtype a network's first convolution computes in on ``device`` at this point:
-    autocast's where it is on (Lightning's mixed precision turns it on around each step),
-    else float32.
+    """The dtype to make a network's images in on ``device`` at this point: autocast's while
+    it is on there (Lightning's mixed precision turns it on around each step), else float32.
 
-    Why: autocast casts a float32 input down before the convolution, so images made in its
-    dtype are the bits the convolution would have read, in half the memory: at batch 16,
+    Why: autocast casts a float32 input down before the first convolution, so images made in
+    its dtype are the bits the convolution would have read, in half the memory: at batch 16,
     640 px, a float32 batch is 78.6 MB, and a replayed fit keeps one for good as the network's
     static input besides the down-cast copy its graph saves for the backward. Every network of
     ``lucid_yolo.models`` begins with a convolution (tested per task).

@@ -84,12 +84,11 @@ class YoloDataModule(L.LightningDataModule):
         batch_size: training images per batch.
         val_batch_size: evaluation batch size (validate, test, predict); ``None``:
             ``batch_size``. Evaluation then needs no more memory than a training step's
-            forward, so it fits wherever training fits, and in a replayed fit it runs in the
-            graph pool's free scratch (``ReplayConfig.evaluate_in_pool``) instead of reserving
-            its own beside it; on the H200 the fit's start (sanity check and first epoch) was
-            also shorter than at twice the batch, each pass slightly longer (engineering log,
-            whole-fit speed, session 14). Metrics do not depend on it (each image is scored on
-            its own).
+            forward, so it fits wherever training fits, and in a replayed fit it runs mostly in
+            the graph pool's free scratch (``ReplayConfig.evaluate_in_pool``) instead of
+            reserving its own beside it (engineering log, whole-fit speed, session 14: 1.12x
+            native memory against 1.28x at twice the batch; what it does to a fit's time is
+            not settled). Metrics do not depend on it (each image is scored on its own).
         workers: DataLoader worker processes per loader (0: load in the main process), at most
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).

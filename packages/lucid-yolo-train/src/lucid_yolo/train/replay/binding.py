@@ -85,8 +85,8 @@ class NetworkReplay:
 
         Once the network region has recorded, they are built in its static input buffer
         (:meth:`~lucid_yolo.replay.RegionRecorder.static_input`), so the replay copies nothing
-        in and the step holds one float batch instead of two: 78.6 MB at batch 16, 640 px in
-        float32 (issue 11, memory). The same copy and division as ``float_images`` follow.
+        in and the step holds one image batch instead of two (39.3 MB at batch 16, 640 px in
+        bf16; issue 11, memory). The same copy and division as ``float_images`` follow.
 
         Args:
             raw: (B, 3, H, W) uint8 images, as the batch brings them, in any layout.
