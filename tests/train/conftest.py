@@ -10,6 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import Callback
+from torch import Tensor
 
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import state_digest
@@ -57,12 +58,17 @@ class DigestedFit:
     """Digests of every evaluation forward's outputs, sanity check included (``validate``)."""
 
 
+def _bits(value: Tensor) -> str:
+    """A logged scalar's float32 bits, as hex."""
+    return value.detach().float().cpu().numpy().tobytes().hex()
+
+
 class _LossBits(Callback):
     def __init__(self) -> None:
         self.losses: list[str] = []
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, *_: Any) -> None:
-        self.losses.append(outputs["loss"].detach().float().cpu().numpy().tobytes().hex())
+        self.losses.append(_bits(outputs["loss"]))
 
 
 class _ValBits(Callback):
@@ -74,7 +80,7 @@ class _ValBits(Callback):
             return
         self.val.append(
             {
-                k: v.detach().float().cpu().numpy().tobytes().hex()
+                k: _bits(v)
                 for k, v in sorted(trainer.callback_metrics.items())
                 if k.startswith("val/")
             }
