@@ -7,6 +7,7 @@ are ratios of allocated bytes measured in the same process, never times.
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Iterator
 from typing import Any
 
@@ -190,8 +191,13 @@ def test_gpu_later_region_warms_up_inside_the_pool() -> None:
 
 
 def _reserved_peak_of_step(head: RegionRecorder, second: RegionRecorder, x: Tensor) -> int:
-    """Peak reserved bytes of one step, from an allocator without cached free blocks."""
+    """Peak reserved bytes of one step, from an allocator without cached free blocks.
+
+    Earlier tests of the same worker may leave graphs in reference cycles, whose memory a
+    collection during one step but not the other would take from the process's reservation:
+    collected first."""
     torch.cuda.synchronize()
+    gc.collect()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     second(head(x)).sum().backward()

@@ -1,7 +1,8 @@
 """Record regions of a PyTorch training step into CUDA graphs and replay them bitwise.
 
 Three levels, like :mod:`torch.cuda.graphs`: :class:`RegionRecorder` records one region's forward
-and backward; :class:`ReplayModule` makes an ``nn.Module`` record itself; :class:`ReplayStep` runs
+and backward (:class:`ForwardRecorder`, a forward without autograd, for evaluation);
+:class:`ReplayModule` makes an ``nn.Module`` record itself; :class:`ReplayStep` runs
 a whole plain-PyTorch training step (forward, loss, backward, update, EMA). Anything a recording
 cannot honour retires to native execution with a typed reason. See the "Replay library" docs page.
 """
@@ -16,6 +17,7 @@ from lucid_yolo.replay.exceptions import (
     ReplayError,
     ReplayRetiredWarning,
 )
+from lucid_yolo.replay.forward import ForwardRecorder
 from lucid_yolo.replay.module import ReplayModule
 from lucid_yolo.replay.pool import ReplayPool, ScratchLoan
 from lucid_yolo.replay.protocols import (
@@ -36,6 +38,7 @@ from lucid_yolo.replay.verifier import TrainingSnapshot, Verifier
 __all__ = [
     # level 1: one region
     "RegionRecorder",
+    "ForwardRecorder",
     "ReplayPool",
     "ScratchLoan",
     # level 2: a module that records itself

@@ -30,4 +30,16 @@ def copy_grouped(destinations: Sequence[Tensor], sources: Sequence[Tensor]) -> N
         torch._foreach_copy_(targets, values)
 
 
-__all__ = ["copy_grouped"]
+def fresh_copy(live: Tensor) -> Tensor:
+    """A new buffer with ``live``'s shape, strides and dtype, holding its values: a recording's
+    static input, a leaf without autograd history. Made outside inference mode, so that a later
+    call outside it may copy into it (leaving inference mode turns gradients on, hence
+    ``no_grad`` too).
+    """
+    with torch.inference_mode(False), torch.no_grad():
+        return torch.empty_strided(
+            live.shape, live.stride(), dtype=live.dtype, device=live.device
+        ).copy_(live)
+
+
+__all__ = ["copy_grouped", "fresh_copy"]

@@ -249,4 +249,54 @@ class UpdateGraph:
             self._body()
 
 
-__all__ = ["BackwardBody", "ForwardBody", "Pattern", "RegionGraphs", "UpdateGraph", "cuda_capture"]
+class ForwardGraph:
+    """A graph of a forward without autograd (evaluation, inference), or its CPU stand-in.
+
+    Attributes:
+        static_outputs: the flat outputs; a launch rewrites them in place.
+    """
+
+    def __init__(self, pool: ReplayPool) -> None:
+        self.pool = pool
+        self.static_outputs: tuple[Tensor, ...] = ()
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._body: ForwardBody | None = None
+
+    def capture(self, body: ForwardBody) -> None:
+        """Record ``body`` into the pool; the stand-in runs it once, checked for capture-unsafe
+        operators, and keeps its outputs as the static outputs.
+
+        Raises:
+            CaptureError: naming the operator that broke the capture when it is known.
+        """
+        if self.pool.uses_cuda:
+            graph = torch.cuda.CUDAGraph()
+            self.static_outputs = capture_with_trail(
+                lambda: cuda_capture(graph, self.pool, body), False
+            )
+            self._graph = graph
+        else:
+            outputs = capture_with_trail(body, True)
+            with torch.inference_mode(False), torch.no_grad():
+                self.static_outputs = tuple(o.clone() for o in outputs)
+            self._body = body
+        self.pool.hold(self)
+
+    def launch(self) -> None:
+        """Recompute :attr:`static_outputs` from the static inputs."""
+        if self._graph is not None:
+            self._graph.replay()
+            return
+        assert self._body is not None
+        copy_grouped(self.static_outputs, self._body())
+
+
+__all__ = [
+    "BackwardBody",
+    "ForwardBody",
+    "ForwardGraph",
+    "Pattern",
+    "RegionGraphs",
+    "UpdateGraph",
+    "cuda_capture",
+]

@@ -11,7 +11,6 @@ of docs/replay-invariants.md; the numbers below refer to that page).
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -25,20 +24,19 @@ from lucid_yolo.replay._autograd import (
     reached_targets,
     route,
     swapped,
-    unsupported_module,
 )
 from lucid_yolo.replay._capture import autocast_cache_emulation, backward_without_autocast
+from lucid_yolo.replay._copies import fresh_copy
 from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._sharing import SharingProbe
-from lucid_yolo.replay._state import StateSnapshot
-from lucid_yolo.replay.exceptions import PoolLeakError, ReplayConfigError
+from lucid_yolo.replay._signature_recorder import SignatureRecorder
+from lucid_yolo.replay.exceptions import ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
 from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
-from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
-from lucid_yolo.replay.signature import Binding, Signature, TensorSpec, UnsupportedInputError
-from lucid_yolo.replay.telemetry import Telemetry, recording_cause
+from lucid_yolo.replay.retire import RetireReason
+from lucid_yolo.replay.signature import Signature, TensorSpec
 
 
 @dataclass
@@ -57,13 +55,6 @@ class _Recording:
     groups: dict[str, tuple[int, ...]]
     reach: dict[int, frozenset[int]]
     replays: int = 0
-
-
-def _fresh_copy(live: Tensor) -> Tensor:
-    """A new buffer with ``live``'s shape, strides and dtype, holding its values."""
-    return torch.empty_strided(
-        live.shape, live.stride(), dtype=live.dtype, device=live.device
-    ).copy_(live)
 
 
 def _same(live: Tensor, recording: _Recording, position: int) -> bool:
@@ -94,7 +85,7 @@ class _ReplayFunction(torch.autograd.Function):
         return (None, *call.recorder._launch_backward(ctx, call, grads))
 
 
-class RegionRecorder:
+class RegionRecorder(SignatureRecorder[_Recording]):
     """Records a region into CUDA graphs after warm-up and replays it, bitwise equal to eager.
 
     Args:
@@ -136,38 +127,19 @@ class RegionRecorder:
         clone_outputs: bool = False,
         enabled: bool = True,
     ) -> None:
-        if warmup_steps < 0:
-            raise ReplayConfigError(f"warmup_steps={warmup_steps!r}: expected 0 or more")
-        if capture_warmup < 1:
-            raise ReplayConfigError(
-                f"capture_warmup={capture_warmup!r}: expected at least 1, capture must follow "
-                "a pass that has seen every kernel and shape"
-            )
-        if max_signatures < 1:
-            raise ReplayConfigError(f"max_signatures={max_signatures!r}: expected at least 1")
-        self.region = region
-        self.name = name
-        self.warmup_steps = warmup_steps
-        self.capture_warmup = capture_warmup
-        self.max_signatures = max_signatures
-        self.clone_outputs = clone_outputs
-        self.enabled = enabled
-        self.binding = Binding(region.region_modules())
+        super().__init__(
+            region,
+            name=name,
+            warmup_steps=warmup_steps,
+            capture_warmup=capture_warmup,
+            max_signatures=max_signatures,
+            pool=pool,
+            clone_outputs=clone_outputs,
+            enabled=enabled,
+        )
         self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
-        self.pool = pool if pool is not None else ReplayPool(self._default_device())
-        self._telemetry = Telemetry()
-        self.retire_log = RetireLog(name)
-        self.retired: Retirement | None = None
-        self._recordings: dict[Signature, _Recording] = {}
-        self._last_recorded: Signature | None = None
-        self._seen: Counter[Signature] = Counter()
-        self._native_signatures: set[Signature] = set()
         self._sharing = SharingProbe(self.retire)
         self._grad_layouts = GradLayouts()
-
-    def _default_device(self) -> torch.device | None:
-        params = self.binding.parameters
-        return params[0].device if params else None
 
     # ------------------------------------------------------------------ dispatch
 
@@ -181,25 +153,10 @@ class RegionRecorder:
             return self._native("no-grad", args)
         if self.retired is not None:
             return self._native("retired", args)
-        problem = self.binding.check()
-        if problem is not None:
-            self.retire(*problem)
-            return self._native("retired", args)
-        try:
-            signature = self.binding.signature(args, self.pool.device.type)
-        except UnsupportedInputError as error:
-            self._count_retirement(RetireReason.UNSUPPORTED_INPUT, str(error))
-            return self._native("unsupported-input", args)
-        recording = self._recordings.get(signature)
-        if recording is None:
-            if signature in self._native_signatures:
-                return self._native("retired-signature", args)
-            self._seen[signature] += 1
-            if self._seen[signature] <= self.warmup_steps:
-                return self._warm_up(signature, args)
-            recording = self._record_or_retire(signature, args)
-            if recording is None:
-                return self._native("retired-signature", args)
+        return self._dispatch(args)
+
+    def _replay_call(self, recording: _Recording, args: Sequence[Any]) -> RegionOutput:
+        """Replay, unless an input read in place moved or the forward would interleave."""
         tensors = [a for a in args if isinstance(a, Tensor)]
         moved = [i for i in recording.read_in_place if not _same(tensors[i], recording, i)]
         if moved:
@@ -218,19 +175,6 @@ class RegionRecorder:
             )
             return self.region(*args)
         return self._replay(recording, tensors)
-
-    def fall_back(self, reason: RetireReason, detail: str) -> None:
-        """Count one call that runs native for a per-call ``reason``; the caller runs it.
-
-        Counted as ``native.<reason>`` and ``retired.<reason>`` and warned the first time, so
-        that no call falls back without a reason in the telemetry.
-        """
-        self._telemetry.native_calls[reason.value] += 1
-        self._count_retirement(reason, detail)
-
-    def retire(self, reason: RetireReason, detail: str) -> None:
-        """Stop replaying for good: every later call runs native. Warned once per reason."""
-        self.retired = self._count_retirement(reason, detail)
 
     def reset(self) -> None:
         """Forget every recording (its graph memory is freed once no output references it)."""
@@ -262,24 +206,6 @@ class RegionRecorder:
         static = static_inputs[position]
         return static if TensorSpec.of(static) == spec else None
 
-    @property
-    def telemetry(self) -> Telemetry:
-        """Counters of this recorder (:class:`~lucid_yolo.replay.telemetry.Telemetry`)."""
-        return self._telemetry
-
-    @property
-    def recordings(self) -> int:
-        """Signatures currently recorded."""
-        return len(self._recordings)
-
-    def _count_retirement(self, reason: RetireReason, detail: str) -> Retirement:
-        self._telemetry.retirements[reason] += 1
-        return self.retire_log.record(reason, detail)
-
-    def _native(self, cause: str, args: Sequence[Any]) -> RegionOutput:
-        self._telemetry.native_calls[cause] += 1
-        return self.region(*args)
-
     def _warm_up(self, signature: Signature, args: Sequence[Any]) -> RegionOutput:
         """A native call that also learns the layout of the gradients its outputs receive."""
         output = self._native("warm-up", args)
@@ -299,44 +225,6 @@ class RegionRecorder:
         return recording.index > newest.index and depends_on(inputs, newest.node_id)
 
     # ------------------------------------------------------------------ recording
-
-    def _record_or_retire(self, signature: Signature, args: Sequence[Any]) -> _Recording | None:
-        if len(self._recordings) >= self.max_signatures:
-            self._native_signatures.add(signature)
-            self._count_retirement(
-                RetireReason.SIGNATURE_LIMIT,
-                f"{len(self._recordings)} signatures recorded (max_signatures="
-                f"{self.max_signatures!r}); pad inputs to fewer shapes or raise the limit",
-            )
-            return None
-        unsupported = unsupported_module(self.binding.submodules)
-        if unsupported is not None:
-            self.retire(RetireReason.UNSUPPORTED_MODULE, unsupported)
-            return None
-        snapshot = StateSnapshot(self.binding.buffers, self._devices(args))
-        try:
-            recording = self._record(signature, args)
-        except PoolLeakError:
-            raise  # no retirement makes it safe: the leaked block sits in graph scratch
-        except Exception as error:
-            if self.pool.uses_cuda:
-                torch.cuda.synchronize(self.pool.device)
-            snapshot.restore(after_failed_capture=True)
-            self._native_signatures.add(signature)
-            self._count_retirement(RetireReason.CAPTURE_FAILED, str(error))
-            return None
-        # Warm-up ran real forwards: undo BN statistics and RNG advance, in place (invariant 1).
-        snapshot.restore()
-        self._telemetry.recordings += 1
-        self._telemetry.recorded[recording_cause(self._last_recorded, signature)] += 1
-        self._telemetry.pool_bytes = self.pool.pool_bytes()
-        self._recordings[signature] = recording
-        self._last_recorded = signature
-        return recording
-
-    def _devices(self, args: Sequence[Any]) -> list[torch.device]:
-        tensors = [*self.binding.parameters, *(a for a in args if isinstance(a, Tensor))]
-        return [t.device for t in tensors]
 
     def _record(self, signature: Signature, args: Sequence[Any]) -> _Recording:
         """Warm up on the side stream, then capture forward and backward.
@@ -360,7 +248,7 @@ class RegionRecorder:
         )
         with torch.no_grad():
             static_inputs = tuple(
-                a.detach() if i in read_in_place else _fresh_copy(a)
+                a.detach() if i in read_in_place else fresh_copy(a)
                 for i, a in enumerate(live_inputs)
             )
         for static, live in zip(static_inputs, live_inputs, strict=True):
