@@ -217,6 +217,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         segment_heads=replay and args.task == "segment",
         loss=replay,
         update=replay,
+        evaluation=replay,
     )
     options: dict[str, Any] = {}
     if args.task == "pose":

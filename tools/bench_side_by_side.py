@@ -67,8 +67,9 @@ REPLAY_FLAGS = [
     "--model.replay.network=true",
     "--model.replay.loss=true",
     "--model.replay.update=true",
+    "--model.replay.evaluation=true",
 ]
-"""Replay every region of every task (segment adds its heads)."""
+"""Replay every region of every task (segment adds its heads) and the evaluation forward."""
 SEGMENT_HEADS_FLAGS = ["--model.replay.segment_heads=true"]
 PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
 """The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""

@@ -140,6 +140,7 @@ def test_main_unknown_model_names_the_closest(capsys: pytest.CaptureFixture[str]
         "--model.replay.segment_heads",
         "--model.replay.loss",
         "--model.replay.update",
+        "--model.replay.evaluation",
     ],
 )
 def test_main_replay_on_cpu_is_refused(
@@ -148,7 +149,9 @@ def test_main_replay_on_cpu_is_refused(
     argv = ["fit", "--data.yaml", str(tiny_data), option, "true", "--trainer.accelerator", "cpu"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert err.startswith("lucid-yolo: error: --model.replay.network/segment_heads/loss/update")
+    assert err.startswith(
+        "lucid-yolo: error: --model.replay.network/segment_heads/loss/update/evaluation"
+    )
     assert "need a CUDA device" in err
 
 

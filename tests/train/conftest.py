@@ -140,9 +140,15 @@ def digested_fit(
     losses, val = _LossBits(), _ValBits()
     val_outputs: list[dict[str, str]] = []
     if validate:
-        module.ema_net.register_forward_hook(
-            lambda _module, _args, outputs: val_outputs.append(state_digest(outputs))
-        )
+        # what the evaluator receives, read before the next forward: a module hook on the EMA
+        # network would make a replayed evaluation forward retire
+        update = module.evaluator.update
+
+        def digested_update(outputs: dict[str, Tensor], batch: Any) -> None:
+            val_outputs.append(state_digest(outputs))
+            update(outputs, batch)
+
+        module.evaluator.update = digested_update  # type: ignore[method-assign]
     trainer = pl.Trainer(
         accelerator=accelerator,
         devices=1,

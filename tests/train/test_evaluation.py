@@ -423,6 +423,32 @@ def test_evaluator_reset_drops_a_mask_batch_waiting_for_its_sizes(tmp_path: Path
     assert evaluator.compute() == fresh.compute()
 
 
+def test_evaluator_scores_a_waiting_mask_batch_from_outputs_rewritten_since(
+    tmp_path: Path,
+) -> None:
+    # A replayed evaluation forward hands the evaluator its static outputs, which the next
+    # batch's forward rewrites before the waiting mask batch is scored: the evaluator must keep
+    # its own copy of what it waits with (float32 prototypes are the outputs' own tensor).
+    data = _crowd_segment_data(tmp_path)
+    batches = list(data.val_dataloader())
+    assert len(batches) >= 2
+    borrowed = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=300)
+    owned = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=300)
+    static: dict[str, Tensor] | None = None
+    for seed, batch in enumerate(batches):
+        outputs = _oracle_outputs(batch, 3, seed=seed)
+        owned.update({k: v.clone() for k, v in outputs.items()}, batch)
+        if static is None:
+            static = outputs
+        else:
+            for key, value in outputs.items():
+                static[key].copy_(value)
+        borrowed.update(static, batch)
+    metrics = borrowed.compute()
+    assert metrics["mask/mAP50-95"] > 0.2
+    assert metrics == owned.compute()
+
+
 def test_evaluator_builds_the_ground_truth_masks_on_the_first_pass_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -21,6 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
 
 from lucid_yolo.models import create_model
+from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import (
     ReplayRetiredWarning,
     TensorSpec,
@@ -345,3 +346,112 @@ def test_evaluation_loan_follows_the_option() -> None:
     assert lent.evaluation_loan is not None
     assert lent.evaluation_loan.pool is pool
     assert kept.evaluation_loan is None
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_each_forward(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # Two epochs of two steps, each validated in two batches of 2, after the sanity check's two:
+    # the first evaluation call records, and every call replays (the CPU stand-in re-runs the
+    # recorded body, so this pins the module's routing and the outputs' lifetime; the gpu parity
+    # test compares real graphs).
+    yaml = tiny_dataset("segment")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
+    eager = fit_digests(yaml, "segment", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
+    replay = ReplayConfig(network=True, evaluation=True)
+    replayed = fit_digests(yaml, "segment", "32-true", 1, replay=replay, **cpu)
+    recorder = replayed.module.replay.evaluation
+    assert recorder is not None
+    assert recorder.pool is replayed.module.replay.shared_pool(torch.device("cpu"))
+    telemetry = recorder.telemetry.as_dict()
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 6)
+    assert telemetry["native_calls"] == 0
+    assert replayed.module.replay.evaluation_loan is None  # the graphs take the pool's scratch
+    assert len(replayed.val_outputs) == 2 + 4
+    assert replayed.val_outputs == eager.val_outputs
+    assert replayed.val == eager.val
+    assert replayed.digests == eager.digests
+
+
+def test_network_replay_evaluates_in_a_pool_of_its_own_when_told() -> None:
+    net = create_model("yolo26n", num_classes=3).eval()
+    shared = NetworkReplay(net, "detect", ReplayConfig(evaluation=True))
+    own = NetworkReplay(net, "detect", ReplayConfig(evaluation=True, evaluate_in_pool=False))
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    with torch.inference_mode():
+        expected = net(raw.float().div_(255.0))
+        for replay in (shared, own):
+            outputs = replay.evaluate(net, raw, torch.contiguous_format)
+            assert state_digest(outputs) == state_digest(expected)
+    assert shared.evaluation is not None
+    assert own.evaluation is not None
+    assert shared.evaluation.pool is shared.shared_pool(torch.device("cpu"))
+    assert own.evaluation.pool is not own.shared_pool(torch.device("cpu"))
+
+
+def test_network_replay_records_the_evaluation_again_for_another_network() -> None:
+    # a subclass or a test may evaluate another network (the live one): its recorder is rebuilt
+    # rather than replaying the first network's graph
+    first = create_model("yolo26n", num_classes=3, seed=1).eval()
+    second = create_model("yolo26n", num_classes=3, seed=2).eval()
+    replay = NetworkReplay(first, "detect", ReplayConfig(evaluation=True))
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    with torch.inference_mode():
+        replay.evaluate(first, raw, torch.contiguous_format)
+        outputs = replay.evaluate(second, raw, torch.contiguous_format)
+        assert state_digest(outputs) == state_digest(second(raw.float().div_(255.0)))
+
+
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
+def test_network_replay_evaluation_replays_each_tasks_eager_outputs(task: str) -> None:
+    net = create_model(f"yolo26n{TASK_SUFFIXES[task]}", num_classes=3).eval()
+    replay = NetworkReplay(net, task, ReplayConfig(evaluation=True))
+    batches = [torch.randint(0, 256, (2, 3, 64, 64), dtype=torch.uint8) for _ in range(2)]
+    with torch.inference_mode():
+        for raw in batches:
+            outputs = replay.evaluate(net, raw, torch.contiguous_format)
+            assert state_digest(outputs) == state_digest(net(raw.float().div_(255.0)))
+    assert replay.evaluation is not None
+    telemetry = replay.evaluation.telemetry.as_dict()
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 2)
+
+
+def test_network_replay_records_the_evaluation_again_after_the_network_moved() -> None:
+    # Trainer.validate ends by moving the module to the CPU, and the next pass finds the
+    # parameters in new storage: a fresh recording, not a retirement; the counters go on
+    net = create_model("yolo26n", num_classes=3).eval()
+    replay = NetworkReplay(net, "detect", ReplayConfig(evaluation=True))
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    with torch.inference_mode():
+        replay.evaluate(net, raw, torch.contiguous_format)
+        first = replay.evaluation
+        net._apply(torch.clone)  # every parameter and buffer in new storage, as a move does
+        outputs = replay.evaluate(net, raw, torch.contiguous_format)
+        assert state_digest(outputs) == state_digest(net(raw.float().div_(255.0)))
+    assert replay.evaluation is not first
+    telemetry = replay.evaluation_telemetry.as_dict()
+    assert (telemetry["recordings"], telemetry["replays"]) == (2, 2)
+    assert telemetry["native_calls"] == 0
+    assert telemetry["retirements"] == 0
+
+
+def test_network_replay_evaluation_before_the_fit_leaves_the_training_regions_unbuilt() -> None:
+    # the training regions key on the parameters' storage at their construction: built by an
+    # evaluation before the fit's move, they would retire at its first step
+    net = create_model("yolo26n", num_classes=3)
+    replay = NetworkReplay(net, "detect", ReplayConfig(network=True, evaluation=True))
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    with torch.inference_mode():
+        replay.evaluate(net.eval(), raw, torch.contiguous_format)
+    assert replay.network is None
+    net.train()._apply(torch.clone)
+    pool = replay.shared_pool(torch.device("cpu"))
+    assert replay.network is not None
+    assert replay.evaluation is not None
+    assert replay.evaluation.pool is pool
+    images = replay.images(raw)
+    for _ in range(2):
+        sum(v.float().sum() for v in replay(images).values()).backward()
+    assert replay.network.retired is None
+    assert replay.network.telemetry.recordings == 1

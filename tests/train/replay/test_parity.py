@@ -130,6 +130,58 @@ def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
     assert native.losses == replayed.losses
 
 
+@pytest.mark.parametrize(
+    ("task", "precision", "replay"),
+    [
+        (
+            "detect",
+            "bf16-mixed",
+            ReplayConfig(network=True, loss=True, update=True, evaluation=True),
+        ),
+        (
+            "segment",
+            "bf16-mixed",
+            ReplayConfig(network=True, segment_heads=True, loss=True, update=True, evaluation=True),
+        ),
+        (
+            "segment",
+            "32-true",
+            ReplayConfig(network=True, segment_heads=True, loss=True, update=True, evaluation=True),
+        ),
+        ("detect", "bf16-mixed", ReplayConfig(evaluation=True, evaluate_in_pool=False)),
+    ],
+)
+def test_replayed_evaluation_gives_the_native_outputs_and_metrics(
+    task: str,
+    precision: str,
+    replay: ReplayConfig,
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+) -> None:
+    # The fit of the test above with the evaluation forward replayed: recorded at the sanity
+    # check's first batch (before any training graph: the step's graphs then take its scratch),
+    # replayed at every one of the eight forwards, each output equal to the native forward's.
+    # In fp32 a segment batch's prototypes wait for their sizes across the next replay, which
+    # rewrites the graph's outputs: the evaluator keeps its own copy.
+    yaml = tiny_dataset(task)
+    native = fit_digests(yaml, task, precision, 1, validate=True)
+    replayed = fit_digests(yaml, task, precision, 1, replay=replay, validate=True)
+    recorder = replayed.module.replay.evaluation
+    assert recorder is not None
+    telemetry = recorder.telemetry.as_dict()
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 8), telemetry
+    assert telemetry["native_calls"] == 0, telemetry
+    in_pool = recorder.pool is replayed.module.replay.shared_pool(torch.device("cuda"))
+    assert in_pool == replay.evaluate_in_pool
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
+    assert len(native.val_outputs) == 2 + 6
+    assert replayed.val_outputs == native.val_outputs
+    assert len(native.val) == 3
+    assert replayed.val == native.val
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
 def test_replayed_fit_in_the_default_layout_is_channels_last_and_bitwise_native(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:

@@ -244,8 +244,8 @@ class YoloCLI(LightningCLI):
         accelerator = str(config.trainer.accelerator)
         if replay.graphs and (accelerator == "cpu" or not torch.cuda.is_available()):
             raise CliError(
-                "--model.replay.network/segment_heads/loss/update replay CUDA graphs and need a "
-                "CUDA device; this run is on the CPU: leave them off"
+                "--model.replay.network/segment_heads/loss/update/evaluation replay CUDA graphs "
+                "and need a CUDA device; this run is on the CPU: leave them off"
             )
 
     @override

@@ -129,6 +129,10 @@ class Evaluator:
     def update(self, outputs: dict[str, Tensor], batch: Batch) -> None:
         """Add one batch: raw eval-mode outputs and the batch they came from.
 
+        ``outputs`` are read during the call only: they may be a replayed forward's static
+        outputs, which the next batch's forward rewrites (what a waiting mask batch keeps of
+        them is copied).
+
         The batch is decoded and scored as one padded batch, not image by image
         (:meth:`MeanAveragePrecision.update_batch`). No host synchronisation. Masks are built
         at each image's source size, which the host must know: a mask task starts copying the
@@ -144,8 +148,9 @@ class Evaluator:
                 return
             sizes = HostCopy(SourceSizes.pack(batch))
             pairing = HostCopy(_rows_that_can_pair(predictions, targets))
+            protos = _own(top["protos"], outputs)
             waiting = _WaitingForSizes(
-                predictions, targets, top["mask_coef"], top["protos"], batch, sizes, pairing
+                predictions, targets, top["mask_coef"], protos, batch, sizes, pairing
             )
             self._score_waiting()
             self._waiting = waiting
@@ -427,6 +432,14 @@ class _WaitingForSizes:
     batch: Batch
     sizes: HostCopy
     pairing: HostCopy
+
+
+def _own(tensor: Tensor, outputs: dict[str, Tensor]) -> Tensor:
+    """``tensor``, copied when it shares memory with one of ``outputs`` (in float32 the
+    prototypes are the forward's own tensor)."""
+    address = tensor.untyped_storage().data_ptr()
+    shared = any(o.untyped_storage().data_ptr() == address for o in outputs.values())
+    return tensor.clone() if shared else tensor
 
 
 def _rows_that_can_pair(predictions: BatchPredictions, targets: BatchTargets) -> Tensor:

@@ -8,7 +8,6 @@ region, so the native path and the replayed path run the same module code.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -466,7 +465,7 @@ class YoloModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
         self._end_evaluation_loan()
-        if self.replay_recorders() and not self.trainer.sanity_checking:
+        if self.replay.config.graphs and not self.trainer.sanity_checking:
             telemetry = self.replay_telemetry.as_dict()
             # counters of the whole job: each rank records and replays its own step
             self.log_dict(
@@ -495,8 +494,9 @@ class YoloModule(pl.LightningModule):
 
     @override
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
-        outputs = self.ema_net(self._evaluation_images(batch["images"]))
-        return self.evaluator.predictions(outputs, batch)
+        raw = batch["images"]
+        images = float_images(raw, self.memory_format, network_input_dtype(raw.device))
+        return self.evaluator.predictions(self.ema_net(images), batch)
 
     @override
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
@@ -522,18 +522,16 @@ class YoloModule(pl.LightningModule):
 
     @property
     def replay_telemetry(self) -> Telemetry:
-        """Summed counters of every replayed region, the update and the verifier."""
+        """Summed counters of every replayed region, the update, the verifier and the
+        evaluation forward."""
         parts = [r.telemetry for r in self.replay_recorders()]
-        return merge_telemetry(*parts, self.step_verifier.telemetry)
+        return merge_telemetry(
+            *parts, self.replay.evaluation_telemetry, self.step_verifier.telemetry
+        )
 
     def _evaluate(self, batch: Batch) -> None:
-        loan = self.replay.evaluation_loan
-        with loan.borrowing() if loan is not None else contextlib.nullcontext():
-            outputs = self.ema_net(self._evaluation_images(batch["images"]))
+        outputs = self.replay.evaluate(self.ema_net, batch["images"], self.memory_format)
         self.evaluator.update(outputs, batch)
-
-    def _evaluation_images(self, raw: Tensor) -> Tensor:
-        return float_images(raw, self.memory_format, network_input_dtype(raw.device))
 
     def _lend_pool_to_evaluation(self) -> None:
         """Lend the step pool's free blocks to the evaluation pass that starts (see

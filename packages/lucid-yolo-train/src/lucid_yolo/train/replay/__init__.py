@@ -1,9 +1,9 @@
 """lucid_yolo.train.replay: the YOLO26 training step bound to the replay library.
 
 One typed option group (:class:`ReplayConfig`, ``--model.replay.*`` on the CLI) says which parts
-of the step replay; the regions describe the network and the loss to :mod:`lucid_yolo.replay`;
-:class:`NetworkReplay` runs them, :class:`UpdateStep` the MuSGD update and EMA blend, and
-:class:`StepVerifier` shadows replayed steps with native ones.
+of the step replay; the regions describe the network, the loss and the evaluation forward to
+:mod:`lucid_yolo.replay`; :class:`NetworkReplay` runs them, :class:`UpdateStep` the MuSGD update
+and EMA blend, and :class:`StepVerifier` shadows replayed steps with native ones.
 """
 
 from lucid_yolo.train.replay.binding import NetworkReplay
@@ -11,6 +11,7 @@ from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
     TOTAL,
+    EvaluationRegion,
     LossRegion,
     NetworkRegion,
     SegmentHeadRegion,
@@ -25,6 +26,7 @@ __all__ = [
     # regions of the step
     "FEATURE_KEYS",
     "TOTAL",
+    "EvaluationRegion",
     "LossRegion",
     "NetworkRegion",
     "SegmentHeadRegion",

@@ -1,12 +1,15 @@
-"""Runs the network and the loss of a training step natively or through replay recorders.
+"""Runs the network and the loss of a training step, and the evaluation forward, natively or
+through replay recorders.
 
 The regions (:mod:`lucid_yolo.train.replay.regions`) chain network → segment heads → loss, and
-all their graphs share one memory pool, which the update graph joins. With no region enabled the
-network runs exactly as ``net(images)`` and the loss natively.
+all their graphs share one memory pool, which the update graph joins, and the evaluation graphs
+too unless ``evaluate_in_pool`` is off. With no region enabled the network runs exactly as
+``net(images)`` and the loss natively.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import cast
 
@@ -15,6 +18,7 @@ from torch import Tensor, nn
 
 from lucid_yolo.models import YOLO26
 from lucid_yolo.replay import (
+    ForwardRecorder,
     RegionRecorder,
     ReplayPool,
     RetireReason,
@@ -31,6 +35,7 @@ from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
     SHAPE_ONLY_FIELDS,
     TOTAL,
+    EvaluationRegion,
     LossRegion,
     NetworkRegion,
     SegmentHeadRegion,
@@ -70,8 +75,13 @@ class NetworkReplay:
         self.loss_recorder: RegionRecorder | None = None
         self._pool: ReplayPool | None = None
         self.evaluation_loan: ScratchLoan | None = None
-        """The step pool's free blocks lent to evaluation between replayed steps
-        (``config.evaluate_in_pool``); ``None`` until the pool exists or when turned off."""
+        """The step pool's free blocks lent to eager evaluation between replayed steps
+        (``config.evaluate_in_pool`` without ``config.evaluation``); ``None`` until the pool
+        exists or when turned off."""
+        self.evaluation: ForwardRecorder | None = None
+        """The evaluation forward's recorder (``config.evaluation``), built on the first
+        evaluation call and again when the evaluated network's parameters moved."""
+        self._earlier_evaluations = Telemetry()
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
 
     def images(
@@ -120,6 +130,39 @@ class NetworkReplay:
             features = [outputs.pop(k) for k in FEATURE_KEYS]
             outputs.update(self.segment_heads(*features))  # type: ignore[arg-type]
         return outputs
+
+    def evaluate(
+        self, net: nn.Module, raw: Tensor, memory_format: torch.memory_format
+    ) -> dict[str, Tensor]:
+        """Raw outputs of ``net`` in eval mode for a batch's uint8 images
+        (:class:`~lucid_yolo.train.replay.regions.EvaluationRegion`).
+
+        With ``config.evaluation`` they come from the evaluation graphs and are borrowed: the
+        next evaluation call rewrites them, and in the step's pool so may a training graph, so
+        what is kept beyond the evaluation step is cloned. Otherwise the forward runs eagerly, in
+        the pool's free blocks while the loan is open.
+        """
+        if not self.config.evaluation:
+            loan = self.evaluation_loan
+            with loan.borrowing() if loan is not None else contextlib.nullcontext():
+                return EvaluationRegion(net, memory_format)(raw)
+        recorder = self.evaluation
+        if recorder is None or not _evaluates(recorder, net, memory_format):
+            if recorder is not None:
+                self._earlier_evaluations = merge_telemetry(
+                    self._earlier_evaluations, recorder.telemetry
+                )
+            pool = self._pool_on(raw.device)
+            self.evaluation = recorder = ForwardRecorder(
+                EvaluationRegion(net, memory_format),
+                name="evaluation",
+                # recorded at the first call, in a fit the sanity check's, before any training
+                # graph: no eager call first, and the training graphs take its scratch
+                warmup_steps=0,
+                max_signatures=self.config.max_signatures,
+                pool=pool if self.config.evaluate_in_pool else ReplayPool(raw.device),
+            )
+        return cast(dict[str, Tensor], recorder(raw))
 
     def loss(
         self, outputs: dict[str, Tensor], batch: Batch, fraction: Tensor
@@ -178,23 +221,29 @@ class NetworkReplay:
         """
         return self._bind(device)
 
+    def _pool_on(self, device: torch.device) -> ReplayPool:
+        """The step's pool, made on first use, with the evaluation loan when it is on."""
+        if self._pool is None:
+            self._pool = ReplayPool(device)
+            if self.config.evaluate_in_pool and not self.config.evaluation:
+                self.evaluation_loan = ScratchLoan(self._pool)
+        return self._pool
+
     def _bind(self, device: torch.device) -> ReplayPool:
-        """Build the network recorders and their shared pool on first use, once the network sits
+        """Build the network recorders in the step's pool on first use, once the network sits
         on its training device (a recording keys on parameter storage, which moving the network
-        replaces); the loss recorder joins the pool on its first call."""
-        if self._pool is not None:
-            return self._pool
-        pool = self._pool = ReplayPool(device)
-        if self.config.evaluate_in_pool:
-            self.evaluation_loan = ScratchLoan(pool)
-        if self.config.network:
+        replaces: an evaluation before the fit, which ``Trainer.validate`` ends by moving the
+        module to the CPU, makes the pool only); the loss recorder joins the pool on its first
+        call."""
+        pool = self._pool_on(device)
+        if self.config.network and self.network is None:
             self.network = RegionRecorder(
                 self._network_region,
                 name="network",
                 max_signatures=self.config.max_signatures,
                 pool=pool,
             )
-        if self.config.segment_heads:
+        if self.config.segment_heads and self.segment_heads is None:
             self.segment_heads = RegionRecorder(
                 SegmentHeadRegion(self.net),
                 name="segment-heads",
@@ -211,6 +260,29 @@ class NetworkReplay:
     def telemetry(self) -> Telemetry:
         """Summed counters of every recorder (all zero when replay is off)."""
         return merge_telemetry(*(r.telemetry for r in self.recorders()))
+
+    @property
+    def evaluation_telemetry(self) -> Telemetry:
+        """Counters of the evaluation forward over the whole job, recorders built again after
+        a move included (all zero when it does not replay)."""
+        current = () if self.evaluation is None else (self.evaluation.telemetry,)
+        return merge_telemetry(self._earlier_evaluations, *current)
+
+
+def _evaluates(
+    recorder: ForwardRecorder, net: nn.Module, memory_format: torch.memory_format
+) -> bool:
+    """Whether ``recorder`` records ``net`` in ``memory_format`` (the fit's own), on the
+    parameters' current storage: ``Trainer.validate`` moves the module back to the CPU at its
+    end, and a later pass records the moved network afresh instead of retiring."""
+    region = recorder.region
+    problem = recorder.binding.check()
+    return (
+        isinstance(region, EvaluationRegion)
+        and region.net is net
+        and region.memory_format == memory_format
+        and (problem is None or problem[0] is not RetireReason.PARAMETER_REPLACED)
+    )
 
 
 __all__ = ["NetworkReplay"]

@@ -26,6 +26,14 @@ class ReplayConfig:
             the network (every task; bitwise in all 72 parity-matrix cases on an H200).
         update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.replay.update_step`).
+        evaluation: replay the evaluation forward (validation, test: the image conversion and
+            the EMA network) from CUDA graphs, one per batch shape
+            (:class:`~lucid_yolo.replay.ForwardRecorder`): eagerly the host launches every layer's
+            kernels one by one and the GPU waits on it. The same kernels run on the same inputs,
+            so the metrics are the same bits. With ``evaluate_in_pool`` the graphs are captured
+            in the step's pool, in its free scratch; otherwise in a pool of their own. Their
+            outputs are borrowed: a subclass whose evaluation keeps them beyond its step clones
+            what it keeps (nothing raises: the next replay rewrites them).
         max_signatures: distinct input signatures recorded per region before further ones run
             natively (graph memory is held for good).
         verify_every: every N-th optimizer step also runs as a native shadow step and the two
@@ -39,7 +47,8 @@ class ReplayConfig:
             (docs/engineering/whole-fit-speed.md, session 13). The same kernels run on the
             same inputs, so the metrics are the same bits. ``False``
             is for a subclass whose evaluation keeps the forward's outputs beyond its pass (the
-            loan raises ``PoolLeakError`` at the pass's end).
+            loan raises ``PoolLeakError`` at the pass's end). With ``evaluation`` the evaluation
+            graphs take the pool's scratch instead of a loan.
 
     Raises:
         TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
@@ -49,6 +58,7 @@ class ReplayConfig:
     segment_heads: bool = False
     loss: bool = False
     update: bool = False
+    evaluation: bool = False
     max_signatures: int = 4
     verify_every: int = 0
     evaluate_in_pool: bool = True
@@ -71,8 +81,8 @@ class ReplayConfig:
 
     @property
     def graphs(self) -> bool:
-        """Whether anything records CUDA graphs (a region or the update)."""
-        return self.regions or self.update
+        """Whether anything records CUDA graphs (a region, the update or the evaluation)."""
+        return self.regions or self.update or self.evaluation
 
 
 __all__ = ["ReplayConfig"]

@@ -12,7 +12,9 @@ forward parts (:meth:`YOLO26.features`, :meth:`YOLO26.predictions`,
   network: they read the neck's features, which then become network outputs that require grad;
 * the **loss** (assigners and every loss term), chained after them: it reads the raw outputs and
   the batch tensors, returns the total and the detached terms, and its backward graph hands the
-  outputs' gradients to the regions before it.
+  outputs' gradients to the regions before it;
+* the **evaluation** forward (validation, test), a forward without autograd: the batch's uint8
+  images made float network input, then the EMA network in eval mode.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from torch import Tensor, nn
 from lucid_yolo.models import YOLO26
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.memory_format import float_images, network_input_dtype
 
 FEATURE_KEYS = ("features.p3", "features.p4", "features.p5")
 """Output keys of the neck's features when the segment heads are a region of their own."""
@@ -79,6 +82,32 @@ class NetworkRegion:
                 [keys.PROTOS, keys.SEMANTIC] if self.include_segment_heads else list(FEATURE_KEYS)
             )
         return groups
+
+
+class EvaluationRegion:
+    """The evaluation forward from the batch's uint8 images, as a
+    :class:`~lucid_yolo.replay.Region`.
+
+    The conversion to float input is part of the region, so that a recorded graph reads the
+    uint8 batch (a quarter of the float32 input's bytes) and the float images are graph scratch.
+
+    Args:
+        net: the network evaluated (the EMA's).
+        memory_format: the fit's one layout (:mod:`lucid_yolo.train.memory_format`).
+    """
+
+    def __init__(self, net: nn.Module, memory_format: torch.memory_format) -> None:
+        self.net = net
+        self.memory_format = memory_format
+
+    def __call__(self, raw: Tensor) -> dict[str, Tensor]:
+        dtype = network_input_dtype(raw.device)
+        outputs: dict[str, Tensor] = self.net(float_images(raw, self.memory_format, dtype))
+        return outputs
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        """The evaluated network."""
+        return (self.net,)
 
 
 class SegmentHeadRegion:
@@ -162,6 +191,7 @@ __all__ = [
     "FEATURE_KEYS",
     "SHAPE_ONLY_FIELDS",
     "TOTAL",
+    "EvaluationRegion",
     "LossRegion",
     "NetworkRegion",
     "SegmentHeadRegion",
