@@ -354,13 +354,13 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
 ) -> None:
     # Two epochs of two steps, each validated in two batches of 2, after the sanity check's two:
     # the first evaluation call records, and every call replays (the CPU stand-in re-runs the
-    # recorded body, so this pins the module's routing and the outputs' lifetime; the gpu parity
-    # test compares real graphs).
-    yaml = tiny_dataset("segment")
+    # recorded body, so this pins the module's routing; the gpu parity test compares real
+    # graphs, and tests/train/test_evaluation.py the outputs' lifetime in a mask pass).
+    yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
-    eager = fit_digests(yaml, "segment", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
+    eager = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
     replay = ReplayConfig(network=True, evaluation=True)
-    replayed = fit_digests(yaml, "segment", "32-true", 1, replay=replay, **cpu)
+    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **cpu)
     recorder = replayed.module.replay.evaluation
     assert recorder is not None
     assert recorder.pool is replayed.module.replay.shared_pool(torch.device("cpu"))
