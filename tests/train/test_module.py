@@ -497,9 +497,9 @@ def test_module_bf16_mixed_hands_bf16_images_with_the_bits_of_float32_images(
         )
         with contextlib.ExitStack() as stack:
             if images_dtype is not None:
-                stack.enter_context(
-                    patch("lucid_yolo.train.module.network_input_dtype", images_dtype)
-                )
+                # the training step's images, and the evaluation region's (validation, predict)
+                for user in ("lucid_yolo.train.module", "lucid_yolo.train.replay.regions"):
+                    stack.enter_context(patch(f"{user}.network_input_dtype", images_dtype))
             trainer.fit(module, data)
             predictions = trainer.predict(module, datamodule=data)
         return {

@@ -424,9 +424,11 @@ def test_network_replay_records_the_evaluation_again_after_the_network_moved() -
     replay = NetworkReplay(net, "detect", ReplayConfig(evaluation=True))
     raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
     with torch.inference_mode():
+        replay.start_evaluation()
         replay.evaluate(net, raw, torch.contiguous_format)
         first = replay.evaluation
         net._apply(torch.clone)  # every parameter and buffer in new storage, as a move does
+        replay.start_evaluation()
         outputs = replay.evaluate(net, raw, torch.contiguous_format)
         assert state_digest(outputs) == state_digest(net(raw.float().div_(255.0)))
     assert replay.evaluation is not first

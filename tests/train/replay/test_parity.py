@@ -121,8 +121,15 @@ def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
     assert (loan.borrowed, native_loan.borrowed) == (6, 0)
     assert not loan.lending
     assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    _assert_same_validation_and_training(native, replayed)
+
+
+def _assert_same_validation_and_training(native: Any, replayed: Any) -> None:
+    """Every evaluation forward's outputs (the sanity check's two, then three passes of two),
+    each pass's metrics, the training state and the losses of two digested fits are equal, and
+    the replayed fit retired nothing."""
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
-    assert len(native.val_outputs) == 2 + 6  # the sanity check's two, then three passes of two
+    assert len(native.val_outputs) == 2 + 6
     assert replayed.val_outputs == native.val_outputs
     assert len(native.val) == 3
     assert replayed.val == native.val
@@ -174,13 +181,7 @@ def test_replayed_evaluation_gives_the_native_outputs_and_metrics(
     assert telemetry["native_calls"] == 0, telemetry
     in_pool = recorder.pool is replayed.module.replay.shared_pool(torch.device("cuda"))
     assert in_pool == replay.evaluate_in_pool
-    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
-    assert len(native.val_outputs) == 2 + 6
-    assert replayed.val_outputs == native.val_outputs
-    assert len(native.val) == 3
-    assert replayed.val == native.val
-    assert first_difference(native.digests, replayed.digests) is None
-    assert native.losses == replayed.losses
+    _assert_same_validation_and_training(native, replayed)
 
 
 def test_replayed_fit_in_the_default_layout_is_channels_last_and_bitwise_native(

@@ -34,13 +34,13 @@ from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.memory_format import (
     MemoryFormat,
     check_memory_format,
-    float_images,
     network_input_dtype,
     resolve_memory_format,
 )
 from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS, NonFiniteLossGuard, NonFinitePolicy
 from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
 from lucid_yolo.train.replay import (
+    EvaluationRegion,
     NetworkReplay,
     ReplayConfig,
     StepVerifier,
@@ -455,7 +455,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_start(self) -> None:
         self.evaluator.reset()
-        self._lend_pool_to_evaluation()
+        self._start_evaluation_pass()
 
     @override
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -481,7 +481,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_test_epoch_start(self) -> None:
         self.evaluator.reset()
-        self._lend_pool_to_evaluation()
+        self._start_evaluation_pass()
 
     @override
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -494,9 +494,8 @@ class YoloModule(pl.LightningModule):
 
     @override
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
-        raw = batch["images"]
-        images = float_images(raw, self.memory_format, network_input_dtype(raw.device))
-        return self.evaluator.predictions(self.ema_net(images), batch)
+        outputs = EvaluationRegion(self.ema_net, self.memory_format)(batch["images"])
+        return self.evaluator.predictions(outputs, batch)
 
     @override
     def state_dict(self, *args: Any, **kwargs: Any) -> Any:
@@ -533,11 +532,11 @@ class YoloModule(pl.LightningModule):
         outputs = self.replay.evaluate(self.ema_net, batch["images"], self.memory_format)
         self.evaluator.update(outputs, batch)
 
-    def _lend_pool_to_evaluation(self) -> None:
-        """Lend the step pool's free blocks to the evaluation pass that starts (see
-        ``ReplayConfig.evaluate_in_pool``); the metric's state stays outside the pool."""
-        if self.replay.evaluation_loan is not None:
-            self.replay.evaluation_loan.open()
+    def _start_evaluation_pass(self) -> None:
+        """Lend the step pool's free blocks to the eager pass that starts, or let the replayed
+        one record afresh after a move (:meth:`NetworkReplay.start_evaluation`); the metric's
+        state stays outside the pool."""
+        self.replay.start_evaluation()
 
     def _end_evaluation_loan(self) -> None:
         """Take the blocks back once the pass's metrics are computed.

@@ -148,10 +148,7 @@ class NetworkReplay:
                 return EvaluationRegion(net, memory_format)(raw)
         recorder = self.evaluation
         if recorder is None or not _evaluates(recorder, net, memory_format):
-            if recorder is not None:
-                self._earlier_evaluations = merge_telemetry(
-                    self._earlier_evaluations, recorder.telemetry
-                )
+            self._forget_evaluation()
             pool = self._pool_on(raw.device)
             self.evaluation = recorder = ForwardRecorder(
                 EvaluationRegion(net, memory_format),
@@ -163,6 +160,27 @@ class NetworkReplay:
                 pool=pool if self.config.evaluate_in_pool else ReplayPool(raw.device),
             )
         return cast(dict[str, Tensor], recorder(raw))
+
+    def start_evaluation(self) -> None:
+        """An evaluation pass starts: open the loan (eager evaluation), or forget an evaluation
+        recording whose network's parameters moved since it was made (``Trainer.validate`` ends
+        by moving the module to the CPU): the pass records the moved network afresh instead of
+        retiring. Checked once a pass, where a move can happen, not at every batch."""
+        if self.evaluation_loan is not None:
+            self.evaluation_loan.open()
+        recorder = self.evaluation
+        if recorder is not None:
+            problem = recorder.binding.check()
+            if problem is not None and problem[0] is RetireReason.PARAMETER_REPLACED:
+                self._forget_evaluation()
+
+    def _forget_evaluation(self) -> None:
+        """Drop the evaluation recorder (its graphs go with it), keeping its counters."""
+        if self.evaluation is not None:
+            self._earlier_evaluations = merge_telemetry(
+                self._earlier_evaluations, self.evaluation.telemetry
+            )
+            self.evaluation = None
 
     def loss(
         self, outputs: dict[str, Tensor], batch: Batch, fraction: Tensor
@@ -272,16 +290,12 @@ class NetworkReplay:
 def _evaluates(
     recorder: ForwardRecorder, net: nn.Module, memory_format: torch.memory_format
 ) -> bool:
-    """Whether ``recorder`` records ``net`` in ``memory_format`` (the fit's own), on the
-    parameters' current storage: ``Trainer.validate`` moves the module back to the CPU at its
-    end, and a later pass records the moved network afresh instead of retiring."""
+    """Whether ``recorder`` records ``net`` in ``memory_format`` (the fit's own)."""
     region = recorder.region
-    problem = recorder.binding.check()
     return (
         isinstance(region, EvaluationRegion)
         and region.net is net
         and region.memory_format == memory_format
-        and (problem is None or problem[0] is not RetireReason.PARAMETER_REPLACED)
     )
 
 
