@@ -21,6 +21,14 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """With ``LUCID_YOLO_MEMORY_HISTORY=1`` on a CUDA machine, record where every CUDA block is
+    allocated, so that a ``PoolLeakError`` names the line that made the block it found alive
+    (slower; for chasing a leak that the suite alone shows)."""
+    if os.environ.get("LUCID_YOLO_MEMORY_HISTORY") == "1" and torch.cuda.is_available():
+        torch.cuda.memory._record_memory_history(stacks="python")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``slow`` tests first; skip ``gpu`` tests where there is no CUDA device."""
     _slow_tests_first(items)
@@ -50,6 +58,23 @@ def _skip_gpu_tests_without_cuda(items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("gpu") is not None:
             item.add_marker(no_cuda)
+
+
+@pytest.fixture(autouse=True)
+def _gpu_test_ends_on_the_default_stream(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a ``gpu`` test that leaves the thread on another CUDA stream, and put it back.
+
+    Every later test of the process would otherwise run on that stream, and a graph pool given
+    the same stream by torch's round-robin would take the test's allocations into its warm-ups
+    (docs/engineering/whole-fit-speed.md, session 16).
+    """
+    yield
+    if request.node.get_closest_marker("gpu") is None or not torch.cuda.is_available():
+        return
+    current, default = torch.cuda.current_stream(), torch.cuda.default_stream()
+    if current != default:
+        torch.cuda.set_stream(default)
+        pytest.fail(f"the test left the thread on CUDA stream {current}, not the default stream")
 
 
 @pytest.fixture

@@ -251,6 +251,22 @@ def test_gpu_warm_up_leaving_a_block_in_the_pool_stops_the_step() -> None:
     torch.cuda.synchronize()
 
 
+def test_gpu_pool_leak_names_where_the_block_was_allocated() -> None:
+    """With the allocator's history on, the error names the line that made the kept block."""
+    head, second, _ = _chained(Hoarding())
+    x = torch.randn(4, 3, 32, 32, device="cuda")
+    second(head(x)).sum().backward()
+    torch.cuda.memory._record_memory_history(stacks="python")
+    try:
+        with pytest.raises(
+            PoolLeakError, match=r"Allocated at: .*test_gpu_memory\.py:\d+ \(forward\)"
+        ):
+            second(head(x))
+    finally:
+        torch.cuda.memory._record_memory_history(enabled=None)
+    torch.cuda.synchronize()
+
+
 class Projection(nn.Module):
     """A tail whose matrix products are the first on the side stream (the head is convolutions
     only): its cuBLAS workspaces must not be taken for a leak."""

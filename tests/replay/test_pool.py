@@ -16,6 +16,7 @@ from torch import Tensor
 
 from lucid_yolo.replay import PoolLeakError, ReplayPool, ScratchLoan
 from lucid_yolo.replay._graphs import RegionGraphs
+from lucid_yolo.replay.pool import drain_autograd_worker
 
 
 def _captured(pool: ReplayPool) -> RegionGraphs:
@@ -84,6 +85,57 @@ def test_pool_warm_up_forgives_a_block_that_only_a_reference_cycle_held(
         pass
     assert next(readings, None) is None  # read before, after, and after collecting cycles
     assert graphs.static_outputs
+
+
+def test_pool_warm_up_forgives_a_block_that_autograd_s_worker_still_held(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The worker thread of a CUDA backward lets go of the gradients it handed back just after
+    # the caller has them; the check waits for it before it calls a block a leak.
+    drained: list[torch.device] = []
+    monkeypatch.setattr("lucid_yolo.replay.pool.drain_autograd_worker", drained.append)
+    monkeypatch.setattr(
+        ReplayPool, "live_blocks", lambda self: frozenset() if drained else frozenset({(0, 512)})
+    )
+    pool = ReplayPool("cpu")
+    pool._raise_if_left(frozenset(), during="a warm-up", why="why", remedy="remedy")
+    assert drained == [pool.device]
+
+
+def test_pool_leak_names_the_frames_outside_the_libraries(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    frames = [
+        {
+            "filename": "/venv/lib/python3.12/site-packages/torch/nn/modules/module.py",
+            "line": 1,
+            "name": "_call_impl",
+        },
+        {"filename": "/work/project/heads.py", "line": 42, "name": "forward"},
+        {"filename": "/work/project/train.py", "line": 7, "name": "step"},
+    ]
+    segment = {
+        "address": 1024,
+        "blocks": [{"size": 512, "frames": []}, {"size": 512, "frames": frames}],
+    }
+    monkeypatch.setattr("lucid_yolo.replay.pool._pool_segments", lambda handle: [segment])
+    pool = ReplayPool("cpu")
+    pool.uses_cuda = True
+    sites = pool._allocation_sites(frozenset({(1536, 512)}))
+    assert (
+        sites
+        == "Allocated at: /work/project/heads.py:42 (forward) < /work/project/train.py:7 (step)"
+    )
+    assert "_record_memory_history" in pool._allocation_sites(frozenset({(1024, 512)}))
+
+
+def test_drain_autograd_worker_returns_with_grad_mode_as_it_was() -> None:
+    with torch.inference_mode():
+        drain_autograd_worker(torch.device("cpu"))
+        assert torch.is_inference_mode_enabled()
+    with torch.no_grad():
+        drain_autograd_worker(torch.device("cpu"))
+        assert not torch.is_grad_enabled()
 
 
 def test_scratch_loan_lends_only_while_graphs_hold_the_pool(

@@ -156,6 +156,8 @@ def _assert_same_validation_and_training(native: Any, replayed: Any) -> None:
             ReplayConfig(network=True, segment_heads=True, loss=True, update=True, evaluation=True),
         ),
         ("detect", "bf16-mixed", ReplayConfig(evaluation=True, evaluate_in_pool=False)),
+        ("pose", "bf16-mixed", ReplayConfig(network=True, loss=True, update=True, evaluation=True)),
+        ("obb", "bf16-mixed", ReplayConfig(network=True, loss=True, update=True, evaluation=True)),
     ],
 )
 def test_replayed_evaluation_gives_the_native_outputs_and_metrics(

@@ -21,6 +21,10 @@ from torch import Tensor
 
 from lucid_yolo.replay.exceptions import PoolLeakError
 
+_LIBRARY_PATHS = ("/torch/", "site-packages", "dist-packages", "/lib/python3", "<")
+"""Parts of a frame's file name that place it in torch, an installed library or CPython; a
+leak's message names the frames outside them, where the caller's code made the block."""
+
 
 class OpenForward:
     """A replayed forward whose backward graph has not run yet (held by the autograd node).
@@ -194,7 +198,9 @@ class ReplayPool:
         torch keeps a cuBLAS workspace per handle and stream for good (torch 2.11), so one the
         borrower created is alive in the pool: it is dropped first (the next user, a capture
         among them, makes its own). A reference cycle may hold a tensor that is otherwise gone,
-        so a leak is counted again after a collection.
+        and autograd's worker thread may still hold the gradients of a backward that has
+        returned (:func:`drain_autograd_worker`), so a leak is counted again after
+        a collection and after the worker has let go.
 
         Raises:
             PoolLeakError: naming ``during``, ``why`` and ``remedy``.
@@ -204,13 +210,39 @@ class ReplayPool:
         left = self.live_blocks() - before
         if left:
             gc.collect()
+            drain_autograd_worker(self.device)
             left = self.live_blocks() - before
         if left:
             raise PoolLeakError(
                 f"{len(left)} block(s) allocated during {during} in the graph pool are still "
                 f"alive ({sum(size for _, size in left)} bytes): {why}. The earlier graphs of "
-                f"the pool write that memory when they replay. {remedy}"
+                f"the pool write that memory when they replay. {remedy}. "
+                f"{self._allocation_sites(left)}"
             )
+
+    def _allocation_sites(self, blocks: frozenset[tuple[int, int]]) -> str:
+        """Where ``blocks`` were allocated, as far as the allocator recorded it: each block's
+        frames outside torch and the installed libraries while
+        ``torch.cuda.memory._record_memory_history`` is on, otherwise how to turn it on."""
+        sites = []
+        for segment in _pool_segments(self._handle) if self.uses_cuda else []:
+            address = int(segment["address"])
+            for block in segment["blocks"]:
+                if (address, int(block["size"])) in blocks:
+                    frames = [
+                        f"{frame['filename']}:{frame['line']} ({frame['name']})"
+                        for frame in block.get("frames", [])
+                        if not any(part in frame["filename"] for part in _LIBRARY_PATHS)
+                    ]
+                    if frames:
+                        sites.append(" < ".join(frames[:4]))
+                address += int(block["size"])
+        if sites:
+            return "Allocated at: " + "; ".join(sites)
+        return (
+            "To see where, run again after "
+            "torch.cuda.memory._record_memory_history(stacks='python')"
+        )
 
     @contextlib.contextmanager
     def side_stream_allocates_in_pool(self) -> Iterator[None]:
@@ -348,6 +380,23 @@ class ScratchLoan:
             )
 
 
+def drain_autograd_worker(device: torch.device) -> None:
+    """Return once autograd's worker thread for ``device`` has let go of every finished backward.
+
+    A backward of CUDA tensors runs on the engine's worker thread for their device, which wakes
+    the caller when the last node is done and only then, at the end of its loop iteration, drops
+    its reference to the task (``thread_main`` in torch/csrc/autograd/engine.cpp). Until it
+    does, the task keeps what it hands back (the gradients of ``autograd.grad``): a caller that
+    counts live memory right after a backward can now and then find blocks that are about to
+    be freed (2 of 500 backwards on the H200, tools/probe_autograd_release.py). The worker
+    serves its queue in order, so a tiny backward on the same device returns only after that
+    iteration has ended; its own two scalars are allocated on the current stream.
+    """
+    with torch.inference_mode(False), torch.enable_grad():
+        probe = torch.zeros((), device=device, requires_grad=True)
+        torch.autograd.grad(probe * 1.0, probe)
+
+
 def _pool_segments(handle: Any) -> list[dict[str, Any]]:
     """The allocator's segments that belong to the private pool ``handle``."""
     snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
@@ -363,4 +412,4 @@ def _end_allocate_to_pool(device: int, handle: Any) -> None:
     getattr(torch._C, name)(device, handle)
 
 
-__all__ = ["ReplayPool", "ScratchLoan"]
+__all__ = ["ReplayPool", "ScratchLoan", "drain_autograd_worker"]
