@@ -250,3 +250,14 @@ def test_fault_host_sync_inside_region_retires_capture_failed(device: str) -> No
     assert run.warned == {reason}
     assert run.telemetry["region.recordings"] == 0
     assert run.telemetry["update.replays"] == STEPS - 1
+
+
+@pytest.mark.gpu
+def test_gpu_failed_capture_leaves_the_thread_on_its_own_stream() -> None:
+    # A host sync breaks the capture, so torch.cuda.graph's exit raises before it restores the
+    # stream: left on the pool's side stream, the thread's later allocations would be routed
+    # into any pool that torch's round-robin later gives the same stream.
+    stream = torch.cuda.current_stream()
+    run = _both("cuda", "sync")
+    assert run.causes("retired") == {f"region.{RetireReason.CAPTURE_FAILED.value}": 1}
+    assert torch.cuda.current_stream() == stream
