@@ -27,23 +27,31 @@ def test_ignored_options_checkpoint_overrides_model_flags_except_kept_ones() -> 
     ]
 
 
-def test_ignored_options_replay_outside_fit_runs_natively() -> None:
-    args = ["--model.replay.network", "true", "--model.replay.verify_every=2"]
-    lines = ignored_option_warnings("validate", args, ckpt_path="x.ckpt", kept_model_options=())
-    assert lines == [
-        f"--model.replay.{name} is ignored: replay records training steps; validate runs the "
-        "network natively"
-        for name in ("network", "verify_every")
+def test_ignored_options_evaluation_replays_only_its_forward() -> None:
+    args = [
+        "--model.replay.network",
+        "true",
+        "--model.replay.evaluation=true",
+        "--model.replay.verify_every=2",
+        "--model.replay.max_signatures=2",
+        "--model.replay.evaluate_in_pool=false",
     ]
+    for subcommand in ("validate", "test"):
+        lines = ignored_option_warnings(subcommand, args, ckpt_path="x.ckpt", kept_model_options=())
+        assert lines == [
+            f"--model.replay.{name} is ignored: replay records training steps; {subcommand} "
+            "replays only its evaluation forward (--model.replay.evaluation)"
+            for name in ("network", "verify_every", "evaluate_in_pool")
+        ]
 
 
 def test_ignored_options_replay_group_without_checkpoint_is_ignored_outside_fit() -> None:
-    lines = ignored_option_warnings(
-        "predict", ["--model.replay.update", "true"], ckpt_path=None, kept_model_options=()
-    )
+    args = ["--model.replay.update", "true", "--model.replay.evaluation", "true"]
+    lines = ignored_option_warnings("predict", args, ckpt_path=None, kept_model_options=())
     assert lines == [
-        "--model.replay.update is ignored: replay records training steps; predict runs the "
+        f"--model.replay.{name} is ignored: replay records training steps; predict runs the "
         "network natively"
+        for name in ("update", "evaluation")
     ]
 
 

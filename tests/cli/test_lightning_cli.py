@@ -134,11 +134,17 @@ def test_validate_checkpoint_logs_box_map(
         "0.5",
         "--output.draw",
         "true",
+        "--model.replay.network",
+        "true",
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert 0.0 <= _table(done.stdout, "validation") <= 1.0
     assert "warning: --model.lr0 is ignored: with --ckpt_path" in done.stderr
     assert "warning: --output.draw is ignored: only `predict`" in done.stderr
+    # a training region on the CPU is not refused here: validate never records it
+    assert "warning: --model.replay.network is ignored: replay records training steps" in (
+        done.stderr
+    )
 
 
 def test_test_checkpoint_logs_box_map_at_the_trained_size(

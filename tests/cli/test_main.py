@@ -155,6 +155,17 @@ def test_main_replay_on_cpu_is_refused(
     assert "need a CUDA device" in err
 
 
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+def test_main_evaluation_replay_is_kept_outside_fit_and_refused_on_cpu(
+    subcommand: str, tiny_data: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    argv = [subcommand, "--data.yaml", str(tiny_data), "--model.replay.evaluation", "true"]
+    assert main([*argv, "--trainer.accelerator", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert "need a CUDA device" in err
+    assert "is ignored" not in err
+
+
 @pytest.mark.parametrize(
     ("option", "message"),
     [

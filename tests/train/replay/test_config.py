@@ -28,3 +28,18 @@ def test_module_keeps_replay_out_of_the_hyperparameters() -> None:
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
     assert "replay" not in module.hparams
     assert module.replay.config.network
+
+
+def test_replay_config_for_evaluation_keeps_only_the_evaluation_forward() -> None:
+    asked = ReplayConfig(
+        network=True,
+        segment_heads=True,
+        loss=True,
+        update=True,
+        evaluation=True,
+        max_signatures=2,
+        verify_every=3,
+        evaluate_in_pool=False,
+    )
+    assert asked.for_evaluation() == ReplayConfig(evaluation=True, max_signatures=2)
+    assert not ReplayConfig(network=True).for_evaluation().graphs

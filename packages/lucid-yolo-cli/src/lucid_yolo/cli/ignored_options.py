@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from lucid_yolo.train.replay.config import ReplayConfig
+
 REPLAY_GROUP = "replay"
 """The model's option group of CUDA-graph replay of training steps (``--model.replay.*``)."""
 
@@ -45,8 +47,15 @@ def ignored_option_warnings(
         group, _, option = name.partition(".")
         reason = None
         replay = option.partition(".")[0] == REPLAY_GROUP
+        evaluating = subcommand in ("validate", "test")
         if group == "model" and subcommand != "fit" and replay:
-            reason = f"replay records training steps; {subcommand} runs the network natively"
+            if not evaluating:
+                reason = f"replay records training steps; {subcommand} runs the network natively"
+            elif option.partition(".")[2] not in ReplayConfig.EVALUATION_OPTIONS:
+                reason = (
+                    f"replay records training steps; {subcommand} replays only its evaluation "
+                    "forward (--model.replay.evaluation)"
+                )
         elif group == "model" and ckpt_path and option.partition(".")[0] not in kept_model_options:
             reason = "with --ckpt_path the model options are the checkpoint's hyperparameters"
         elif group == "output" and subcommand != "predict":

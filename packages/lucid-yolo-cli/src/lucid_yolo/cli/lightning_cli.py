@@ -219,8 +219,10 @@ class YoloCLI(LightningCLI):
         if self.subcommand in ("validate", "test") and config.get("ckpt_path"):
             _evaluate_as_trained(config, keep_imgsz=self.imgsz_asked)
         if self.subcommand != "fit":
-            # replay only acts in training steps: evaluating or predicting runs natively anywhere
-            for key, value in asdict(ReplayConfig()).items():
+            # without training steps only the evaluation forward can replay; predict runs eagerly
+            asked = ReplayConfig(**config.model.replay.as_dict())
+            kept = asked.for_evaluation() if self.subcommand in ("validate", "test") else None
+            for key, value in asdict(kept or ReplayConfig()).items():
                 config.model.replay[key] = value
         if self.subcommand == "fit":
             _require_epoch_limit(config.trainer)

@@ -9,6 +9,7 @@ checkpoint's hyperparameters, and a resumed fit replays what its own command lin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from lucid_yolo.train.exceptions import TrainConfigError
 
@@ -54,6 +55,9 @@ class ReplayConfig:
         TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
     """
 
+    EVALUATION_OPTIONS: ClassVar[tuple[str, ...]] = ("evaluation", "max_signatures")
+    """The fields :meth:`for_evaluation` keeps."""
+
     network: bool = False
     segment_heads: bool = False
     loss: bool = False
@@ -73,6 +77,15 @@ class ReplayConfig:
                 f"replay.verify_every must be >= 0 (0 turns the verifier off), got "
                 f"{self.verify_every!r}"
             )
+
+    def for_evaluation(self) -> ReplayConfig:
+        """The options that act in a run without training steps (``validate``, ``test``): the
+        evaluation forward's replay and its signature limit; the rest at their defaults.
+
+        Such a run has no step pool for the evaluation graphs to share, so ``evaluate_in_pool``
+        does not act either.
+        """
+        return ReplayConfig(**{name: getattr(self, name) for name in self.EVALUATION_OPTIONS})
 
     @property
     def regions(self) -> bool:
