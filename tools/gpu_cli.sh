@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `lucid-yolo` command line on the GPU machine, from source: quickstart fit native and with
-# network replay (deterministic, then their checkpoints compared byte for byte), validate,
+# network replay (deterministic, then their checkpoints compared byte for byte), validate (eagerly
+# and with the evaluation forward replayed: the metric tables compared),
 # predict, export, info, and a segment fit with chained replay regions. Logs go to $OUT.
 # Usage (repository root): bash tools/gpu_cli.sh
 set -u
@@ -29,9 +30,21 @@ for key in ("state_dict", "optimizer_states", "lr_schedulers", "loops"):
     diff = first_difference(a, b)
     print(f"{key}: {len(a)} entries, {'EQUAL' if diff is None else 'first difference: ' + diff}")
 EOF
-step validate the best checkpoint of the replay run
-cli validate --config quickstart --ckpt_path "$(ckpt replay best)" \
-    --trainer.default_root_dir "$RUNS/validate" --trainer.enable_progress_bar false 2>&1 | tail -n 12
+step validate the best checkpoint of the replay run, eagerly and with the evaluation replayed
+cli validate --config quickstart --ckpt_path "$(ckpt replay best)" --trainer.deterministic true \
+    --trainer.default_root_dir "$RUNS/validate" --trainer.enable_progress_bar false \
+    > "$RUNS/validate_eager.log" 2>&1; tail -n 12 "$RUNS/validate_eager.log"
+cli validate --config quickstart --ckpt_path "$(ckpt replay best)" --trainer.deterministic true \
+    --trainer.default_root_dir "$RUNS/validate" --trainer.enable_progress_bar false \
+    --model.replay.evaluation true > "$RUNS/validate_replayed.log" 2>&1
+tail -n 12 "$RUNS/validate_replayed.log"
+grep '│' "$RUNS/validate_eager.log" > "$RUNS/table_eager.txt"
+grep '│' "$RUNS/validate_replayed.log" > "$RUNS/table_replayed.txt"
+if [ -s "$RUNS/table_eager.txt" ] && cmp -s "$RUNS/table_eager.txt" "$RUNS/table_replayed.txt"; then
+    echo "validation tables: EQUAL"
+else
+    echo "validation tables: DIFFER (or missing)"
+fi
 step predict
 cli predict --ckpt_path "$(ckpt replay best)" --data.source "$XDG_CACHE_HOME"/lucid-yolo/synthetic-detect-v*/images/val \
     --output.dir "$RUNS/predict" --output.draw true --trainer.enable_progress_bar false 2>&1 | tail -n 4
