@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
@@ -29,7 +30,8 @@ from lucid_yolo.replay import (
     grads_of,
     state_digest,
 )
-from lucid_yolo.train import YoloDataModule
+from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train.callbacks import EpochSummary
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.losses import build_loss
 from lucid_yolo.train.replay import NetworkReplay, ReplayConfig
@@ -457,3 +459,31 @@ def test_network_replay_evaluation_before_the_fit_leaves_the_training_regions_un
         sum(v.float().sum() for v in replay(images).values()).backward()
     assert replay.network.retired is None
     assert replay.network.telemetry.recordings == 1
+
+
+def test_test_run_with_the_evaluation_replayed_logs_and_prints_its_counters(
+    tiny_dataset: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `lucid-yolo test --model.replay.evaluation true`: a run without training steps replays
+    # its evaluation forward and says so, as a fit's validation does
+    yaml = tiny_dataset("detect")
+    with_test = yaml.with_name("with_test.yaml")
+    text = yaml.read_text()
+    val = next(
+        line.partition(":")[2].strip() for line in text.splitlines() if line.startswith("val:")
+    )
+    with_test.write_text(f"{text.rstrip()}\ntest: {val.strip()}\n")
+    data = YoloDataModule(with_test, task="detect", imgsz=64, batch_size=2, workers=0, seed=0)
+    replay = ReplayConfig(evaluation=True)
+    module = YoloModule("yolo26n", num_classes=data.num_classes, replay=replay)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[EpochSummary()],
+    )
+    trainer.test(module, data, verbose=False)
+    counters = {k: int(v) for k, v in trainer.callback_metrics.items() if k.startswith("replay/")}
+    assert (counters["replay/recordings"], counters["replay/replays"]) == (1, 2), counters
+    assert "replay: " in capsys.readouterr().out

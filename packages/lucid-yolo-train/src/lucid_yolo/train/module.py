@@ -465,14 +465,8 @@ class YoloModule(pl.LightningModule):
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
         self._end_evaluation_loan()
-        if self.replay.config.graphs and not self.trainer.sanity_checking:
-            telemetry = self.replay_telemetry.as_dict()
-            # counters of the whole job: each rank records and replays its own step
-            self.log_dict(
-                {f"replay/{k}": float(v) for k, v in telemetry.items()},
-                sync_dist=True,
-                reduce_fx="sum",
-            )
+        if not self.trainer.sanity_checking:
+            self._log_replay_telemetry()
         if self.loss_guard.policy == "skip" and not self.trainer.sanity_checking:
             # every rank skipped the same steps (the guard's verdict is agreed)
             skipped = float(self.loss_guard.skipped)
@@ -491,6 +485,7 @@ class YoloModule(pl.LightningModule):
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
         self._end_evaluation_loan()
+        self._log_replay_telemetry()
 
     @override
     def predict_step(self, batch: Batch, batch_idx: int) -> list[dict[str, Tensor]]:
@@ -555,6 +550,18 @@ class YoloModule(pl.LightningModule):
                 "memory only for their pass: clone what the pass keeps, or evaluate beside the "
                 "graphs with --model.replay.evaluate_in_pool false"
             ) from error
+
+    def _log_replay_telemetry(self) -> None:
+        """Log the replay counters (``replay/*``) when anything records CUDA graphs."""
+        if not self.replay.config.graphs:
+            return
+        telemetry = self.replay_telemetry.as_dict()
+        # counters of the whole job: each rank records and replays its own step
+        self.log_dict(
+            {f"replay/{k}": float(v) for k, v in telemetry.items()},
+            sync_dist=True,
+            reduce_fx="sum",
+        )
 
     def _log_metrics(self, stage: str) -> None:
         for name, value in self.evaluator.compute().items():

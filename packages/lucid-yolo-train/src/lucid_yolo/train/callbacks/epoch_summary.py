@@ -71,7 +71,7 @@ def skipped_line(metrics: dict[str, float]) -> str | None:
 
 class EpochSummary(Callback):
     """Print the validation table and the replay counters after each validation, and the test
-    table after a test.
+    table and its replay counters after a test.
 
     Fires in ``on_validation_end`` / ``on_test_end``, after the module's epoch-end hook has logged
     the metrics.
@@ -101,6 +101,9 @@ class EpochSummary(Callback):
         table = validation_table(metrics, None, stage="test")
         if table is not None:
             self._console.print(table)
+        line = replay_line(metrics)
+        if line is not None:
+            self._console.print(line)
 
 
 __all__ = ["STATS", "EpochSummary", "replay_line", "skipped_line", "validation_table"]
