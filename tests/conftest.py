@@ -26,7 +26,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     allocated, so that a ``PoolLeakError`` names the line that made the block it found alive
     (slower; for chasing a leak that the suite alone shows)."""
     if os.environ.get("LUCID_YOLO_MEMORY_HISTORY") == "1" and torch.cuda.is_available():
-        torch.cuda.memory._record_memory_history(stacks="python")
+        torch.cuda.memory._record_memory_history(enabled="state", stacks="python")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -69,7 +69,7 @@ def _gpu_test_ends_on_the_default_stream(request: pytest.FixtureRequest) -> Iter
     (docs/engineering/whole-fit-speed.md, session 16).
     """
     yield
-    if request.node.get_closest_marker("gpu") is None or not torch.cuda.is_available():
+    if request.node.get_closest_marker("gpu") is None or not torch.cuda.is_initialized():
         return
     current, default = torch.cuda.current_stream(), torch.cuda.default_stream()
     if current != default:

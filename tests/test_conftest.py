@@ -102,6 +102,21 @@ def test_gpu_test_with_cuda_is_not_skipped(
     result.assert_outcomes(passed=1, deselected=1)
 
 
+def test_gpu_test_left_on_another_stream_fails_and_the_stream_is_reset(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streams = {"current": "side", "default": "default"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda: streams["current"])
+    monkeypatch.setattr(torch.cuda, "default_stream", lambda: streams["default"])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: streams.update(current=s))
+    result = _run_suite_hooks(pytester, "-m", "gpu")
+    result.assert_outcomes(passed=1, errors=1, deselected=1)
+    result.stdout.fnmatch_lines(["*left the thread on CUDA stream side, not the default stream*"])
+    assert streams["current"] == "default"
+
+
 def test_slow_tests_run_first_each_group_in_its_order(pytester: pytest.Pytester) -> None:
     result = _run_suite_hooks(pytester, "--collect-only", "-q", tests=SHORT_AND_SLOW_TESTS)
     collected = [line for line in result.outlines if line.startswith("test_mixed.py::")]

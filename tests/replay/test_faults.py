@@ -253,11 +253,26 @@ def test_fault_host_sync_inside_region_retires_capture_failed(device: str) -> No
 
 
 @pytest.mark.gpu
-def test_gpu_failed_capture_leaves_the_thread_on_its_own_stream() -> None:
-    # A host sync breaks the capture, so torch.cuda.graph's exit raises before it restores the
-    # stream: left on the pool's side stream, the thread's later allocations would be routed
-    # into any pool that torch's round-robin later gives the same stream.
+def test_gpu_failed_capture_leaves_the_thread_on_its_own_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A host sync breaks the capture, so capture_end raises. Some torch versions' graph exit
+    # then skips the stream restore; this test gives every version that exit, so it fails
+    # wherever the recorder relies on torch to restore the stream.
+    failed: list[BaseException] = []
+    exit_graph = torch.cuda.graph.__exit__
+
+    def exit_leaving_the_capture_stream(self: torch.cuda.graph, *args: object) -> None:
+        try:
+            exit_graph(self, *args)
+        except BaseException as error:
+            failed.append(error)
+            torch.cuda.set_stream(self.capture_stream)
+            raise
+
+    monkeypatch.setattr(torch.cuda.graph, "__exit__", exit_leaving_the_capture_stream)
     stream = torch.cuda.current_stream()
     run = _both("cuda", "sync")
+    assert failed, "the broken capture's exit did not raise: this torch never leaves the stream"
     assert run.causes("retired") == {f"region.{RetireReason.CAPTURE_FAILED.value}": 1}
     assert torch.cuda.current_stream() == stream

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import gc
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -256,14 +257,17 @@ def test_gpu_pool_leak_names_where_the_block_was_allocated() -> None:
     head, second, _ = _chained(Hoarding())
     x = torch.randn(4, 3, 32, 32, device="cuda")
     second(head(x)).sum().backward()
-    torch.cuda.memory._record_memory_history(stacks="python")
+    session_history = os.environ.get("LUCID_YOLO_MEMORY_HISTORY") == "1"
+    if not session_history:
+        torch.cuda.memory._record_memory_history(enabled="state", stacks="python")
     try:
         with pytest.raises(
             PoolLeakError, match=r"Allocated at: .*test_gpu_memory\.py:\d+ \(forward\)"
         ):
             second(head(x))
     finally:
-        torch.cuda.memory._record_memory_history(enabled=None)
+        if not session_history:
+            torch.cuda.memory._record_memory_history(enabled=None)
     torch.cuda.synchronize()
 
 

@@ -114,11 +114,14 @@ def test_pool_leak_names_the_frames_outside_the_libraries(
         {"filename": "/work/project/heads.py", "line": 42, "name": "forward"},
         {"filename": "/work/project/train.py", "line": 7, "name": "step"},
     ]
+    # without history a block has no frames; with it, a C++ thread's block has none outside
+    # the libraries
     segment = {
         "address": 1024,
-        "blocks": [{"size": 512, "frames": []}, {"size": 512, "frames": frames}],
+        "blocks": [{"size": 512}, {"size": 512, "frames": frames}, {"size": 512, "frames": []}],
     }
-    monkeypatch.setattr("lucid_yolo.replay.pool._pool_segments", lambda handle: [segment])
+    segments = [segment]
+    monkeypatch.setattr("lucid_yolo.replay.pool._pool_segments", lambda handle: segments)
     pool = ReplayPool("cpu")
     pool.uses_cuda = True
     sites = pool._allocation_sites(frozenset({(1536, 512)}))
@@ -126,6 +129,11 @@ def test_pool_leak_names_the_frames_outside_the_libraries(
         sites
         == "Allocated at: /work/project/heads.py:42 (forward) < /work/project/train.py:7 (step)"
     )
+    assert "_record_memory_history" in pool._allocation_sites(frozenset({(1024, 512)}))
+    assert "no Python frame outside the libraries" in pool._allocation_sites(
+        frozenset({(2048, 512)})
+    )
+    segments[:] = [{"blocks": [{"size": 512}]}]  # an entry this reading does not know
     assert "_record_memory_history" in pool._allocation_sites(frozenset({(1024, 512)}))
 
 

@@ -158,26 +158,28 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
     runs (:class:`ReplayPool`). Where torch allocates workspaces per call, clearing is a no-op;
     where its map is per thread, only this thread's are cleared.
 
-    A failed capture puts the caller back on its own stream. ``torch.cuda.graph`` restores it
-    only after ``capture_end`` returns, and ``capture_end`` raises when the body broke the
-    capture (a host synchronisation): the thread would stay on the pool's side stream, so that
-    whatever it later allocates on "its" stream inside a warm-up or a loan of any pool whose
-    side stream is that one (torch hands streams out round-robin from a small per-device set)
-    would be routed into that pool.
+    A failed capture puts the caller back on its own stream and device. In some torch versions
+    ``torch.cuda.graph`` restores them only after ``capture_end`` returns, and ``capture_end``
+    raises when the body broke the capture (a host synchronisation): the thread would stay on
+    the pool's side stream, so that whatever it later allocated on "its" stream inside a
+    warm-up or a loan of any pool whose side stream is that one (torch hands streams out
+    round-robin from a small per-device set) would be routed into that pool. An outer stream
+    context restores them on every exit.
     """
     collecting = gc.isenabled()
     gc.disable()
-    caller_stream = torch.cuda.current_stream(pool.device)
     try:
         torch._C._cuda_clearCublasWorkspaces()
         # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
-        with torch.cuda.graph(
-            graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
+        with (
+            torch.cuda.stream(pool.stream),
+            torch.cuda.graph(
+                graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
+            ),
         ):
             result = body()
         torch._C._cuda_clearCublasWorkspaces()
     except BaseException:
-        torch.cuda.set_stream(caller_stream)
         # Best effort: free what the broken capture holds; the caller reports the original error.
         with contextlib.suppress(RuntimeError):
             graph.reset()

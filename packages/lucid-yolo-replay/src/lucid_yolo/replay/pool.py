@@ -210,7 +210,9 @@ class ReplayPool:
         left = self.live_blocks() - before
         if left:
             gc.collect()
-            drain_autograd_worker(self.device)
+            # a drain that fails clears no false alarm; the count below still decides
+            with contextlib.suppress(RuntimeError):
+                drain_autograd_worker(self.device)
             left = self.live_blocks() - before
         if left:
             raise PoolLeakError(
@@ -223,25 +225,25 @@ class ReplayPool:
     def _allocation_sites(self, blocks: frozenset[tuple[int, int]]) -> str:
         """Where ``blocks`` were allocated, as far as the allocator recorded it: each block's
         frames outside torch and the installed libraries while
-        ``torch.cuda.memory._record_memory_history`` is on, otherwise how to turn it on."""
+        ``torch.cuda.memory._record_memory_history`` is on, otherwise how to turn it on.
+
+        Never raises: it only adds to a :class:`PoolLeakError` that must reach the caller.
+        """
         sites = []
-        for segment in _pool_segments(self._handle) if self.uses_cuda else []:
-            address = int(segment["address"])
-            for block in segment["blocks"]:
-                if (address, int(block["size"])) in blocks:
-                    frames = [
-                        f"{frame['filename']}:{frame['line']} ({frame['name']})"
-                        for frame in block.get("frames", [])
-                        if not any(part in frame["filename"] for part in _LIBRARY_PATHS)
-                    ]
-                    if frames:
-                        sites.append(" < ".join(frames[:4]))
-                address += int(block["size"])
+        try:
+            for segment in _pool_segments(self._handle) if self.uses_cuda else []:
+                address = int(segment["address"])
+                for block in segment["blocks"]:
+                    if (address, int(block["size"])) in blocks and "frames" in block:
+                        sites.append(_caller_frames(block["frames"]))
+                    address += int(block["size"])
+        except (KeyError, TypeError, ValueError, RuntimeError):
+            sites = []
         if sites:
             return "Allocated at: " + "; ".join(sites)
         return (
-            "To see where, run again after "
-            "torch.cuda.memory._record_memory_history(stacks='python')"
+            "To see where, run again after torch.cuda.memory._record_memory_history("
+            "enabled='state', stacks='python')"
         )
 
     @contextlib.contextmanager
@@ -395,6 +397,18 @@ def drain_autograd_worker(device: torch.device) -> None:
     with torch.inference_mode(False), torch.enable_grad():
         probe = torch.zeros((), device=device, requires_grad=True)
         torch.autograd.grad(probe * 1.0, probe)
+
+
+def _caller_frames(frames: Sequence[dict[str, Any]]) -> str:
+    """``file:line (function)`` of the first four recorded frames outside torch, the installed
+    libraries and CPython; a block allocated where Python recorded none of those (a C++ thread
+    such as autograd's worker) says so."""
+    named = [
+        f"{frame.get('filename')}:{frame.get('line')} ({frame.get('name')})"
+        for frame in frames
+        if not any(part in str(frame.get("filename", "<")) for part in _LIBRARY_PATHS)
+    ]
+    return " < ".join(named[:4]) or "no Python frame outside the libraries (a C++ thread?)"
 
 
 def _pool_segments(handle: Any) -> list[dict[str, Any]]:
