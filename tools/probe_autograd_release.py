@@ -7,7 +7,7 @@ alone. The warm-up drops the gradients that ``autograd.grad`` returns at once, a
 counts its live blocks. A backward of CUDA tensors runs on autograd's worker thread for the
 device, which wakes the caller before it drops its own reference to the finished task (and to
 what the task hands back). This probe asks whether that window is seen from Python, and whether
-``lucid_yolo.replay.pool.drain_autograd_worker`` closes it.
+``lucid_yolo.replay.leak_evidence.drain_autograd_worker`` closes it.
 
 Each round runs a small convolution's forward and ``autograd.grad`` to its input and weight on
 a side stream, drops the gradients, and asks whether their storages are still alive (a weak
@@ -40,7 +40,7 @@ from typing import Any
 import torch
 from torch.multiprocessing.reductions import StorageWeakRef
 
-from lucid_yolo.replay.pool import drain_autograd_worker
+from lucid_yolo.replay.leak_evidence import drain_autograd_worker
 
 STAGES = ("at_return", "after_gc", "after_drain")
 """When the memory is read after each round's backward, in order."""

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from lucid_yolo.replay import PoolLeakError, ReplayPool, ScratchLoan
 from lucid_yolo.replay._graphs import RegionGraphs
-from lucid_yolo.replay.pool import drain_autograd_worker
+from lucid_yolo.replay.leak_evidence import drain_autograd_worker
 
 
 def _captured(pool: ReplayPool) -> RegionGraphs:

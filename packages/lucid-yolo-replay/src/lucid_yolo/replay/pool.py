@@ -20,10 +20,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.replay.exceptions import PoolLeakError
-
-_LIBRARY_PATHS = ("/torch/", "site-packages", "dist-packages", "/lib/python3", "<")
-"""Parts of a frame's file name that place it in torch, an installed library or CPython; a
-leak's message names the frames outside them, where the caller's code made the block."""
+from lucid_yolo.replay.leak_evidence import caller_frames, drain_autograd_worker
 
 
 class OpenForward:
@@ -235,7 +232,7 @@ class ReplayPool:
                 address = int(segment["address"])
                 for block in segment["blocks"]:
                     if (address, int(block["size"])) in blocks and "frames" in block:
-                        sites.append(_caller_frames(block["frames"]))
+                        sites.append(caller_frames(block["frames"]))
                     address += int(block["size"])
         except (KeyError, TypeError, ValueError, RuntimeError):
             sites = []
@@ -382,35 +379,6 @@ class ScratchLoan:
             )
 
 
-def drain_autograd_worker(device: torch.device) -> None:
-    """Return once autograd's worker thread for ``device`` has let go of every finished backward.
-
-    A backward of CUDA tensors runs on the engine's worker thread for their device, which wakes
-    the caller when the last node is done and only then, at the end of its loop iteration, drops
-    its reference to the task (``thread_main`` in torch/csrc/autograd/engine.cpp). Until it
-    does, the task keeps what it hands back (the gradients of ``autograd.grad``): a caller that
-    counts live memory right after a backward can now and then find blocks that are about to
-    be freed (2 of 500 backwards on the H200, tools/probe_autograd_release.py). The worker
-    serves its queue in order, so a tiny backward on the same device returns only after that
-    iteration has ended; its own two scalars are allocated on the current stream.
-    """
-    with torch.inference_mode(False), torch.enable_grad():
-        probe = torch.zeros((), device=device, requires_grad=True)
-        torch.autograd.grad(probe * 1.0, probe)
-
-
-def _caller_frames(frames: Sequence[dict[str, Any]]) -> str:
-    """``file:line (function)`` of the first four recorded frames outside torch, the installed
-    libraries and CPython; a block allocated where Python recorded none of those (a C++ thread
-    such as autograd's worker) says so."""
-    named = [
-        f"{frame.get('filename')}:{frame.get('line')} ({frame.get('name')})"
-        for frame in frames
-        if not any(part in str(frame.get("filename", "<")) for part in _LIBRARY_PATHS)
-    ]
-    return " < ".join(named[:4]) or "no Python frame outside the libraries (a C++ thread?)"
-
-
 def _pool_segments(handle: Any) -> list[dict[str, Any]]:
     """The allocator's segments that belong to the private pool ``handle``."""
     snapshot: Callable[[], list[dict[str, Any]]] = torch.cuda.memory_snapshot
@@ -426,4 +394,4 @@ def _end_allocate_to_pool(device: int, handle: Any) -> None:
     getattr(torch._C, name)(device, handle)
 
 
-__all__ = ["ReplayPool", "ScratchLoan", "drain_autograd_worker"]
+__all__ = ["ReplayPool", "ScratchLoan"]
