@@ -455,7 +455,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_start(self) -> None:
         self.evaluator.reset()
-        self._start_evaluation_pass()
+        self.replay.start_evaluation()
 
     @override
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -475,7 +475,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_test_epoch_start(self) -> None:
         self.evaluator.reset()
-        self._start_evaluation_pass()
+        self.replay.start_evaluation()
 
     @override
     def test_step(self, batch: Batch, batch_idx: int) -> None:
@@ -526,12 +526,6 @@ class YoloModule(pl.LightningModule):
     def _evaluate(self, batch: Batch) -> None:
         outputs = self.replay.evaluate(self.ema_net, batch["images"], self.memory_format)
         self.evaluator.update(outputs, batch)
-
-    def _start_evaluation_pass(self) -> None:
-        """Lend the step pool's free blocks to the eager pass that starts, or let the replayed
-        one record afresh after a move (:meth:`NetworkReplay.start_evaluation`); the metric's
-        state stays outside the pool."""
-        self.replay.start_evaluation()
 
     def _end_evaluation_loan(self) -> None:
         """Take the blocks back once the pass's metrics are computed.

@@ -82,8 +82,8 @@ class ReplayConfig:
         """The options that act in a run without training steps (``validate``, ``test``): the
         evaluation forward's replay and its signature limit; the rest at their defaults.
 
-        Such a run has no step pool for the evaluation graphs to share, so ``evaluate_in_pool``
-        does not act either.
+        Such a run records no training graph, so the pool the evaluation graphs would share
+        holds none and ``evaluate_in_pool`` changes nothing there.
         """
         return ReplayConfig(**{name: getattr(self, name) for name in self.EVALUATION_OPTIONS})
 
