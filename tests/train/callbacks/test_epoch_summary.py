@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
+from types import SimpleNamespace
+
+from lightning.pytorch.trainer.states import TrainerFn
 from rich.console import Console
 
-from lucid_yolo.train.callbacks import replay_line, skipped_line, validation_table
+from lucid_yolo.train.callbacks import EpochSummary, replay_line, skipped_line, validation_table
+from lucid_yolo.train.callbacks.epoch_summary import _REPLAY_KEYS
 
 
 def _render(table: object) -> str:
@@ -70,3 +75,18 @@ def test_skipped_line_counts_non_finite_steps() -> None:
 def test_skipped_line_none_without_skips() -> None:
     assert skipped_line({"train/non_finite_skipped": 0.0}) is None
     assert skipped_line({}) is None
+
+
+def test_epoch_summary_prints_the_replay_line_unbroken_in_a_narrow_console() -> None:
+    summary = EpochSummary()
+    summary._console = Console(width=40, record=True, file=io.StringIO())
+    metrics = {f"replay/{k}": 1000.0 for k in _REPLAY_KEYS}
+    trainer = SimpleNamespace(
+        sanity_checking=False,
+        callback_metrics=metrics,
+        state=SimpleNamespace(fn=TrainerFn.FITTING),
+        current_epoch=2,
+    )
+    summary.on_validation_end(trainer, None)  # type: ignore[arg-type]
+    lines = summary._console.export_text().splitlines()
+    assert lines == [replay_line(metrics)], lines

@@ -92,7 +92,7 @@ class EpochSummary(Callback):
             self._console.print(table)
         for line in (replay_line(metrics), skipped_line(metrics)):
             if line is not None:
-                self._console.print(line)
+                self._print_line(line)
 
     @override
     @rank_zero_only
@@ -103,7 +103,13 @@ class EpochSummary(Callback):
             self._console.print(table)
         line = replay_line(metrics)
         if line is not None:
-            self._console.print(line)
+            self._print_line(line)
+
+    def _print_line(self, line: str) -> None:
+        """One line as one line: rich wraps at 80 columns where the output is no terminal (a log
+        file, CI), which split the replay counters mid-line; ``soft_wrap`` leaves wrapping to
+        the terminal."""
+        self._console.print(line, soft_wrap=True)
 
 
 __all__ = ["STATS", "EpochSummary", "replay_line", "skipped_line", "validation_table"]
