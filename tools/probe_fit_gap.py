@@ -38,9 +38,10 @@ splits every epoch at its hooks:
   ``gc_max_ms``: CPython's garbage collections between the epoch's first and last step (every
   one pauses the thread that launches the steps).
 
-With ``--gc-freeze`` the fit calls ``gc.freeze()`` when training starts, so that later
-collections skip every object the set-up made (the model, the graphs, Lightning's state): whether
-the collections are the long steps is then a comparison of two fits.
+With ``--gc-freeze`` the fit calls ``gc.collect()`` (timed, printed) then ``gc.freeze()`` when
+training starts, so that later collections skip every object the set-up made (the model, the
+graphs, Lightning's state): whether the collections are the long steps is then a comparison of
+two fits. Either way the fit's log names how many objects the oldest generation held then.
 
 With ``--profile`` the fit also runs cProfile over its first two training steps (where the
 replayed fit records its graphs; the second step took 0.8-0.9 s on the H200 in session 8) and
@@ -89,7 +90,8 @@ PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
 """Environment variable naming a folder: :class:`FitGaps` then also profiles (cProfile) the first
 training step and every ``Trainer.save_checkpoint``, and writes their top functions there."""
 GC_FREEZE_ENV = "LUCID_FIT_GAPS_GC_FREEZE"
-"""Environment variable: when ``1``, :class:`FitGaps` calls ``gc.freeze()`` at training's start."""
+"""Environment variable: when ``1``, :class:`FitGaps` collects, then calls ``gc.freeze()``, at
+training's start."""
 TOOLS_DIR = Path(__file__).resolve().parent
 TIMELINE = ("step", "between", "host_wait")
 """The per-step series each epoch describes by its median, mean, 90th percentile and maximum."""
@@ -198,8 +200,21 @@ class FitGaps(pl.Callback):
             gc.callbacks.remove(self._gc)
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        oldest = len(gc.get_objects(generation=2))
+        print(
+            f"probe: {oldest} objects in the collector's oldest generation at training's start",
+            file=sys.stderr,
+        )
         if os.environ.get(GC_FREEZE_ENV) == "1":
+            began = time.perf_counter()
+            collected = gc.collect()
+            collect_ms = (time.perf_counter() - began) * 1000.0
             gc.freeze()
+            print(
+                f"probe: gc.collect() before the freeze: {collect_ms:.1f} ms, {collected} "
+                f"unreachable; {gc.get_freeze_count()} objects frozen",
+                file=sys.stderr,
+            )
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self._turnover.disable()

@@ -12,8 +12,9 @@ import yaml
 from lightning.pytorch.cli import LightningCLI
 
 from lucid_yolo.cli.embedded import VERSION
-from lucid_yolo.cli.lightning_cli import YoloCLI
+from lucid_yolo.cli.lightning_cli import YoloCLI, trainer_defaults
 from lucid_yolo.cli.main import main
+from lucid_yolo.train.callbacks import SetUpObjectsFrozen
 
 if TYPE_CHECKING:
     from conftest import CliRunner, Trained
@@ -50,6 +51,15 @@ def _table(output: str, title: str) -> float:
     for noise in NOISE:
         assert noise not in output, f"{noise!r} in the output"
     return float(maps[0])
+
+
+def test_only_fit_freezes_the_set_up_objects_while_it_trains() -> None:
+    kinds = {
+        command: {type(c) for c in trainer_defaults(command)["callbacks"]}
+        for command in ("fit", "validate", "test", "predict")
+    }
+    assert SetUpObjectsFrozen in kinds.pop("fit")
+    assert all(SetUpObjectsFrozen not in k for k in kinds.values()), kinds
 
 
 def test_fit_tiny_run_prints_final_line_and_saves_checkpoint(trained: Trained) -> None:

@@ -3,7 +3,7 @@
 Step-phase timing and the per-epoch summary; atomic checkpoints (written in the background
 during a fit), the SIGTERM save and the random
 generators' state, which together let a fit resume where it stopped; the late non-finite check
-on an exception.
+on an exception; the set-up's objects kept out of the collector's full passes while training.
 """
 
 from lucid_yolo.train.callbacks.atomic_checkpoint_io import (
@@ -20,6 +20,7 @@ from lucid_yolo.train.callbacks.epoch_summary import (
 from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.callbacks.phase_timer import PHASES, PhaseTimer
 from lucid_yolo.train.callbacks.rng_state import RngState
+from lucid_yolo.train.callbacks.set_up_objects_frozen import SetUpObjectsFrozen
 from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
 
 __all__ = [
@@ -38,4 +39,6 @@ __all__ = [
     "atomic_save",
     # the non-finite loss guard's late check
     "PendingUpdateCheck",
+    # the host's pauses
+    "SetUpObjectsFrozen",
 ]
