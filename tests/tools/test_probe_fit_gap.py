@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import gc
 import json
+import sys
+import time
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from tool_modules import load_tool, run_tool_main
@@ -127,6 +129,69 @@ def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) ->
     assert "gap after the first step" not in text
 
 
+def test_probe_fit_gap_times_the_checkpoint_writes_while_attached(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    from lucid_yolo.train.callbacks import atomic_checkpoint_io as io
+
+    original = io.atomic_save
+    writes = tool.CheckpointWrites()
+    writes.attach()
+    try:
+        before = time.perf_counter()
+        io.atomic_save({"step": 1}, tmp_path / "a.ckpt")
+        io.atomic_link(tmp_path / "a.ckpt", tmp_path / "b.ckpt")
+        after = time.perf_counter()
+    finally:
+        writes.detach()
+    assert io.atomic_save is original
+    (start, end), _ = writes.intervals
+    assert before <= start <= end <= after
+    assert writes.during(start)
+    assert not writes.during(before - 1.0)
+    taken = writes.take_finished()
+    assert taken["writes"] == 2
+    assert taken["write_ms"] > 0
+    assert writes.take_finished()["writes"] == 0
+    io.atomic_save({"step": 2}, tmp_path / "c.ckpt")
+    assert writes.intervals == []  # detached: not timed
+
+
+def test_probe_fit_gap_sets_the_switch_interval_only_when_asked(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = sys.getswitchinterval()
+    trainer = SimpleNamespace(save_checkpoint=lambda *args, **kwargs: None)
+    gaps = tool.FitGaps()
+    monkeypatch.delenv(tool.SWITCH_INTERVAL_ENV, raising=False)
+    try:
+        gaps.setup(trainer, None, "fit")
+        gaps.teardown(trainer, None, "fit")
+        assert sys.getswitchinterval() == before
+        monkeypatch.setenv(tool.SWITCH_INTERVAL_ENV, "0.0005")
+        gaps.setup(trainer, None, "fit")
+        gaps.teardown(trainer, None, "fit")
+        assert sys.getswitchinterval() == pytest.approx(0.0005)
+    finally:
+        sys.setswitchinterval(before)
+
+
+def test_probe_fit_gap_table_names_the_steps_during_the_writes(tool: ModuleType) -> None:
+    written = {
+        "writes": 2,
+        "write_ms": 120.0,
+        "steps_writing": 3,
+        "step_max_writing_ms": 80.0,
+        "step_max_quiet_ms": 30.0,
+    }
+    epochs = [_epoch(3, 0.2, 0.3)] + [{**_epoch(3, 0.2, 0.3), **written}] * 3
+    text = tool.table(tool.summary(epochs))
+    assert (
+        "checkpoint writes (median epoch): 2, 120.0 ms, 3 steps started during them; longest "
+        "step during a write 80.00 ms, outside one 30.00 ms"
+    ) in text
+
+
 @pytest.mark.slow
 def test_probe_fit_gap_splits_a_cpu_cli_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -147,6 +212,10 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         assert epoch["step_ms"] <= epoch["step_max_ms"]
         assert 0 < epoch["host_wait_mean_ms"] <= epoch["host_wait_max_ms"]
         assert epoch["gc_count"] >= epoch["gc_full"] >= 0
+        assert epoch["steps_writing"] >= 0
+    # best and last after each epoch, on the writer thread; the last epoch's may end after
+    # the probe's last look
+    assert sum(e["writes"] for e in result["per_epoch"]) >= 2
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
