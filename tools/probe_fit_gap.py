@@ -44,19 +44,21 @@ splits every epoch at its hooks:
   background writer, whose ``torch.save`` holds the GIL while it pickles, stretches the steps
   it overlaps (``None`` where no step was in that group).
 
-With ``--gc-freeze`` the fit calls ``gc.collect()`` (timed, printed) then ``gc.freeze()`` when
-training starts, so that later collections skip every object the set-up made (the model, the
-graphs, Lightning's state): whether the collections are the long steps is then a comparison of
-two fits. Either way the fit's log names how many objects the oldest generation held then.
-(``lucid-yolo fit`` itself freezes them at training's start since session 17; the probe's
-freeze, run first, then leaves it nothing to do.)
+``lucid-yolo fit`` freezes the set-up's objects out of CPython's collections when training
+starts (``SetUpObjectsFrozen``, session 17); the fit's log says, at the first epoch's start, how
+many objects are frozen, how many the oldest generation holds, and how long the hooks from
+training's start to there took (the collection before the freeze among them). With
+``--no-freeze`` the probe turns that callback's freeze off, for the comparison of two fits that
+session 17 ran with this probe's former ``--gc-freeze`` (its own freeze, before the CLI had one).
 
 With ``--switch-interval S`` the fit sets CPython's thread switch interval
 (``sys.setswitchinterval``, 0.005 s by default) when it is set up: how long a thread that wants
 the GIL waits before the holder must hand it over, so with a smaller one the checkpoint writer's
 pickling holds up the training thread in shorter pieces. On the 2-core dev machine a writer
-saving yolo26n's checkpoint beside a busy Python loop cost the loop far more at 0.005 s than at
-0.0005 s (``tools/probe_writer_gil.py``): whether that shows in a fit's steps is what the
+saving yolo26n's checkpoint beside a busy Python loop, the machine otherwise idle, cost the loop
+about 145 ms in gaps over 1 ms at 0.005 s (the write itself stretched to 21-32 s) and 3-12 ms at
+0.0005 s, and 110-220 ms at either with a third process on the cores
+(``tools/probe_writer_gil.py``): whether anything of it shows in a fit's steps is what the
 probe's write columns compare.
 
 With ``--profile`` the fit also runs cProfile over its first two training steps (where the
@@ -90,6 +92,7 @@ import pstats
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from functools import wraps
 from pathlib import Path
@@ -107,9 +110,8 @@ PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
 training step and every ``Trainer.save_checkpoint``, and writes their top functions there."""
 SWITCH_INTERVAL_ENV = "LUCID_FIT_GAPS_SWITCH_INTERVAL"
 """Environment variable: seconds :class:`FitGaps` passes to ``sys.setswitchinterval`` at set-up."""
-GC_FREEZE_ENV = "LUCID_FIT_GAPS_GC_FREEZE"
-"""Environment variable: when ``1``, :class:`FitGaps` collects, then calls ``gc.freeze()``, at
-training's start."""
+NO_FREEZE_ENV = "LUCID_FIT_GAPS_NO_FREEZE"
+"""Environment variable: when ``1``, :class:`FitGaps` turns the fit's ``SetUpObjectsFrozen`` off."""
 TOOLS_DIR = Path(__file__).resolve().parent
 TIMELINE = ("step", "between", "host_wait")
 """The per-step series each epoch describes by its median, mean, 90th percentile and maximum."""
@@ -191,7 +193,10 @@ class CheckpointWrites:
     NAMES = ("atomic_save", "atomic_link")
 
     def __init__(self) -> None:
-        self.intervals: list[tuple[float, float | None]] = []
+        self.intervals: list[list[float | None]] = []
+        """``[start, end]`` per write (``end`` ``None`` while it runs), appended under the lock
+        and each completed by its own write."""
+        self._lock = threading.Lock()
         self._originals: dict[str, Any] = {}
 
     def attach(self) -> None:
@@ -211,26 +216,32 @@ class CheckpointWrites:
     def _timed(self, write: Any) -> Any:
         @wraps(write)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            index = len(self.intervals)
-            self.intervals.append((time.perf_counter(), None))
+            record: list[float | None] = [time.perf_counter(), None]
+            with self._lock:
+                self.intervals.append(record)
             try:
                 return write(*args, **kwargs)
             finally:
-                self.intervals[index] = (self.intervals[index][0], time.perf_counter())
+                record[1] = time.perf_counter()  # the record is this write's own: no index
 
         return timed
 
     def during(self, moment: float) -> bool:
         """Whether a write ran at ``moment`` (one still running counts until now)."""
         now = time.perf_counter()
+        with self._lock:
+            spans = [(start, end) for start, end in self.intervals]
         return any(
-            start <= moment <= (now if end is None else end) for start, end in self.intervals
+            start is not None and start <= moment <= (now if end is None else end)
+            for start, end in spans
         )
 
     def take_finished(self) -> dict[str, float]:
         """``writes`` and ``write_ms`` of the writes finished since the last take."""
-        finished = [(a, b) for a, b in self.intervals if b is not None]
-        self.intervals = [(a, b) for a, b in self.intervals if b is None]
+        with self._lock:
+            spans = [(start, end) for start, end in self.intervals]
+            finished = [(a, b) for a, b in spans if a is not None and b is not None]
+            self.intervals[:] = [r for r in self.intervals if r[1] is None]
         return {
             "writes": len(finished),
             "write_ms": sum((b - a) * 1000.0 for a, b in finished),
@@ -254,6 +265,7 @@ class FitGaps(pl.Callback):
         self._gc = GcPauses()
         self._writes = CheckpointWrites()
         self._step_hosts: list[float] = []
+        self._train_start: float | None = None
         self._checkpoint_s = 0.0
         folder = os.environ.get(PROFILE_ENV)
         self._profile_dir = Path(folder) if folder else None
@@ -278,6 +290,11 @@ class FitGaps(pl.Callback):
         if interval:
             sys.setswitchinterval(float(interval))
             print(f"probe: thread switch interval {sys.getswitchinterval()} s", file=sys.stderr)
+        if os.environ.get(NO_FREEZE_ENV) == "1":
+            for callback in trainer.callbacks:  # type: ignore[attr-defined]
+                if type(callback).__name__ == "SetUpObjectsFrozen":
+                    callback.on_train_start = _skip_hook
+                    print("probe: SetUpObjectsFrozen turned off", file=sys.stderr)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._gc in gc.callbacks:
@@ -285,23 +302,18 @@ class FitGaps(pl.Callback):
         self._writes.detach()
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
-        oldest = len(gc.get_objects(generation=2))
-        print(
-            f"probe: {oldest} objects in the collector's oldest generation at training's start",
-            file=sys.stderr,
-        )
-        if os.environ.get(GC_FREEZE_ENV) == "1":
-            began = time.perf_counter()
-            collected = gc.collect()
-            collect_ms = (time.perf_counter() - began) * 1000.0
-            gc.freeze()
-            print(
-                f"probe: gc.collect() before the freeze: {collect_ms:.1f} ms, {collected} "
-                f"unreachable; {gc.get_freeze_count()} objects frozen",
-                file=sys.stderr,
-            )
+        self._train_start = time.perf_counter()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self._train_start is not None:
+            hooks_ms = (time.perf_counter() - self._train_start) * 1000.0
+            self._train_start = None
+            print(
+                f"probe: at the first epoch's start {gc.get_freeze_count()} objects frozen, "
+                f"{len(gc.get_objects(generation=2))} in the oldest generation; the hooks since "
+                f"training's start took {hooks_ms:.1f} ms",
+                file=sys.stderr,
+            )
         self._turnover.disable()
         self._close_epoch(time.perf_counter())
         self._marks = {"start": time.perf_counter()}
@@ -480,7 +492,7 @@ def table(result: dict[str, Any]) -> str:
     if writes["writes"] is not None:
         during, quiet = writes["step_max_writing_ms"], writes["step_max_quiet_ms"]
         lines.append(
-            f"checkpoint writes (median epoch): {writes['writes']:.0f}, "
+            f"checkpoint writes (medians over epochs): {writes['writes']:.0f}, "
             f"{writes['write_ms']:.1f} ms, {writes['steps_writing']:.0f} steps started during "
             "them; longest step during a write "
             + ("-" if during is None else f"{during:.2f} ms")
@@ -496,6 +508,18 @@ def table(result: dict[str, Any]) -> str:
         f"| {part} | {per_step[part]:.2f} | {result['totals_s'][part]:.3f} |" for part in PARTS
     ]
     return "\n".join(lines) + "\n"
+
+
+def _skip_hook(*_: Any, **__: Any) -> None:
+    """A hook that does nothing: what ``--no-freeze`` puts in place of the freeze."""
+
+
+def _positive_seconds(text: str) -> float:
+    """``--switch-interval``'s value: seconds, more than zero (``sys.setswitchinterval``'s rule)."""
+    seconds = float(text)
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text}: the switch interval must be more than 0 s")
+    return seconds
 
 
 def main() -> None:
@@ -516,10 +540,14 @@ def main() -> None:
         action="store_true",
         help="also cProfile the first two steps and the turnovers (first_steps.txt, turnover.txt)",
     )
-    parser.add_argument("--gc-freeze", action="store_true", help="gc.freeze() when training starts")
+    parser.add_argument(
+        "--no-freeze",
+        action="store_true",
+        help="turn the fit's SetUpObjectsFrozen off (the set-up's objects stay collectable)",
+    )
     parser.add_argument(
         "--switch-interval",
-        type=float,
+        type=_positive_seconds,
         default=None,
         help="sys.setswitchinterval(S) in the fit's process (default: CPython's 0.005 s)",
     )
@@ -543,8 +571,8 @@ def main() -> None:
     env[GAPS_ENV] = str(gaps)
     if args.profile:
         env[PROFILE_ENV] = str(args.out)
-    if args.gc_freeze:
-        env[GC_FREEZE_ENV] = "1"
+    if args.no_freeze:
+        env[NO_FREEZE_ENV] = "1"
     if args.switch_interval is not None:
         env[SWITCH_INTERVAL_ENV] = str(args.switch_interval)
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
@@ -555,7 +583,7 @@ def main() -> None:
     result = {
         "batch": args.batch,
         "replay": not args.native,
-        "gc_freeze": args.gc_freeze,
+        "frozen": not args.no_freeze,
         "switch_interval": args.switch_interval,
         **summary(epochs),
         "per_epoch": epochs,

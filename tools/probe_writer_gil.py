@@ -75,17 +75,25 @@ def tensors_in(checkpoint: dict[str, Any]) -> int:
 
 
 def one_round(checkpoint: dict[str, Any], path: Path, interval: float) -> dict[str, float]:
-    """Write ``checkpoint`` on a thread with ``interval`` set while the caller loops."""
-    took: list[float] = []
+    """Write ``checkpoint`` on a thread with ``interval`` set while the caller loops.
+
+    Raises:
+        Exception: what the write raised on its thread.
+    """
+    outcome: dict[str, Any] = {}
 
     def write() -> None:
         began = time.perf_counter()
-        atomic_save(checkpoint, path)
-        took.append(time.perf_counter() - began)
+        try:
+            atomic_save(checkpoint, path)
+        except Exception as error:  # re-raised on the caller's thread below
+            outcome["error"] = error
+        outcome["seconds"] = time.perf_counter() - began
 
     previous = sys.getswitchinterval()
     sys.setswitchinterval(interval)
-    gaps: list[float] = []
+    lost = longest = 0.0
+    gaps = 0
     try:
         writer = threading.Thread(target=write)
         last = time.perf_counter()
@@ -93,18 +101,22 @@ def one_round(checkpoint: dict[str, Any], path: Path, interval: float) -> dict[s
         while writer.is_alive():
             sum(range(200))
             now = time.perf_counter()
-            gaps.append(now - last)
-            last = now
+            gap, last = now - last, now
+            longest = max(longest, gap)
+            if gap > 0.001:
+                lost += gap
+                gaps += 1
         writer.join()
     finally:
         sys.setswitchinterval(previous)
-    long_gaps = [g for g in gaps if g > 0.001]
+    if "error" in outcome:
+        raise outcome["error"]
     return {
         "interval_s": interval,
-        "write_ms": took[0] * 1000.0,
-        "lost_ms": sum(long_gaps) * 1000.0,
-        "gaps": len(long_gaps),
-        "longest_ms": max(gaps, default=0.0) * 1000.0,
+        "write_ms": outcome["seconds"] * 1000.0,
+        "lost_ms": lost * 1000.0,
+        "gaps": gaps,
+        "longest_ms": longest * 1000.0,
     }
 
 

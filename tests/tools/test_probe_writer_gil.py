@@ -30,6 +30,16 @@ def test_probe_writer_gil_round_writes_and_puts_the_interval_back(
     assert row["gaps"] >= 0
 
 
+def test_probe_writer_gil_round_raises_what_the_write_raised(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    (tmp_path / "file").write_text("a file where the folder would be")
+    before = sys.getswitchinterval()
+    with pytest.raises(FileExistsError):
+        tool.one_round({"w": torch.zeros(8)}, tmp_path / "file" / "x.ckpt", 0.0005)
+    assert sys.getswitchinterval() == before
+
+
 def test_probe_writer_gil_payload_holds_weights_ema_and_momenta(tool: ModuleType) -> None:
     checkpoint = tool.payload("yolo26n")
     weights = len(checkpoint["state_dict"])

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import io
 from types import SimpleNamespace
 
+import pytest
 from lightning.pytorch.trainer.states import TrainerFn
 from rich.console import Console
 
 from lucid_yolo.train.callbacks import EpochSummary, replay_line, skipped_line, validation_table
-from lucid_yolo.train.callbacks.epoch_summary import _REPLAY_KEYS
 
 
 def _render(table: object) -> str:
@@ -77,16 +76,38 @@ def test_skipped_line_none_without_skips() -> None:
     assert skipped_line({}) is None
 
 
-def test_epoch_summary_prints_the_replay_line_unbroken_in_a_narrow_console() -> None:
-    summary = EpochSummary()
-    summary._console = Console(width=40, record=True, file=io.StringIO())
-    metrics = {f"replay/{k}": 1000.0 for k in _REPLAY_KEYS}
-    trainer = SimpleNamespace(
+def _trainer(metrics: dict[str, float]) -> SimpleNamespace:
+    return SimpleNamespace(
         sanity_checking=False,
         callback_metrics=metrics,
         state=SimpleNamespace(fn=TrainerFn.FITTING),
         current_epoch=2,
     )
-    summary.on_validation_end(trainer, None)  # type: ignore[arg-type]
-    lines = summary._console.export_text().splitlines()
-    assert lines == [replay_line(metrics)], lines
+
+
+LONG_REPLAY = {
+    f"replay/{k}": 1000.0
+    for k in ("recordings", "replays", "graph_launches", "native_calls", "retirements")
+}
+"""Counters whose line is longer than the 80 columns rich wraps at where stdout is no terminal."""
+
+
+def test_epoch_summary_prints_the_replay_and_skipped_lines_unbroken(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    metrics = {**LONG_REPLAY, "train/non_finite_skipped": 2.0}
+    line = replay_line(metrics)
+    assert line is not None
+    assert len(line) > 80
+    EpochSummary().on_validation_end(_trainer(metrics), None)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines() == [
+        line,
+        "non-finite loss: 2 step(s) skipped so far",
+    ]
+
+
+def test_epoch_summary_prints_the_test_run_s_replay_line_unbroken(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    EpochSummary().on_test_end(_trainer(LONG_REPLAY), None)  # type: ignore[arg-type]
+    assert capsys.readouterr().out.splitlines() == [replay_line(LONG_REPLAY)]

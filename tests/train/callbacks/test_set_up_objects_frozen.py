@@ -9,7 +9,9 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
 from lightning.pytorch.demos.boring_classes import BoringModel
+from quiet_trainer import quiet_cpu_trainer
 
 from lucid_yolo.train.callbacks import SetUpObjectsFrozen
 
@@ -71,16 +73,40 @@ def test_a_fit_trains_frozen_and_ends_unfrozen() -> None:
         def on_train_batch_start(self, *_: Any) -> None:
             counts.append(gc.get_freeze_count())
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[SetUpObjectsFrozen(), Watch()],
-    )
-    trainer.fit(BoringModel())
+    quiet_cpu_trainer(max_steps=2, callbacks=[SetUpObjectsFrozen(), Watch()]).fit(BoringModel())
     assert len(counts) == 2
     assert all(c > 0 for c in counts), counts
     assert gc.get_freeze_count() == 0
+
+
+class _Failing(BoringModel):
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        if batch_idx == 1:
+            raise RuntimeError("the step broke")
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_fit_that_fails_in_training_ends_unfrozen_and_the_next_fit_freezes_again() -> None:
+    with pytest.raises(RuntimeError, match="the step broke"):
+        quiet_cpu_trainer(max_steps=3, callbacks=[SetUpObjectsFrozen()]).fit(_Failing())
+    assert gc.get_freeze_count() == 0
+    counts: list[int] = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_start(self, *_: Any) -> None:
+            counts.append(gc.get_freeze_count())
+
+    quiet_cpu_trainer(max_steps=1, callbacks=[SetUpObjectsFrozen(), Watch()]).fit(BoringModel())
+    assert counts[0] > 0
+    assert gc.get_freeze_count() == 0
+
+
+def test_a_fit_with_the_objects_frozen_ends_on_the_same_weights_as_without() -> None:
+    weights = []
+    for callbacks in ([], [SetUpObjectsFrozen()]):
+        pl.seed_everything(7, verbose=False)
+        model = BoringModel()
+        quiet_cpu_trainer(max_steps=4, callbacks=callbacks).fit(model)
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+    assert weights[0].keys() == weights[1].keys()
+    assert all(torch.equal(weights[0][k], weights[1][k]) for k in weights[0])

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 from typing_extensions import override
 
+from lucid_yolo.train.console import print_line
 from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS
 
 STATS = ("P", "R", "mAP50", "mAP50-95")
@@ -73,6 +74,10 @@ class EpochSummary(Callback):
     """Print the validation table and the replay counters after each validation, and the test
     table and its replay counters after a test.
 
+    The tables go through rich; the lines through :func:`~lucid_yolo.train.console.print_line`,
+    unwrapped: rich wraps at 80 columns where the output is no terminal (a log file, CI), which
+    split the replay counters mid-line.
+
     Fires in ``on_validation_end`` / ``on_test_end``, after the module's epoch-end hook has logged
     the metrics.
     """
@@ -92,7 +97,7 @@ class EpochSummary(Callback):
             self._console.print(table)
         for line in (replay_line(metrics), skipped_line(metrics)):
             if line is not None:
-                self._print_line(line)
+                print_line(line)
 
     @override
     @rank_zero_only
@@ -103,13 +108,7 @@ class EpochSummary(Callback):
             self._console.print(table)
         line = replay_line(metrics)
         if line is not None:
-            self._print_line(line)
-
-    def _print_line(self, line: str) -> None:
-        """One line as one line: rich wraps at 80 columns where the output is no terminal (a log
-        file, CI), which split the replay counters mid-line; ``soft_wrap`` leaves wrapping to
-        the terminal."""
-        self._console.print(line, soft_wrap=True)
+            print_line(line)
 
 
 __all__ = ["STATS", "EpochSummary", "replay_line", "skipped_line", "validation_table"]

@@ -6,11 +6,12 @@ object the process holds; after torch, Lightning and the model are set up that i
 objects, and on the H200 each full pass took 0.28-0.43 s, once every 7-8 epochs of a replayed
 detect fit at batch 16 (session 17, ``tools/probe_fit_gap.py``). ``gc.freeze()`` moves every
 object alive at that moment to a permanent generation that no collection walks; the full passes
-that still come then took 5-25 ms.
+that still come then took 4-9 ms.
 
-One full collection runs first (0.32 s there, once a fit), so that what the set-up already left
-as garbage is freed, not kept for the whole fit. A process that manages its collector itself
-(the collector off, or objects frozen already) is left alone.
+One full collection runs first (0.32 s there, once a fit, where the fit without the freeze had
+one of its own in its first epoch anyway), so that what the set-up already left as garbage is
+freed, not kept for the whole fit. A process that manages its collector itself (the collector
+off, or objects frozen already) is left alone.
 """
 
 from __future__ import annotations
@@ -23,12 +24,20 @@ from typing_extensions import override
 
 
 class SetUpObjectsFrozen(Callback):
-    """Collect, then freeze, the process's objects when training starts; unfreeze at teardown.
+    """Collect, then freeze, the process's objects when training starts; unfreeze when the fit
+    ends, or fails.
 
-    Changes no result: the collector only decides when unreachable objects are freed, and every
-    object frozen was reachable or freed by the collection just before. Objects that become
-    garbage during the fit in a reference cycle with a frozen object wait until the teardown's
-    ``gc.unfreeze()``.
+    Training starts after the sanity check, so what it made (the evaluation graph's recording)
+    is frozen with the rest, and before the first step, so the training graphs' recordings are
+    not. Changes no result: the collector only decides when unreachable objects are freed, and
+    every object frozen was reachable or freed by the collection just before. Objects that become
+    garbage during the fit in a reference cycle with a frozen object wait until the unfreeze,
+    which also unfreezes whatever other code froze during the fit (``gc.unfreeze`` takes them
+    all).
+
+    Lightning calls the callbacks' ``teardown`` only when a fit ends normally; a fit that raises
+    reaches ``on_exception`` instead, which unfreezes too, so that a failed fit's objects (on a
+    GPU, its device memory) are collected and the next fit in the process freezes afresh.
 
     Example:
         ``Trainer(callbacks=[SetUpObjectsFrozen()])``; ``lucid-yolo fit`` adds it.
@@ -47,6 +56,15 @@ class SetUpObjectsFrozen(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._unfreeze()
+
+    @override
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._unfreeze()
+
+    def _unfreeze(self) -> None:
         if self._froze:
             gc.unfreeze()
             self._froze = False
