@@ -101,6 +101,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
+from lucid_yolo.train.callbacks import SetUpObjectsFrozen
 from lucid_yolo.train.callbacks.device_clock import DeviceClock
 
 GAPS_ENV = "LUCID_FIT_GAPS"
@@ -291,8 +292,8 @@ class FitGaps(pl.Callback):
             sys.setswitchinterval(float(interval))
             print(f"probe: thread switch interval {sys.getswitchinterval()} s", file=sys.stderr)
         if os.environ.get(NO_FREEZE_ENV) == "1":
-            for callback in trainer.callbacks:  # type: ignore[attr-defined]
-                if type(callback).__name__ == "SetUpObjectsFrozen":
+            for callback in trainer.callbacks:
+                if isinstance(callback, SetUpObjectsFrozen):
                     callback.on_train_start = _skip_hook
                     print("probe: SetUpObjectsFrozen turned off", file=sys.stderr)
 
