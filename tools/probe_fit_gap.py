@@ -37,12 +37,6 @@ splits every epoch at its hooks:
 * ``gc_count``, ``gc_full`` (of them, collections of the oldest generation), ``gc_ms`` and
   ``gc_max_ms``: CPython's garbage collections between the epoch's first and last step (every
   one pauses the thread that launches the steps).
-* ``writes`` and ``write_ms``: the checkpoint files written (or linked) whose write ended in the
-  epoch, and the seconds their writes took on the writer thread; ``steps_writing``, the steps
-  (after the epoch's first) that started while a write ran, and ``step_max_writing_ms`` and
-  ``step_max_quiet_ms``, the longest device step among those and among the others: whether the
-  background writer, whose ``torch.save`` holds the GIL while it pickles, stretches the steps
-  it overlaps (``None`` where no step was in that group).
 
 ``lucid-yolo fit`` freezes the set-up's objects out of CPython's collections when training
 starts (``SetUpObjectsFrozen``, session 17); the fit's log says, at the first epoch's start, how
@@ -50,16 +44,8 @@ many objects are frozen, how many the oldest generation holds, and how long the 
 training's start to there took (the collection before the freeze among them). With
 ``--no-freeze`` the probe turns that callback's freeze off, for the comparison of two fits that
 session 17 ran with this probe's former ``--gc-freeze`` (its own freeze, before the CLI had one).
-
-With ``--switch-interval S`` the fit sets CPython's thread switch interval
-(``sys.setswitchinterval``, 0.005 s by default) when it is set up: how long a thread that wants
-the GIL waits before the holder must hand it over, so with a smaller one the checkpoint writer's
-pickling holds up the training thread in shorter pieces. On the 2-core dev machine a writer
-saving yolo26n's checkpoint beside a busy Python loop, the machine otherwise idle, cost the loop
-about 145 ms in gaps over 1 ms at 0.005 s (the write itself stretched to 21-32 s) and 3-12 ms at
-0.0005 s, and 110-220 ms at either with a third process on the cores
-(``tools/probe_writer_gil.py``): whether anything of it shows in a fit's steps is what the
-probe's write columns compare.
+Whether the checkpoint writer's thread stretches the steps it overlaps is
+``tools/probe_checkpoint_cost.py``'s question (``slowed per save``).
 
 With ``--profile`` the fit also runs cProfile over its first two training steps (where the
 replayed fit records its graphs; the second step took 0.8-0.9 s on the H200 in session 8) and
@@ -92,7 +78,6 @@ import pstats
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from functools import wraps
 from pathlib import Path
@@ -109,8 +94,6 @@ GAPS_ENV = "LUCID_FIT_GAPS"
 PROFILE_ENV = "LUCID_FIT_GAPS_PROFILE"
 """Environment variable naming a folder: :class:`FitGaps` then also profiles (cProfile) the first
 training step and every ``Trainer.save_checkpoint``, and writes their top functions there."""
-SWITCH_INTERVAL_ENV = "LUCID_FIT_GAPS_SWITCH_INTERVAL"
-"""Environment variable: seconds :class:`FitGaps` passes to ``sys.setswitchinterval`` at set-up."""
 NO_FREEZE_ENV = "LUCID_FIT_GAPS_NO_FREEZE"
 """Environment variable: when ``1``, :class:`FitGaps` turns the fit's ``SetUpObjectsFrozen`` off."""
 TOOLS_DIR = Path(__file__).resolve().parent
@@ -119,8 +102,6 @@ TIMELINE = ("step", "between", "host_wait")
 STATISTICS = ("", "_mean", "_p90", "_max")
 """Key suffixes of :func:`_describe`: ``<series><suffix>_ms``; the bare one is the median."""
 TIMELINE_KEYS = (*(f"{name}{stat}_ms" for name in TIMELINE for stat in STATISTICS), "first_gap_ms")
-WRITE_KEYS = ("writes", "write_ms", "steps_writing", "step_max_writing_ms", "step_max_quiet_ms")
-"""Each epoch's checkpoint writes and the longest steps during and outside them."""
 
 
 def _sync() -> float:
@@ -183,72 +164,6 @@ class GcPauses:
         return dict(zip(self.KEYS, values, strict=True))
 
 
-class CheckpointWrites:
-    """The intervals (host clock) in which the fit's checkpoint IO wrote or linked a file.
-
-    Wraps the module-level ``atomic_save`` and ``atomic_link`` of
-    :mod:`lucid_yolo.train.callbacks.atomic_checkpoint_io`, which its writer looks up at each
-    write, for as long as it is attached.
-    """
-
-    NAMES = ("atomic_save", "atomic_link")
-
-    def __init__(self) -> None:
-        self.intervals: list[list[float | None]] = []
-        """``[start, end]`` per write (``end`` ``None`` while it runs), appended under the lock
-        and each completed by its own write."""
-        self._lock = threading.Lock()
-        self._originals: dict[str, Any] = {}
-
-    def attach(self) -> None:
-        from lucid_yolo.train.callbacks import atomic_checkpoint_io as io
-
-        for name in self.NAMES:
-            original = self._originals.setdefault(name, getattr(io, name))
-            setattr(io, name, self._timed(original))
-
-    def detach(self) -> None:
-        from lucid_yolo.train.callbacks import atomic_checkpoint_io as io
-
-        for name, original in self._originals.items():
-            setattr(io, name, original)
-        self._originals = {}
-
-    def _timed(self, write: Any) -> Any:
-        @wraps(write)
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            record: list[float | None] = [time.perf_counter(), None]
-            with self._lock:
-                self.intervals.append(record)
-            try:
-                return write(*args, **kwargs)
-            finally:
-                record[1] = time.perf_counter()  # the record is this write's own: no index
-
-        return timed
-
-    def during(self, moment: float) -> bool:
-        """Whether a write ran at ``moment`` (one still running counts until now)."""
-        now = time.perf_counter()
-        with self._lock:
-            spans = [(start, end) for start, end in self.intervals]
-        return any(
-            start is not None and start <= moment <= (now if end is None else end)
-            for start, end in spans
-        )
-
-    def take_finished(self) -> dict[str, float]:
-        """``writes`` and ``write_ms`` of the writes finished since the last take."""
-        with self._lock:
-            spans = [(start, end) for start, end in self.intervals]
-            finished = [(a, b) for a, b in spans if a is not None and b is not None]
-            self.intervals[:] = [r for r in self.intervals if r[1] is None]
-        return {
-            "writes": len(finished),
-            "write_ms": sum((b - a) * 1000.0 for a, b in finished),
-        }
-
-
 class FitGaps(pl.Callback):
     """Times each training epoch's parts at its hooks; writes them at the fit's end.
 
@@ -264,8 +179,6 @@ class FitGaps(pl.Callback):
         self._host_waits: list[float] = []
         self._last_end_host: float | None = None
         self._gc = GcPauses()
-        self._writes = CheckpointWrites()
-        self._step_hosts: list[float] = []
         self._train_start: float | None = None
         self._checkpoint_s = 0.0
         folder = os.environ.get(PROFILE_ENV)
@@ -286,11 +199,6 @@ class FitGaps(pl.Callback):
 
         trainer.save_checkpoint = timed  # type: ignore[method-assign]
         gc.callbacks.append(self._gc)
-        self._writes.attach()
-        interval = os.environ.get(SWITCH_INTERVAL_ENV)
-        if interval:
-            sys.setswitchinterval(float(interval))
-            print(f"probe: thread switch interval {sys.getswitchinterval()} s", file=sys.stderr)
         if os.environ.get(NO_FREEZE_ENV) == "1":
             for callback in trainer.callbacks:
                 if isinstance(callback, SetUpObjectsFrozen):
@@ -300,7 +208,6 @@ class FitGaps(pl.Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self._gc in gc.callbacks:
             gc.callbacks.remove(self._gc)
-        self._writes.detach()
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self._train_start = time.perf_counter()
@@ -319,7 +226,6 @@ class FitGaps(pl.Callback):
         self._close_epoch(time.perf_counter())
         self._marks = {"start": time.perf_counter()}
         self._step_clocks = []
-        self._step_hosts = []
         self._host_waits = []
         self._last_end_host = None
         self._checkpoint_s = 0.0
@@ -328,7 +234,6 @@ class FitGaps(pl.Callback):
         if self._last_end_host is not None:
             self._host_waits.append((time.perf_counter() - self._last_end_host) * 1000.0)
         self._step_clocks.append((_now(), None))
-        self._step_hosts.append(time.perf_counter())
         if self._profile_dir is not None and trainer.global_step < 2:
             self._first_steps.enable()
 
@@ -393,7 +298,6 @@ class FitGaps(pl.Callback):
                 "checkpoint_s": self._checkpoint_s,
                 **self._device_timeline(),
                 **self._gc.take(),
-                **self._writes.take_finished(),
             }
         )
         self._marks = {}
@@ -402,28 +306,14 @@ class FitGaps(pl.Callback):
         """``step_*`` (the steps after the epoch's first), ``first_gap_ms``, ``between_*`` (the
         other gaps) and ``host_wait_*``, read after the epoch's last synchronisation, so that no
         event is waited for inside it."""
-        ended = [
-            (start, end, host)
-            for (start, end), host in zip(self._step_clocks, self._step_hosts, strict=True)
-            if end is not None
-        ]
-        whole = [(start, end) for start, end, _ in ended]
+        whole = [(start, end) for start, end in self._step_clocks if end is not None]
         steps = [end.ms_since(start) for start, end in whole[1:]]
-        writing = [self._writes.during(host) for _, _, host in ended[1:]]
         between = [
             start.ms_since(previous_end)
             for (_, previous_end), (start, _) in itertools.pairwise(whole)
         ]
         self._step_clocks = []
-        self._step_hosts = []
         return {
-            "steps_writing": sum(writing),
-            "step_max_writing_ms": max(
-                (ms for ms, w in zip(steps, writing, strict=True) if w), default=None
-            ),
-            "step_max_quiet_ms": max(
-                (ms for ms, w in zip(steps, writing, strict=True) if not w), default=None
-            ),
             **_describe("step", steps),
             "first_gap_ms": between[0] if between else None,
             **_describe("between", between[1:]),
@@ -452,9 +342,6 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "device_timeline_ms": timeline,
         "gc_per_epoch": {
             key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GcPauses.KEYS
-        },
-        "writes_per_epoch": {
-            key: _median([e[key] for e in tail if e.get(key) is not None]) for key in WRITE_KEYS
         },
         "per_step_ms": {part: totals[part] * 1000.0 / max(steps, 1) for part in PARTS},
         "totals_s": totals,
@@ -489,17 +376,6 @@ def table(result: dict[str, Any]) -> str:
             f"{gc_stats['gc_full']:.0f} full, {gc_stats['gc_ms']:.1f} ms, "
             f"longest {gc_stats['gc_max_ms']:.1f} ms"
         )
-    writes = result["writes_per_epoch"]
-    if writes["writes"] is not None:
-        during, quiet = writes["step_max_writing_ms"], writes["step_max_quiet_ms"]
-        lines.append(
-            f"checkpoint writes (medians over epochs): {writes['writes']:.0f}, "
-            f"{writes['write_ms']:.1f} ms, {writes['steps_writing']:.0f} steps started during "
-            "them; longest step during a write "
-            + ("-" if during is None else f"{during:.2f} ms")
-            + ", outside one "
-            + ("-" if quiet is None else f"{quiet:.2f} ms")
-        )
     lines += [
         "",
         "| part | ms per training step | seconds |",
@@ -513,14 +389,6 @@ def table(result: dict[str, Any]) -> str:
 
 def _skip_hook(*_: Any, **__: Any) -> None:
     """A hook that does nothing: what ``--no-freeze`` puts in place of the freeze."""
-
-
-def _positive_seconds(text: str) -> float:
-    """``--switch-interval``'s value: seconds, more than zero (``sys.setswitchinterval``'s rule)."""
-    seconds = float(text)
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text}: the switch interval must be more than 0 s")
-    return seconds
 
 
 def main() -> None:
@@ -546,12 +414,6 @@ def main() -> None:
         action="store_true",
         help="turn the fit's SetUpObjectsFrozen off (the set-up's objects stay collectable)",
     )
-    parser.add_argument(
-        "--switch-interval",
-        type=_positive_seconds,
-        default=None,
-        help="sys.setswitchinterval(S) in the fit's process (default: CPython's 0.005 s)",
-    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
@@ -574,8 +436,6 @@ def main() -> None:
         env[PROFILE_ENV] = str(args.out)
     if args.no_freeze:
         env[NO_FREEZE_ENV] = "1"
-    if args.switch_interval is not None:
-        env[SWITCH_INTERVAL_ENV] = str(args.switch_interval)
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     (args.out / "fit_gap_fit.log").write_text(done.stdout[-20000:] + done.stderr[-20000:])
     if done.returncode != 0:
@@ -585,7 +445,6 @@ def main() -> None:
         "batch": args.batch,
         "replay": not args.native,
         "frozen": not args.no_freeze,
-        "switch_interval": args.switch_interval,
         **summary(epochs),
         "per_epoch": epochs,
     }

@@ -15,9 +15,11 @@ alternating rounds:
 * ``longest_ms``: its longest iteration.
 
 The loop is a worst case for the writer (it never waits); a fit's training thread often waits
-(for a batch, for the device), so the probe shows the mechanism, and the fit-gap probe's write
-columns (``tools/probe_fit_gap.py``) measure it in a fit. Only gaps over 1 ms count as lost: a
-fit's device queue absorbs shorter ones while the host is ahead of it.
+(for a batch, for the device), so the probe shows the mechanism, and
+``tools/probe_checkpoint_cost.py`` measures it in a fit (the steps that overlap a write against
+the others). Only gaps over 1 ms count as lost: a fit's device queue absorbs shorter ones while
+the host is ahead of it. ``tools/probe_loader_thread.py`` compares the same two intervals for
+the loader's pin-memory thread.
 
 Session 17, the 2-core dev machine otherwise idle, two rounds: at 0.005 s the write took 21-32 s
 (the writer, handing the GIL over at each file write, waits a whole interval to get it back) and

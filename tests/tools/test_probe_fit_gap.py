@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import argparse
 import gc
 import json
-import sys
-import threading
-import time
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -107,12 +103,6 @@ def test_probe_fit_gap_turns_the_fit_s_freeze_off_only_when_asked(
         assert gc.get_freeze_count() == 0
 
 
-def test_probe_fit_gap_refuses_a_switch_interval_of_zero(tool: ModuleType) -> None:
-    assert tool._positive_seconds("0.0005") == 0.0005
-    with pytest.raises(argparse.ArgumentTypeError, match="more than 0 s"):
-        tool._positive_seconds("0")
-
-
 def test_probe_fit_gap_counts_collections_only_while_armed(tool: ModuleType) -> None:
     pauses = tool.GcPauses()
     pauses("start", {"generation": 2})
@@ -143,89 +133,6 @@ def test_probe_fit_gap_table_leaves_out_a_timeline_it_lacks(tool: ModuleType) ->
     assert "gap after the first step" not in text
 
 
-def test_probe_fit_gap_times_the_checkpoint_writes_while_attached(
-    tool: ModuleType, tmp_path: Path
-) -> None:
-    from lucid_yolo.train.callbacks import atomic_checkpoint_io as io
-
-    original = io.atomic_save
-    writes = tool.CheckpointWrites()
-    writes.attach()
-    try:
-        before = time.perf_counter()
-        io.atomic_save({"step": 1}, tmp_path / "a.ckpt")
-        io.atomic_link(tmp_path / "a.ckpt", tmp_path / "b.ckpt")
-        after = time.perf_counter()
-    finally:
-        writes.detach()
-    assert io.atomic_save is original
-    (start, end), _ = writes.intervals
-    assert start is not None
-    assert end is not None
-    assert before <= start <= end <= after
-    assert writes.during(start)
-    assert not writes.during(before - 1.0)
-    taken = writes.take_finished()
-    assert taken["writes"] == 2
-    assert taken["write_ms"] > 0
-    assert writes.take_finished()["writes"] == 0
-    io.atomic_save({"step": 2}, tmp_path / "c.ckpt")
-    assert writes.intervals == []  # detached: not timed
-
-
-def test_probe_fit_gap_takes_the_finished_writes_while_another_runs(tool: ModuleType) -> None:
-    release = threading.Event()
-    writes = tool.CheckpointWrites()
-    quick = writes._timed(lambda: None)
-    slow = writes._timed(release.wait)
-    quick()
-    writer = threading.Thread(target=slow)
-    writer.start()
-    while len(writes.intervals) < 2:
-        time.sleep(0.001)
-    assert writes.take_finished()["writes"] == 1  # the slow one runs on
-    assert writes.during(time.perf_counter())
-    release.set()
-    writer.join()
-    assert writes.take_finished()["writes"] == 1
-    assert writes.intervals == []
-
-
-def test_probe_fit_gap_sets_the_switch_interval_only_when_asked(
-    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = sys.getswitchinterval()
-    trainer = SimpleNamespace(save_checkpoint=lambda *args, **kwargs: None)
-    gaps = tool.FitGaps()
-    monkeypatch.delenv(tool.SWITCH_INTERVAL_ENV, raising=False)
-    try:
-        gaps.setup(trainer, None, "fit")
-        gaps.teardown(trainer, None, "fit")
-        assert sys.getswitchinterval() == before
-        monkeypatch.setenv(tool.SWITCH_INTERVAL_ENV, "0.0005")
-        gaps.setup(trainer, None, "fit")
-        gaps.teardown(trainer, None, "fit")
-        assert sys.getswitchinterval() == pytest.approx(0.0005)
-    finally:
-        sys.setswitchinterval(before)
-
-
-def test_probe_fit_gap_table_names_the_steps_during_the_writes(tool: ModuleType) -> None:
-    written = {
-        "writes": 2,
-        "write_ms": 120.0,
-        "steps_writing": 3,
-        "step_max_writing_ms": 80.0,
-        "step_max_quiet_ms": 30.0,
-    }
-    epochs = [_epoch(3, 0.2, 0.3)] + [{**_epoch(3, 0.2, 0.3), **written}] * 3
-    text = tool.table(tool.summary(epochs))
-    assert (
-        "checkpoint writes (medians over epochs): 2, 120.0 ms, 3 steps started during them; "
-        "longest step during a write 80.00 ms, outside one 30.00 ms"
-    ) in text
-
-
 @pytest.mark.slow
 def test_probe_fit_gap_splits_a_cpu_cli_fit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -246,10 +153,6 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         assert epoch["step_ms"] <= epoch["step_max_ms"]
         assert 0 < epoch["host_wait_mean_ms"] <= epoch["host_wait_max_ms"]
         assert epoch["gc_count"] >= epoch["gc_full"] >= 0
-        assert epoch["steps_writing"] >= 0
-    # best and last after the first epoch, at least last after the second, on the writer
-    # thread; Lightning's strategy teardown waits for them before the probe's last look
-    assert sum(e["writes"] for e in result["per_epoch"]) >= 3
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
