@@ -10,8 +10,12 @@ that still come then took 4-9 ms.
 
 One full collection runs first (0.32 s there, once a fit, where the fit without the freeze had
 one of its own in its first epoch anyway), so that what the set-up already left as garbage is
-freed, not kept for the whole fit. A process that manages its collector itself (the collector
-off, or objects frozen already) is left alone.
+freed, not kept for the whole fit. A process with its collector off is left alone.
+
+Whether the process froze objects itself cannot be read from ``gc.get_freeze_count()``: CPython
+3.12 moves the immortal objects a collection meets into the same permanent generation, so a
+fresh 3.12 interpreter already counts 375 objects there (3.11 and 3.13 count none). A check on
+that count skipped the freeze in every 3.12 process, the GPU machine's among them (session 18).
 """
 
 from __future__ import annotations
@@ -32,12 +36,14 @@ class SetUpObjectsFrozen(Callback):
     not. Changes no result: the collector only decides when unreachable objects are freed, and
     every object frozen was reachable or freed by the collection just before. Objects that become
     garbage during the fit in a reference cycle with a frozen object wait until the unfreeze,
-    which also unfreezes whatever other code froze during the fit (``gc.unfreeze`` takes them
-    all).
+    which also unfreezes whatever other code froze, before the fit or during it
+    (``gc.unfreeze`` takes them all).
 
     Lightning calls the callbacks' ``teardown`` only when a fit ends normally; a fit that raises
     reaches ``on_exception`` instead, which unfreezes too, so that a failed fit's objects (on a
-    GPU, its device memory) are collected and the next fit in the process freezes afresh.
+    GPU, its device memory) are collected and the next fit in the process freezes afresh. A
+    program that freezes objects itself and wants them to stay frozen after the fit leaves this
+    callback out; the CLI's processes freeze nothing else.
 
     Example:
         ``Trainer(callbacks=[SetUpObjectsFrozen()])``; ``lucid-yolo fit`` adds it.
@@ -48,7 +54,7 @@ class SetUpObjectsFrozen(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._froze or not gc.isenabled() or gc.get_freeze_count():
+        if self._froze or not gc.isenabled():
             return
         gc.collect()
         gc.freeze()
