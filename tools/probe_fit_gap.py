@@ -40,8 +40,10 @@ splits every epoch at its hooks:
 
 ``lucid-yolo fit`` freezes the set-up's objects out of CPython's collections when training
 starts (``SetUpObjectsFrozen``, session 17); the fit's log says, at the first epoch's start, how
-many objects are frozen, how many the oldest generation holds, and how long the hooks from
-training's start to there took (the collection before the freeze among them). With
+many objects the permanent generation holds (the frozen ones; under CPython 3.12 also the
+immortal objects a collection met, 375 in a fresh interpreter), how many the oldest generation
+holds, and how long the hooks from training's start to there took (the collection before the
+freeze among them). With
 ``--no-freeze`` the probe turns that callback's freeze off, for the comparison of two fits that
 session 17 ran with this probe's former ``--gc-freeze`` (its own freeze, before the CLI had one).
 Whether the checkpoint writer's thread stretches the steps it overlaps is
@@ -217,7 +219,8 @@ class FitGaps(pl.Callback):
             hooks_ms = (time.perf_counter() - self._train_start) * 1000.0
             self._train_start = None
             print(
-                f"probe: at the first epoch's start {gc.get_freeze_count()} objects frozen, "
+                f"probe: at the first epoch's start {gc.get_freeze_count()} objects in the "
+                f"permanent generation (frozen), "
                 f"{len(gc.get_objects(generation=2))} in the oldest generation; the hooks since "
                 f"training's start took {hooks_ms:.1f} ms",
                 file=sys.stderr,

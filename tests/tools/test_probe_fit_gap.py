@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import gc
 import json
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
 import pytest
+from gc_frozen import is_frozen
 from tool_modules import load_tool, run_tool_main
 
 from lucid_yolo.train.callbacks import SetUpObjectsFrozen
@@ -97,16 +97,11 @@ def test_probe_fit_gap_turns_the_fit_s_freeze_off_only_when_asked(
         set_up: list[object] = []
         try:
             freeze.on_train_start(trainer, None)  # type: ignore[arg-type]
-            assert _frozen(set_up) is not asked
+            assert is_frozen(set_up) is not asked
         finally:
             freeze.teardown(trainer, None, "fit")  # type: ignore[arg-type]
             gaps.teardown(trainer, None, "fit")
-        assert not _frozen(set_up)
-
-
-def _frozen(obj: object) -> bool:
-    """Not ``gc.get_freeze_count()``: CPython 3.12 puts immortal objects in that generation too."""
-    return not any(o is obj for o in gc.get_objects())
+        assert not is_frozen(set_up)
 
 
 def test_probe_fit_gap_counts_collections_only_while_armed(tool: ModuleType) -> None:

@@ -1,8 +1,4 @@
-"""The set-up's objects are frozen for training, garbage first collected, and unfrozen after.
-
-Frozen is read from an object's absence from ``gc.get_objects()``, not from
-``gc.get_freeze_count()``: CPython 3.12 puts immortal objects in the permanent generation too.
-"""
+"""The set-up's objects are frozen for training, garbage first collected, and unfrozen after."""
 
 from __future__ import annotations
 
@@ -14,6 +10,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from gc_frozen import is_frozen
 from lightning.pytorch.demos.boring_classes import BoringModel
 from quiet_trainer import quiet_cpu_trainer
 
@@ -33,11 +30,6 @@ def _collector_as_it_was() -> Iterator[None]:
     gc.enable()
 
 
-def _frozen(obj: object) -> bool:
-    assert gc.is_tracked(obj)
-    return not any(o is obj for o in gc.get_objects())
-
-
 def _call(callback: SetUpObjectsFrozen, hook: str, *args: Any) -> None:
     getattr(callback, hook)(None, None, *args)
 
@@ -50,9 +42,9 @@ def test_training_start_collects_the_set_up_s_garbage_then_freezes_the_rest() ->
     del garbage
     _call(callback, "on_train_start")
     assert dead() is None
-    assert _frozen(alive)
+    assert is_frozen(alive)
     _call(callback, "teardown", "fit")
-    assert not _frozen(alive)
+    assert not is_frozen(alive)
 
 
 def test_objects_frozen_before_training_do_not_stop_the_freeze() -> None:
@@ -60,9 +52,9 @@ def test_objects_frozen_before_training_do_not_stop_the_freeze() -> None:
     set_up = _Cycle()
     callback = SetUpObjectsFrozen()
     _call(callback, "on_train_start")
-    assert _frozen(set_up)
+    assert is_frozen(set_up)
     _call(callback, "on_exception", RuntimeError("the fit failed"))
-    assert not _frozen(set_up)
+    assert not is_frozen(set_up)
 
 
 def test_a_process_with_the_collector_off_is_left_alone() -> None:
@@ -70,8 +62,19 @@ def test_a_process_with_the_collector_off_is_left_alone() -> None:
     set_up = _Cycle()
     callback = SetUpObjectsFrozen()
     _call(callback, "on_train_start")
-    assert not _frozen(set_up)
+    assert not is_frozen(set_up)
     assert not gc.isenabled()
+
+
+def test_a_callback_that_froze_nothing_unfreezes_nothing() -> None:
+    frozen_by_the_process = _Cycle()
+    gc.freeze()
+    gc.disable()
+    callback = SetUpObjectsFrozen()
+    _call(callback, "on_train_start")
+    _call(callback, "teardown", "fit")
+    _call(callback, "on_exception", RuntimeError("the fit failed"))
+    assert is_frozen(frozen_by_the_process)
 
 
 class _WatchModelFrozen(pl.Callback):
@@ -81,7 +84,7 @@ class _WatchModelFrozen(pl.Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, *_: Any
     ) -> None:
-        self.frozen.append(_frozen(pl_module))
+        self.frozen.append(is_frozen(pl_module))
 
 
 def test_a_fit_trains_frozen_and_ends_unfrozen() -> None:
@@ -89,7 +92,7 @@ def test_a_fit_trains_frozen_and_ends_unfrozen() -> None:
     watch = _WatchModelFrozen()
     quiet_cpu_trainer(max_steps=2, callbacks=[SetUpObjectsFrozen(), watch]).fit(model)
     assert watch.frozen == [True, True]
-    assert not _frozen(model)
+    assert not is_frozen(model)
 
 
 class _Failing(BoringModel):
@@ -103,12 +106,12 @@ def test_a_fit_that_fails_in_training_ends_unfrozen_and_the_next_fit_freezes_aga
     failing = _Failing()
     with pytest.raises(RuntimeError, match="the step broke"):
         quiet_cpu_trainer(max_steps=3, callbacks=[SetUpObjectsFrozen()]).fit(failing)
-    assert not _frozen(failing)
+    assert not is_frozen(failing)
     model = BoringModel()
     watch = _WatchModelFrozen()
     quiet_cpu_trainer(max_steps=1, callbacks=[SetUpObjectsFrozen(), watch]).fit(model)
     assert watch.frozen == [True]
-    assert not _frozen(model)
+    assert not is_frozen(model)
 
 
 def test_a_fit_with_the_objects_frozen_ends_on_the_same_weights_as_without() -> None:
