@@ -5,8 +5,9 @@ H200 (detect yolo26n, batch 16, replayed; session 9), as much as before the chec
 written on a background thread (0.385 s in session 8). This tool says where that time goes. It
 runs the benchmark's own fit (``bench_side_by_side.lucid_fit_arguments``: the packaged config,
 MuSGD and the EMA as the CLI builds them, the CLI's ``best`` and ``last`` checkpoints) once per
-mode (:data:`MODES`: background writes on, off, and on with a dump for every save as before
-session 9), and adds one callback, :class:`CheckpointCost`, that times on
+mode (:data:`MODES`: background writes on, off, on with a dump for every save as before
+session 9, and on with the writer thread under a 0.5 ms thread switch interval), and adds one
+callback, :class:`CheckpointCost`, that times on
 the training thread each ``Trainer.save_checkpoint`` (``total_s``) split into
 
 * ``dump_s``: Lightning's ``dump_checkpoint`` (everything before the checkpoint IO: the module's
@@ -66,12 +67,21 @@ DUMP_EACH_ENV = "LUCID_CHECKPOINT_DUMP_EACH"
 """When set, :class:`CheckpointCost` has every save dump, as Lightning's own ``Trainer`` does
 (the CLI's :class:`~lucid_yolo.train.YoloTrainer` dumps once per moment): the cost before
 session 9's change, in the same code."""
+WRITER_SWITCH_ENV = "LUCID_CHECKPOINT_WRITER_SWITCH_INTERVAL"
+"""When set (seconds), :class:`CheckpointCost` runs the writer thread's jobs under that thread
+switch interval (``sys.setswitchinterval``), CPython's 5 ms put back after each: whether the
+GIL's hand-over is what slows the steps a write overlaps. On the dev CPU a busy thread lost about
+145 ms to one write at 5 ms and 3-12 ms at 0.5 ms (``tools/probe_writer_gil.py``, session 17);
+on the H200 the overlapped steps of a replayed detect-b16 fit lost 2.5 s in 60 saves (session
+18)."""
 MODES = {
     "background": {BACKGROUND_ENV: "on"},
     "foreground": {BACKGROUND_ENV: "off"},
     "dump-each": {BACKGROUND_ENV: "on", DUMP_EACH_ENV: "1"},
+    "background-switch": {BACKGROUND_ENV: "on", WRITER_SWITCH_ENV: "0.0005"},
 }
-"""The fits a run compares: background writes on and off, and a dump for every save."""
+"""The fits a run compares: background writes on and off, a dump for every save, and the
+background writes under a 0.5 ms switch interval."""
 
 
 def _timed(record: Callable[[float, float], None], function: Callable[..., Any]) -> Any:
@@ -86,6 +96,24 @@ def _timed(record: Callable[[float, float], None], function: Callable[..., Any])
             record(began, time.perf_counter())
 
     return timed
+
+
+def _switching(interval: float, function: Callable[..., Any]) -> Callable[..., Any]:
+    """``function`` that, called off the main thread, runs under the thread switch interval
+    ``interval`` and puts the previous one back."""
+
+    @wraps(function)
+    def switching(*args: Any, **kwargs: Any) -> Any:
+        if threading.current_thread() is threading.main_thread():
+            return function(*args, **kwargs)
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(interval)
+        try:
+            return function(*args, **kwargs)
+        finally:
+            sys.setswitchinterval(previous)
+
+    return switching
 
 
 class CheckpointCost(pl.Callback):
@@ -149,8 +177,12 @@ class CheckpointCost(pl.Callback):
         if isinstance(io, io_module.AtomicCheckpointIO):  # a save repeating the previous dump
             io.save_again = _timed(part("io_s"), io.save_again)  # type: ignore[method-assign]
         io_module.host_snapshot = _timed(part("snapshot_s"), io_module.host_snapshot)
+        interval = os.environ.get(WRITER_SWITCH_ENV)
         for job in ("fill", "atomic_save", "atomic_link"):  # what the writer thread runs
-            setattr(io_module, job, _timed(self._writing, getattr(io_module, job)))
+            function = getattr(io_module, job)
+            if interval:
+                function = _switching(float(interval), function)
+            setattr(io_module, job, _timed(self._writing, function))
 
     def _writing(self, began: float, ended: float) -> None:
         """Keep a write's interval: on the writer thread, where a save overlaps the steps."""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import sys
+import threading
 from pathlib import Path
 from types import ModuleType
 
@@ -74,3 +76,37 @@ def test_probe_checkpoint_cost_times_the_snapshot_of_a_checkpoint_file(
     result = tool.snapshot_cost(tmp_path / "last.ckpt", repeats=3)
     assert set(result) == {"host_snapshot_ms", "fill_ms"}
     assert all(ms > 0 for ms in result.values())
+
+
+def test_probe_checkpoint_cost_switches_the_interval_only_on_the_writer_thread(
+    tool: ModuleType,
+) -> None:
+    default = sys.getswitchinterval()
+    seen: list[float] = []
+    job = tool._switching(0.0005, lambda: seen.append(sys.getswitchinterval()))
+    job()
+    writer = threading.Thread(target=job)
+    writer.start()
+    writer.join()
+    assert seen == [default, 0.0005]
+    assert sys.getswitchinterval() == default
+
+
+def test_probe_checkpoint_cost_puts_the_interval_back_when_the_job_fails(tool: ModuleType) -> None:
+    default = sys.getswitchinterval()
+    errors: list[BaseException] = []
+
+    def failing() -> None:
+        raise OSError("disk full")
+
+    def run() -> None:
+        try:
+            tool._switching(0.0005, failing)()
+        except OSError as error:
+            errors.append(error)
+
+    writer = threading.Thread(target=run)
+    writer.start()
+    writer.join()
+    assert [str(e) for e in errors] == ["disk full"]
+    assert sys.getswitchinterval() == default
