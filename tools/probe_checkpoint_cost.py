@@ -102,16 +102,14 @@ def _switching(interval: float, function: Callable[..., Any]) -> Callable[..., A
     """``function`` that, called off the main thread, runs under the thread switch interval
     ``interval`` and puts the previous one back."""
 
+    from probe_writer_gil import switch_interval
+
     @wraps(function)
     def switching(*args: Any, **kwargs: Any) -> Any:
         if threading.current_thread() is threading.main_thread():
             return function(*args, **kwargs)
-        previous = sys.getswitchinterval()
-        sys.setswitchinterval(interval)
-        try:
+        with switch_interval(interval):
             return function(*args, **kwargs)
-        finally:
-            sys.setswitchinterval(previous)
 
     return switching
 

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,6 +78,18 @@ def tensors_in(checkpoint: dict[str, Any]) -> int:
     return count
 
 
+@contextmanager
+def switch_interval(interval: float) -> Iterator[None]:
+    """Run the body under the thread switch interval ``interval`` (process-wide), and put the
+    previous one back after it, also when it raised."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(interval)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(previous)
+
+
 def one_round(checkpoint: dict[str, Any], path: Path, interval: float) -> dict[str, float]:
     """Write ``checkpoint`` on a thread with ``interval`` set while the caller loops.
 
@@ -92,11 +106,9 @@ def one_round(checkpoint: dict[str, Any], path: Path, interval: float) -> dict[s
             outcome["error"] = error
         outcome["seconds"] = time.perf_counter() - began
 
-    previous = sys.getswitchinterval()
-    sys.setswitchinterval(interval)
     lost = longest = 0.0
     gaps = 0
-    try:
+    with switch_interval(interval):
         writer = threading.Thread(target=write)
         last = time.perf_counter()
         writer.start()
@@ -109,8 +121,6 @@ def one_round(checkpoint: dict[str, Any], path: Path, interval: float) -> dict[s
                 lost += gap
                 gaps += 1
         writer.join()
-    finally:
-        sys.setswitchinterval(previous)
     if "error" in outcome:
         raise outcome["error"]
     return {
