@@ -8,6 +8,10 @@ second half of its steps, records:
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the host;
+* ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, their own
+  time, how many kernels ran under ``SHORT_KERNEL_US`` and for how long (a step whose time is
+  many short kernels is bound by their number, not their arithmetic), and the kernels that took
+  the most time, by name;
 * ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
   (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
   them;
@@ -30,6 +34,7 @@ import cProfile
 import io
 import json
 import pstats
+import statistics
 import time
 import warnings
 from collections import Counter
@@ -104,13 +109,20 @@ class _Window(Callback):
             self.device.__exit__(None, None, None)
 
 
+SHORT_KERNEL_US = 10.0
+"""A kernel shorter than this (microseconds) costs about what its launch does inside a graph."""
+
+
+def _device_events(trace: Path) -> list[dict[str, Any]]:
+    """The trace's events of work on the device (kernels, copies, memsets)."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
+
+
 def _busy_ms(trace: Path) -> float:
     """Milliseconds in which the device did any work: the union of its activity intervals."""
-    events = json.loads(trace.read_text())["traceEvents"]
     spans = sorted(
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0)))
-        for e in events
-        if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e
+        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in _device_events(trace)
     )
     busy, end = 0.0, float("-inf")
     for start, stop in spans:
@@ -119,6 +131,41 @@ def _busy_ms(trace: Path) -> float:
         busy += stop - max(start, end)
         end = stop
     return busy / 1000.0
+
+
+def _device_work(trace: Path, steps: int, count: int) -> dict[str, Any]:
+    """Per step: the device's activities by kind, its kernels' own time and how much of it short
+    kernels took, and the ``count`` kernels (by name) that took the most time."""
+    events = _device_events(trace)
+    kernels = [e for e in events if e["cat"] == "kernel"]
+    durations = [float(e.get("dur", 0.0)) for e in kernels]
+    short = [d for d in durations if d < SHORT_KERNEL_US]
+    by_name: dict[str, list[float]] = {}
+    for kernel, duration in zip(kernels, durations, strict=True):
+        by_name.setdefault(str(kernel.get("name", "?")), []).append(duration)
+    top = sorted(by_name.items(), key=lambda item: -sum(item[1]))[:count]
+    return {
+        "per_step": {
+            kind: round(sum(e["cat"] == kind for e in events) / steps, 1)
+            for kind in DEVICE_ACTIVITY_TYPES
+        },
+        "kernel_ms": round(sum(durations) / 1000.0 / steps, 3),
+        "short_kernels": {
+            "under_us": SHORT_KERNEL_US,
+            "per_step": round(len(short) / steps, 1),
+            "ms": round(sum(short) / 1000.0 / steps, 3),
+        },
+        "median_kernel_us": round(statistics.median(durations), 2) if durations else None,
+        "top_kernels": [
+            {
+                "name": name[:120],
+                "per_step": round(len(times) / steps, 2),
+                "ms": round(sum(times) / 1000.0 / steps, 3),
+                "mean_us": round(statistics.fmean(times), 2),
+            }
+            for name, times in top
+        ],
+    }
 
 
 def _host_top(host: cProfile.Profile, steps: int, key: str, count: int) -> list[dict[str, Any]]:
@@ -188,12 +235,17 @@ def main() -> None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
         row["gpu_busy_ms"] = round(_busy_ms(trace) / steps, 3)
+        row["device_work"] = _device_work(trace, steps, 25)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(row, indent=1) + "\n")
     headline = {key: value for key, value in row.items() if not key.startswith("host_")}
+    if "device_work" in headline:  # the top kernels are in the file
+        headline["device_work"] = {
+            key: value for key, value in row["device_work"].items() if key != "top_kernels"
+        }
     print(json.dumps(headline), flush=True)
 
 
