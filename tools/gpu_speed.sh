@@ -7,8 +7,10 @@
 #   ROW=detect-b4    detect, batch 4, 6 epochs
 #   ROW=segment-b4   segment, batch 4, 6 epochs
 #   EPOCHS=<n>       the row's epochs instead (issue 11's goals ask for 30 in every row, so that
-#                    start-up is amortised; the batch-4 rows ran 6, the issue's first table, to fit
-#                    a call while Ultralytics took 13-15 s an epoch there)
+#                    start-up is amortised; the batch-4 rows ran 6, as in the issue's first
+#                    table, to fit a call: Ultralytics trained 78-91 s in those 6 epochs in
+#                    sessions 11, 15 and 16, 36 s in session 19). A round of n epochs takes
+#                    about n/6 times the batch-4 rounds' length below.
 # (A round's length on one H200, 2026-12-01, with the synthetic set generated: detect-b16 with all
 # three tools about 420 s; detect-b4 and segment-b4 with Ultralytics and replay about 190 and
 # 240 s. Add about 110 and 130 s for their native fits, estimated from the issue's runs. The same

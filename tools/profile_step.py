@@ -8,10 +8,10 @@ second half of its steps, records:
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the host;
-* ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, their own
-  time, how many kernels ran under ``SHORT_KERNEL_US`` and for how long (a step whose time is
-  many short kernels is bound by their number, not their arithmetic), and the kernels that took
-  the most time, by name;
+* ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
+  own time, how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the kernels
+  that took the most time, by name: whether a step's GPU time is a few long kernels or many
+  short ones;
 * ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
   (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
   them;
@@ -110,20 +110,18 @@ class _Window(Callback):
 
 
 SHORT_KERNEL_US = 10.0
-"""A kernel shorter than this (microseconds) costs about what its launch does inside a graph."""
+"""Kernels shorter than this (microseconds) are counted apart: how much of a step they are."""
 
 
 def _device_events(trace: Path) -> list[dict[str, Any]]:
-    """The trace's events of work on the device (kernels, copies, memsets)."""
+    """A chrome trace's events of work on the device (kernels, copies, memsets)."""
     events = json.loads(trace.read_text())["traceEvents"]
     return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
 
 
-def _busy_ms(trace: Path) -> float:
+def _busy_ms(events: list[dict[str, Any]]) -> float:
     """Milliseconds in which the device did any work: the union of its activity intervals."""
-    spans = sorted(
-        (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in _device_events(trace)
-    )
+    spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events)
     busy, end = 0.0, float("-inf")
     for start, stop in spans:
         if stop <= end:
@@ -133,10 +131,9 @@ def _busy_ms(trace: Path) -> float:
     return busy / 1000.0
 
 
-def _device_work(trace: Path, steps: int, count: int) -> dict[str, Any]:
+def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[str, Any]:
     """Per step: the device's activities by kind, its kernels' own time and how much of it short
     kernels took, and the ``count`` kernels (by name) that took the most time."""
-    events = _device_events(trace)
     kernels = [e for e in events if e["cat"] == "kernel"]
     durations = [float(e.get("dur", 0.0)) for e in kernels]
     short = [d for d in durations if d < SHORT_KERNEL_US]
@@ -158,7 +155,7 @@ def _device_work(trace: Path, steps: int, count: int) -> dict[str, Any]:
         "median_kernel_us": round(statistics.median(durations), 2) if durations else None,
         "top_kernels": [
             {
-                "name": name[:120],
+                "name": name,
                 "per_step": round(len(times) / steps, 2),
                 "ms": round(sum(times) / 1000.0 / steps, 3),
                 "mean_us": round(statistics.fmean(times), 2),
@@ -234,8 +231,9 @@ def main() -> None:
     if window.device is not None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
-        row["gpu_busy_ms"] = round(_busy_ms(trace) / steps, 3)
-        row["device_work"] = _device_work(trace, steps, 25)
+        events = _device_events(trace)
+        row["gpu_busy_ms"] = round(_busy_ms(events) / steps, 3)
+        row["device_work"] = _device_work(events, steps, 25)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)

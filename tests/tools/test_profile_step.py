@@ -1,4 +1,5 @@
-"""The step profile's reading of a trace: the GPU's busy time is the union of its activities."""
+"""The step profile's reading of a trace: the GPU's busy time is the union of its activities,
+and its work per step is counted by kind, kernel time and kernel name."""
 
 from __future__ import annotations
 
@@ -32,11 +33,12 @@ def test_busy_time_counts_overlapping_device_work_once(tool: ModuleType, tmp_pat
             {"cat": "cpu_op", "ts": 0, "dur": 9000},  # host work is not the device's
         ],
     )
-    assert tool._busy_ms(trace) == pytest.approx(2.0)
+    assert tool._busy_ms(tool._device_events(trace)) == pytest.approx(2.0)
 
 
 def test_busy_time_of_a_trace_without_device_work_is_zero(tool: ModuleType, tmp_path: Path) -> None:
-    assert tool._busy_ms(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}])) == 0.0
+    events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
+    assert tool._busy_ms(events) == 0.0
 
 
 def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
@@ -46,18 +48,20 @@ def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
         tmp_path,
         [
             *({"cat": "kernel", "name": "conv", "ts": 100 * i, "dur": 40} for i in range(4)),
-            *({"cat": "kernel", "name": "add", "ts": 1000 + 10 * i, "dur": 2} for i in range(10)),
+            *({"cat": "kernel", "name": "add", "ts": 1000 + 10 * i, "dur": 2} for i in range(5)),
+            {"cat": "kernel", "name": "add", "ts": 1200, "dur": 10},  # at the cut: not short
             {"cat": "kernel", "name": "gemm", "ts": 2000, "dur": 100},
-            {"cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 3000, "dur": 50},
-            {"cat": "gpu_memset", "name": "Memset", "ts": 3100, "dur": 1},
+            *({"cat": "gpu_memcpy", "name": "Memcpy HtoD", "ts": 3000, "dur": 500} for _ in "ab"),
+            {"cat": "gpu_memset", "name": "Memset", "ts": 4100, "dur": 1},
+            {"cat": "kernel", "name": "unplaced", "dur": 7},  # no timestamp: not an activity
             {"cat": "cpu_op", "name": "conv", "ts": 0, "dur": 9000},
         ],
     )
-    work = tool._device_work(trace, steps=2, count=2)
-    assert work["per_step"] == {"kernel": 7.5, "gpu_memcpy": 0.5, "gpu_memset": 0.5}
-    assert work["kernel_ms"] == pytest.approx((160 + 20 + 100) / 1000 / 2)
-    assert work["short_kernels"] == {"under_us": 10.0, "per_step": 5.0, "ms": 0.01}
-    assert work["median_kernel_us"] == 2.0
+    work = tool._device_work(tool._device_events(trace), steps=2, count=2)
+    assert work["per_step"] == {"kernel": 5.5, "gpu_memcpy": 1.0, "gpu_memset": 0.5}
+    assert work["kernel_ms"] == pytest.approx((160 + 10 + 10 + 100) / 1000 / 2)
+    assert work["short_kernels"] == {"under_us": 10.0, "per_step": 2.5, "ms": 0.005}
+    assert work["median_kernel_us"] == 10.0  # of the kernels alone: with the copies, 25
     assert [(k["name"], k["per_step"], k["ms"], k["mean_us"]) for k in work["top_kernels"]] == [
         ("conv", 2.0, 0.08, 40.0),
         ("gemm", 0.5, 0.05, 100.0),
@@ -67,7 +71,8 @@ def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
 def test_device_work_of_a_trace_without_kernels_has_no_median(
     tool: ModuleType, tmp_path: Path
 ) -> None:
-    work = tool._device_work(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]), 1, 5)
+    events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
+    work = tool._device_work(events, 1, 5)
     assert work["kernel_ms"] == 0.0
     assert work["median_kernel_us"] is None
     assert work["top_kernels"] == []
