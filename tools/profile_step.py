@@ -9,9 +9,10 @@ second half of its steps, records:
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the host;
 * ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
-  own time, how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the kernels
-  that took the most time, by name: whether a step's GPU time is a few long kernels or many
-  short ones;
+  own time (summed, so kernels on concurrent streams count twice: it can exceed
+  ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
+  kernels that took the most time, by name: whether a step's GPU time is a few long kernels or
+  many short ones;
 * ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
   (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
   them;
