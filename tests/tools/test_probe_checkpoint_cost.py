@@ -53,7 +53,7 @@ def test_probe_checkpoint_cost_summary_splits_dumps_repeats_and_overlapped_steps
 def test_probe_checkpoint_cost_splits_a_cpu_cli_fits_saves(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # two of the three modes: each is a CLI fit of its own (about 20 s on CI's two cores)
+    # two of the four modes: each is a CLI fit of its own (about 20 s on CI's two cores)
     args = "--imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2 --improving"
     args += " --modes background dump-each"
     run_tool_main("probe_checkpoint_cost", args, tmp_path, monkeypatch)
