@@ -69,11 +69,12 @@ DUMP_EACH_ENV = "LUCID_CHECKPOINT_DUMP_EACH"
 session 9's change, in the same code."""
 WRITER_SWITCH_ENV = "LUCID_CHECKPOINT_WRITER_SWITCH_INTERVAL"
 """When set (seconds), :class:`CheckpointCost` runs the writer thread's jobs under that thread
-switch interval (``sys.setswitchinterval``), CPython's 5 ms put back after each: whether the
-GIL's hand-over is what slows the steps a write overlaps. On the dev CPU a busy thread lost about
-145 ms to one write at 5 ms and 3-12 ms at 0.5 ms (``tools/probe_writer_gil.py``, session 17);
-on the H200 the overlapped steps of a replayed detect-b16 fit lost 2.5 s in 60 saves (session
-18)."""
+switch interval (``sys.setswitchinterval``: process-wide while a job runs), CPython's 5 ms put
+back after each: whether the GIL's hand-over is what slows the steps a write overlaps. On the dev
+CPU a busy thread lost about 145 ms to one write at 5 ms and 3-12 ms at 0.5 ms
+(``tools/probe_writer_gil.py``, session 17); on the H200 the overlapped steps of a replayed
+detect-b16 fit lost 2.5 s in 60 saves (session 18), and 0.5 ms did not give them back (session
+19: 38.4 and 41.7 ms a save against 30.9 and 38.3 ms at 5 ms)."""
 MODES = {
     "background": {BACKGROUND_ENV: "on"},
     "foreground": {BACKGROUND_ENV: "off"},
