@@ -3,18 +3,18 @@
 # each row's fits alternate between Ultralytics and lucid-yolo (replayed, native), each a fresh
 # process, 640 px, bf16, 512/128 synthetic images. Rounds of later calls join earlier ones
 # through MERGE, so medians and ranges build up across calls.
-#   ROW=detect-b16   detect, batch 16, 30 epochs
-#   ROW=detect-b4    detect, batch 4, 6 epochs
-#   ROW=segment-b4   segment, batch 4, 6 epochs
-#   EPOCHS=<n>       the row's epochs instead (issue 11's goals ask for 30 in every row, so that
-#                    start-up is amortised; the batch-4 rows ran 6, as in the issue's first
-#                    table, to fit a call: Ultralytics trained 78-91 s in those 6 epochs in
-#                    sessions 11, 15 and 16, 36 s in session 19). A round of n epochs takes
-#                    about n/6 times the batch-4 rounds' length below.
-# (A round's length on one H200, 2026-12-01, with the synthetic set generated: detect-b16 with all
-# three tools about 420 s; detect-b4 and segment-b4 with Ultralytics and replay about 190 and
-# 240 s. Add about 110 and 130 s for their native fits, estimated from the issue's runs. The same
-# machine kind ran Ultralytics 1.2-1.4x slower later that day: give each row a whole call.)
+#   ROW=detect-b16   detect, batch 16
+#   ROW=detect-b4    detect, batch 4
+#   ROW=segment-b4   segment, batch 4
+#   EPOCHS=<n>       the row's epochs (default 30, as issue 11's goals ask, so that start-up is
+#                    amortised; sessions 11-19 ran the batch-4 rows at 6)
+# A round's length on one H200 at 30 epochs (2026-12-03, session 20, a slow machine state):
+# detect-b16 with Ultralytics and replay 175 s (119 + 56) after the 19 s warm-up; detect-b4
+# 521 s (Ultralytics 368, replay 153 without the warm-up), so that row needs a call to itself,
+# warm-up left out; the segment-b4 row has not run at 30 epochs (at 6 epochs Ultralytics took
+# 122-139 s), so give each tool a call of its own there (TOOLS=ultralytics, then TOOLS=replay
+# with MERGE) and say so beside its numbers, since calls differ in machine state. Add about 150
+# s per 30 batch-16 epochs for a native fit (session 11).
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
@@ -31,8 +31,8 @@ set -u
 source "$(dirname "$0")/gpu_env.sh" || exit 1
 case "${ROW:?set ROW to detect-b16, detect-b4 or segment-b4}" in
     detect-b16) row=(--tasks detect --batch 16 --epochs "${EPOCHS:-30}") ;;
-    detect-b4) row=(--tasks detect --batch 4 --epochs "${EPOCHS:-6}") ;;
-    segment-b4) row=(--tasks segment --batch 4 --epochs "${EPOCHS:-6}") ;;
+    detect-b4) row=(--tasks detect --batch 4 --epochs "${EPOCHS:-30}") ;;
+    segment-b4) row=(--tasks segment --batch 4 --epochs "${EPOCHS:-30}") ;;
     *) echo "ROW=$ROW: not a row; use detect-b16, detect-b4 or segment-b4" >&2; exit 2 ;;
 esac
 merge=()

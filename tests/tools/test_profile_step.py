@@ -76,3 +76,31 @@ def test_device_work_of_a_trace_without_kernels_has_no_median(
     assert work["kernel_ms"] == 0.0
     assert work["median_kernel_us"] is None
     assert work["top_kernels"] == []
+
+
+class _Trainer:
+    def __init__(self, max_steps: int) -> None:
+        self.max_steps = max_steps
+        self.global_step = 0
+
+
+def test_window_times_the_unprofiled_steps_apart_from_the_profiled_ones(
+    tool: ModuleType,
+) -> None:
+    window = tool._Window(3, 6, cuda=False)
+    trainer = _Trainer(max_steps=9)
+    for step in range(1, 10):
+        trainer.global_step = step
+        window.on_train_batch_end(trainer)
+    assert (window.plain_steps, window.steps) == (3, 3)
+    assert window.plain_seconds > 0.0
+    assert window.seconds > 0.0
+    assert window.host.getstats(), "the profiled window ran under cProfile"
+
+
+@pytest.mark.parametrize(("plain_start", "start"), [(0, 4), (4, 4), (5, 4)])
+def test_window_refuses_an_empty_unprofiled_window(
+    tool: ModuleType, plain_start: int, start: int
+) -> None:
+    with pytest.raises(ValueError, match="unprofiled window"):
+        tool._Window(plain_start, start, cuda=False)

@@ -63,6 +63,22 @@ def test_guard_checks_every_element_of_a_tensor_term() -> None:
     assert not guard.allows_update(step=1)
 
 
+@pytest.mark.parametrize(
+    ("box", "finite"),
+    [
+        (torch.tensor([1.0, float("inf")]), False),
+        (torch.tensor([[float("-inf"), 0.0]]), False),
+        (torch.tensor([3.0e38, 3.0e38]), True),  # finite, though their sum overflows
+        (torch.tensor([-2.0, 0.5], dtype=torch.bfloat16), True),
+        (torch.tensor([1, 2]), True),
+    ],
+)
+def test_guard_reads_a_tensor_term_by_its_elements_only(box: torch.Tensor, finite: bool) -> None:
+    guard = NonFiniteLossGuard("skip")
+    guard.observe(ONE.to(torch.bfloat16), _terms(box=box))
+    assert guard.allows_update(step=1) is finite
+
+
 def test_guard_unknown_policy_is_a_config_error() -> None:
     with pytest.raises(TrainConfigError, match=r"non_finite_loss='ignore' is not a policy"):
         NonFiniteLossGuard("ignore")  # type: ignore[arg-type]

@@ -111,7 +111,11 @@ class NonFiniteLossGuard:
         """Note whether one micro-batch's loss and each of its terms are finite.
 
         Device ops only: the flags are read once per step. The result is computed at once,
-        because replayed outputs are borrowed and the next replay overwrites them.
+        because replayed outputs are borrowed and the next replay overwrites them. It runs
+        eagerly on every micro-batch, so it costs two kernels whatever the number of terms
+        (one ``isfinite`` and one ``all`` per term cost 2·T + 1 launches a step): a
+        non-scalar value enters as ``(v * 0).sum()``, which is 0 when every element is finite
+        and NaN otherwise (∞ · 0 and NaN · 0 are NaN).
 
         Args:
             total: the summed loss, any shape (a scalar in practice).
@@ -119,8 +123,8 @@ class NonFiniteLossGuard:
         """
         names = (TOTAL, *terms)
         values = [total, *terms.values()]
-        # (T,) bool: whether every element of each value is finite
-        finite = torch.stack([torch.isfinite(v.detach()).all() for v in values])
+        scalars = [v.detach() if v.dim() == 0 else (v.detach() * 0).sum() for v in values]
+        finite = torch.isfinite(torch.stack(scalars))  # (T,) bool, one per value
         if self._finite is None or names != self._names:
             self._names, self._finite = names, finite
         else:
