@@ -22,9 +22,12 @@ and its last third is profiled, recording:
 * ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
   (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
   them;
-* ``host_cumulative`` and ``host_self``: the main thread's most expensive functions over the
-  window (cProfile), by cumulative and by own time, each in milliseconds per step, so a
-  host-bound step names its cause.
+* ``host_cumulative`` and ``host_self``: the most expensive Python functions over the window
+  (cProfile), by cumulative and by own time, each in milliseconds per step, so a host-bound
+  step names its cause. From CPython 3.12 cProfile listens through ``sys.monitoring``, which
+  reports every thread: the loader's pin-memory thread (its ``poll``, ``read``, unpickling and
+  ``do_one_step``) and the checkpoint writer show beside the training thread; before 3.12 only
+  the thread that enabled it.
 
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
