@@ -9,7 +9,7 @@
 #   EPOCHS=<n>       the row's epochs (default 30, as issue 11's goals ask, so that start-up is
 #                    amortised; sessions 11-19 ran the batch-4 rows at 6)
 # A round's length on one H200 at 30 epochs (2026-12-03, session 20, a slow machine state):
-# detect-b16 with Ultralytics and replay 175 s (119 + 56) after the 19 s warm-up; detect-b4
+# detect-b16 with Ultralytics and replay 175 s (119 + 56) after the 16 s warm-up; detect-b4
 # 521 s (Ultralytics 368, replay 153 without the warm-up), so that row needs a call to itself,
 # warm-up left out; the segment-b4 row has not run at 30 epochs (at 6 epochs Ultralytics took
 # 122-139 s), so give each tool a call of its own there (TOOLS=ultralytics, then TOOLS=replay

@@ -6,7 +6,10 @@ third of steps runs unobserved and timed, which gives
 
 * ``unprofiled_period_ms``: wall time per step as a fit sees it (device synchronised at both ends
   of the window); the profilers below slow the host several times over (cProfile most), so only
-  this period, set against ``gpu_busy_ms``, says whether the step waits for the host;
+  this period, set against ``gpu_busy_ms``, says whether the step waits for the host. Both
+  windows span epoch ends (with the default 256 images and 150 steps, about one in each window
+  at batch 4 and three at batch 16), so this is a period with the loader's turnover in it, not
+  ``PhaseTimer``'s median step;
 
 and its last third is profiled, recording:
 

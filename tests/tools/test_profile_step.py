@@ -85,16 +85,17 @@ class _Trainer:
 
 
 def test_window_times_the_unprofiled_steps_apart_from_the_profiled_ones(
-    tool: ModuleType,
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     window = tool._Window(3, 6, cuda=False)
-    trainer = _Trainer(max_steps=9)
-    for step in range(1, 10):
+    trainer = _Trainer(max_steps=10)
+    monkeypatch.setattr(tool.time, "perf_counter", lambda: float(trainer.global_step))
+    for step in range(1, 11):
         trainer.global_step = step
         window.on_train_batch_end(trainer)
-    assert (window.plain_steps, window.steps) == (3, 3)
-    assert window.plain_seconds > 0.0
-    assert window.seconds > 0.0
+    # the clock reads the step: steps 4-6 unprofiled, 7-10 profiled
+    assert (window.plain_steps, window.plain_seconds) == (3, 3.0)
+    assert (window.steps, window.seconds) == (4, 4.0)
     assert window.host.getstats(), "the profiled window ran under cProfile"
 
 
