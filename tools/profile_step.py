@@ -16,7 +16,7 @@ and its last third is profiled, recording:
 * ``period_ms``: wall time per step under the profilers;
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
-  the time the GPU waited for the host;
+  the time the GPU waited for the profiled host, longer than in a fit;
 * ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
   own time (summed, so kernels on concurrent streams count twice: it can exceed
   ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
@@ -219,6 +219,11 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-step"))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
+    if args.steps < 3:
+        parser.error(
+            f"--steps {args.steps}: at least 3 (a third warms up, a third is timed, "
+            "a third is profiled)"
+        )
     root = args.root / args.task
     if not (root / "data.yaml").is_file():
         generate_synthetic(
