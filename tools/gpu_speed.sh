@@ -30,11 +30,12 @@
 set -u
 source "$(dirname "$0")/gpu_env.sh" || exit 1
 case "${ROW:?set ROW to detect-b16, detect-b4 or segment-b4}" in
-    detect-b16) row=(--tasks detect --batch 16 --epochs "${EPOCHS:-30}") ;;
-    detect-b4) row=(--tasks detect --batch 4 --epochs "${EPOCHS:-30}") ;;
-    segment-b4) row=(--tasks segment --batch 4 --epochs "${EPOCHS:-30}") ;;
+    detect-b16) row=(--tasks detect --batch 16) ;;
+    detect-b4) row=(--tasks detect --batch 4) ;;
+    segment-b4) row=(--tasks segment --batch 4) ;;
     *) echo "ROW=$ROW: not a row; use detect-b16, detect-b4 or segment-b4" >&2; exit 2 ;;
 esac
+row+=(--epochs "${EPOCHS:-30}")
 merge=()
 [ -n "${MERGE:-}" ] && read -r -a merge <<< "--merge $MERGE"
 warm=()
