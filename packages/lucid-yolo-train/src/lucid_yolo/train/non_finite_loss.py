@@ -113,9 +113,9 @@ class NonFiniteLossGuard:
         Device ops only: the flags are read once per step. The result is computed at once,
         because replayed outputs are borrowed and the next replay overwrites them. It runs
         eagerly on every micro-batch, so one ``isfinite`` over the stacked values (about five
-        kernels by the CPU profiler: ``isfinite`` is composite) replaces one ``isfinite`` and one ``all`` per value
-        (about 5·T + 1). A non-scalar value enters as ``(v * 0).sum()``, which is 0 when every
-        element is finite and NaN otherwise (∞ · 0 and NaN · 0 are NaN).
+        kernels by the CPU profiler: ``isfinite`` is composite) replaces one ``isfinite`` and
+        one ``all`` per value (about 5·T + 1). A non-scalar value enters as ``(v * 0).sum()``,
+        which is 0 when every element is finite and NaN otherwise (∞ · 0 and NaN · 0 are NaN).
 
         Args:
             total: the summed loss, any shape (a scalar in practice).
