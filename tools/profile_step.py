@@ -17,6 +17,9 @@ and its last third is profiled, recording:
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the profiled host, longer than in a fit;
+* ``gpu_idle_gaps``: that idle time per step split by the gaps' length: gaps under
+  ``SHORT_GAP_US`` between one kernel and the next (the device's own latency between a graph's
+  nodes, which a faster host would not remove) and longer ones (the device waiting for work);
 * ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
   own time (summed, so kernels on concurrent streams count twice: it can exceed
   ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
@@ -31,6 +34,12 @@ and its last third is profiled, recording:
   reports every thread: the loader's pin-memory thread (its ``poll``, ``read``, unpickling and
   ``do_one_step``) and the checkpoint writer show beside the training thread; before 3.12 only
   the thread that enabled it.
+
+With ``--native`` nothing is replayed and the profile also records input shapes, so that
+
+* ``ops``: the operators (told apart by input shapes) whose own kernels took the most device
+  time per step name the costly kernels' sources, which a replayed step cannot (its kernels
+  belong to graph launches); an eager step runs the same kernels as a replayed one.
 
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
@@ -73,12 +82,13 @@ class _Window(Callback):
     """Times the steps after ``plain_start`` up to ``start`` unobserved, then profiles those
     after ``start`` up to the fit's last one."""
 
-    def __init__(self, plain_start: int, start: int, cuda: bool) -> None:
+    def __init__(self, plain_start: int, start: int, cuda: bool, shapes: bool = False) -> None:
         if not 0 < plain_start < start:
             raise ValueError(f"the unprofiled window [{plain_start}, {start}) is empty")
         self.plain_start = plain_start
         self.start = start
         self.cuda = cuda
+        self.shapes = shapes
         self.plain_steps = 0
         self.plain_seconds = 0.0
         self.steps = 0
@@ -111,7 +121,10 @@ class _Window(Callback):
 
     def _begin(self) -> None:
         if self.cuda:
-            self.device = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            self.device = profile(
+                activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                record_shapes=self.shapes,
+            )
             self.device.__enter__()
             self._catch = warnings.catch_warnings(record=True)
             self._caught = self._catch.__enter__()
@@ -140,6 +153,9 @@ class _Window(Callback):
 SHORT_KERNEL_US = 10.0
 """Kernels shorter than this (microseconds) are counted apart: how much of a step they are."""
 
+SHORT_GAP_US = 20.0
+"""Idle gaps on the device shorter than this (microseconds) are counted apart from longer ones."""
+
 
 def _device_events(trace: Path) -> list[dict[str, Any]]:
     """A chrome trace's events of work on the device (kernels, copies, memsets)."""
@@ -147,16 +163,34 @@ def _device_events(trace: Path) -> list[dict[str, Any]]:
     return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
 
 
-def _busy_ms(events: list[dict[str, Any]]) -> float:
-    """Milliseconds in which the device did any work: the union of its activity intervals."""
+def _idle_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
+    """Milliseconds in which the device did any work (the union of its activity intervals), and
+    the idle gaps between those intervals in microseconds."""
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events)
-    busy, end = 0.0, float("-inf")
+    busy, end, gaps = 0.0, float("-inf"), []
     for start, stop in spans:
         if stop <= end:
             continue
+        if start > end > float("-inf"):
+            gaps.append(start - end)
         busy += stop - max(start, end)
         end = stop
-    return busy / 1000.0
+    return busy / 1000.0, gaps
+
+
+def _gap_split(gaps: list[float], steps: int) -> dict[str, Any]:
+    """Per step, the device's idle time in gaps under ``SHORT_GAP_US`` (the GPU moving from one
+    node of a graph to the next, or from one queued launch to the next, which no host speed
+    shortens) and in longer ones (the GPU waiting for work the host has not yet issued)."""
+    short = [gap for gap in gaps if gap < SHORT_GAP_US]
+    long = [gap for gap in gaps if gap >= SHORT_GAP_US]
+    return {
+        "under_us": SHORT_GAP_US,
+        "short_per_step": round(len(short) / steps, 1),
+        "short_ms": round(sum(short) / 1000.0 / steps, 3),
+        "long_per_step": round(len(long) / steps, 1),
+        "long_ms": round(sum(long) / 1000.0 / steps, 3),
+    }
 
 
 def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[str, Any]:
@@ -193,6 +227,25 @@ def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[s
     }
 
 
+def _ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[str, Any]]:
+    """The ``count`` operators, told apart by their input shapes, whose own kernels took the
+    most device time per step: which operator a costly kernel belongs to. Only an eager step
+    has them; a replayed step's kernels belong to graph launches, not to operators."""
+    averages = device.key_averages(group_by_input_shape=True)
+    rows = [
+        {
+            "op": event.key,
+            "input_shapes": str(event.input_shapes)[:200],
+            "calls": round(event.count / steps, 2),
+            "device_ms": round(event.self_device_time_total / 1000.0 / steps, 3),
+        }
+        for event in averages
+        if event.self_device_time_total > 0
+    ]
+    rows.sort(key=lambda row: -row["device_ms"])
+    return rows[:count]
+
+
 def _host_top(host: cProfile.Profile, steps: int, key: str, count: int) -> list[dict[str, Any]]:
     """The ``count`` functions with the most ``key`` time (``cum_ms`` or ``self_ms``) per step."""
     stats = pstats.Stats(host, stream=io.StringIO())
@@ -218,6 +271,11 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-step"))
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="replay nothing, and name the operators whose kernels take the device's time",
+    )
     args = parser.parse_args()
     if args.steps < 3:
         parser.error(
@@ -242,10 +300,13 @@ def main() -> None:
         num_classes=data.num_classes,
         **options,
         replay=ReplayConfig(
-            network=True, segment_heads=args.task == "segment", loss=True, update=True
+            network=not args.native,
+            segment_heads=args.task == "segment" and not args.native,
+            loss=not args.native,
+            update=not args.native,
         ),
     )
-    window = _Window(args.steps // 3, 2 * args.steps // 3, cuda)
+    window = _Window(args.steps // 3, 2 * args.steps // 3, cuda, shapes=args.native)
     trainer = step_trainer(
         args.steps, window, accelerator="auto", precision="bf16-mixed" if cuda else "32-true"
     )
@@ -254,6 +315,7 @@ def main() -> None:
     row: dict[str, Any] = {
         "task": args.task,
         "batch": args.batch,
+        "replayed": not args.native,
         "workers": data.workers,
         "steps_unprofiled": window.plain_steps,
         "unprofiled_period_ms": round(
@@ -269,14 +331,19 @@ def main() -> None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
         events = _device_events(trace)
-        row["gpu_busy_ms"] = round(_busy_ms(events) / steps, 3)
+        busy, gaps = _idle_gaps(events)
+        row["gpu_busy_ms"] = round(busy / steps, 3)
+        row["gpu_idle_gaps"] = _gap_split(gaps, steps)
         row["device_work"] = _device_work(events, steps, 25)
+        if args.native:
+            row["ops"] = _ops_by_device_time(window.device, steps, 40)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(row, indent=1) + "\n")
     headline = {key: value for key, value in row.items() if not key.startswith("host_")}
+    headline.pop("ops", None)
     if "device_work" in headline:  # the top kernels are in the file
         headline["device_work"] = {
             key: value for key, value in row["device_work"].items() if key != "top_kernels"

@@ -1,11 +1,12 @@
-"""The step profile's reading of a trace: the GPU's busy time is the union of its activities,
-and its work per step is counted by kind, kernel time and kernel name."""
+"""The step profile's reading of a trace: the GPU's busy time is the union of its activities, its
+idle gaps are split by length, and its work per step is counted by kind, kernel time and kernel
+name."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import pytest
 from tool_modules import load_tool
@@ -33,12 +34,37 @@ def test_busy_time_counts_overlapping_device_work_once(tool: ModuleType, tmp_pat
             {"cat": "cpu_op", "ts": 0, "dur": 9000},  # host work is not the device's
         ],
     )
-    assert tool._busy_ms(tool._device_events(trace)) == pytest.approx(2.0)
+    busy, gaps = tool._idle_gaps(tool._device_events(trace))
+    assert busy == pytest.approx(2.0)
+    assert gaps == [pytest.approx(1500.0)]  # from the copy's end to the memset
 
 
 def test_busy_time_of_a_trace_without_device_work_is_zero(tool: ModuleType, tmp_path: Path) -> None:
     events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
-    assert tool._busy_ms(events) == 0.0
+    assert tool._idle_gaps(events) == (0.0, [])
+
+
+def test_idle_gaps_split_into_the_devices_own_latency_and_waits_for_work(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    trace = _trace(
+        tmp_path,
+        [
+            {"cat": "kernel", "ts": 0, "dur": 10},
+            {"cat": "kernel", "ts": 12, "dur": 10},  # 2 us after the first
+            {"cat": "kernel", "ts": 25, "dur": 5},  # 3 us
+            {"cat": "kernel", "ts": 50, "dur": 5},  # 20 us: at the cut, a wait
+            {"cat": "kernel", "ts": 555, "dur": 5},  # 500 us
+        ],
+    )
+    _, gaps = tool._idle_gaps(tool._device_events(trace))
+    assert tool._gap_split(gaps, steps=2) == {
+        "under_us": 20.0,
+        "short_per_step": 1.0,
+        "short_ms": 0.003,
+        "long_per_step": 1.0,
+        "long_ms": 0.26,
+    }
 
 
 def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
@@ -105,3 +131,26 @@ def test_window_refuses_an_empty_unprofiled_window(
 ) -> None:
     with pytest.raises(ValueError, match="unprofiled window"):
         tool._Window(plain_start, start, cuda=False)
+
+
+def test_operators_rank_by_their_own_device_time_per_step(tool: ModuleType) -> None:
+    def average(key: str, count: int, device_us: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            key=key, input_shapes=[[4, 16]], count=count, self_device_time_total=device_us
+        )
+
+    class Profile:
+        def key_averages(self, group_by_input_shape: bool) -> list[SimpleNamespace]:
+            assert group_by_input_shape
+            return [
+                average("aten::add", 40, 400.0),
+                average("aten::view", 80, 0.0),  # no kernel of its own: left out
+                average("aten::native_batch_norm", 20, 3000.0),
+            ]
+
+    rows = tool._ops_by_device_time(Profile(), steps=2, count=5)
+    assert [(row["op"], row["calls"], row["device_ms"]) for row in rows] == [
+        ("aten::native_batch_norm", 10.0, 1.5),
+        ("aten::add", 20.0, 0.2),
+    ]
+    assert rows[0]["input_shapes"] == "[[4, 16]]"
