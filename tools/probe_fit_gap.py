@@ -61,6 +61,7 @@ training step, so the parts say where ``train_s / steps`` exceeds the steady per
 Run (GPU machine, from source; ``$OUT/fit_gap.json`` and ``.md``)::
 
     python3 tools/probe_fit_gap.py --batch 4 --epochs 6
+    python3 tools/probe_fit_gap.py --task segment --batch 4 --epochs 6   # with the segment heads
 
 On a machine without CUDA the fit runs on the CPU, natively (the CLI refuses replay there; a
 smoke test: ``--native --imgsz 64 --images 8 --val-images 4 --epochs 2 --batch 2``).
@@ -398,6 +399,7 @@ def main() -> None:
     from bench_side_by_side import lucid_fit_arguments, synthetic_set
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--task", choices=("detect", "segment", "pose", "obb"), default="detect")
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--epochs", type=int, default=6)
     parser.add_argument("--images", type=int, default=512)
@@ -420,13 +422,13 @@ def main() -> None:
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-probe-fit-gap"))
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     args = parser.parse_args()
-    data_yaml = synthetic_set(args.root, "detect", args.images, args.val_images, args.imgsz)
+    data_yaml = synthetic_set(args.root, args.task, args.images, args.val_images, args.imgsz)
     args.out.mkdir(parents=True, exist_ok=True)
     gaps = args.out / "fit_gap_epochs.json"
     command = [
         sys.executable, "-m", "lucid_yolo.cli", "fit",
         *lucid_fit_arguments(
-            "detect", data_yaml, args.out / "run", batch=args.batch, imgsz=args.imgsz,
+            args.task, data_yaml, args.out / "run", batch=args.batch, imgsz=args.imgsz,
             epochs=args.epochs, replay=not args.native, cpu=not torch.cuda.is_available(),
         ),
         "--trainer.callbacks+=probe_fit_gap.FitGaps",
@@ -445,6 +447,7 @@ def main() -> None:
         raise SystemExit(f"the fit failed ({done.returncode}): {done.stderr[-2000:]}")
     epochs = json.loads(gaps.read_text())
     result = {
+        "task": args.task,
         "batch": args.batch,
         "replay": not args.native,
         "frozen": not args.no_freeze,
