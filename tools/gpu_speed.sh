@@ -11,9 +11,10 @@
 # A round's length on one H200 at 30 epochs (2026-12-03, session 20, a slow machine state):
 # detect-b16 with Ultralytics and replay 175 s (119 + 56) after the 16 s warm-up; detect-b4
 # 521 s (Ultralytics 368, replay 153 without the warm-up), so that row needs a call to itself,
-# warm-up left out; the segment-b4 row has not run at 30 epochs (at 6 epochs Ultralytics took
-# 122-139 s), so give each tool a call of its own there (TOOLS=ultralytics, then TOOLS=replay
-# with MERGE) and say so beside its numbers, since calls differ in machine state. Add about 150
+# warm-up left out; segment-b4 replayed alone 242 s with the 23 s warm-up (session 21; its fit
+# 193 s), Ultralytics' side not yet run at 30 epochs (122-139 s at 6), so give each tool a call
+# of its own there (TOOLS=ultralytics, then TOOLS=replay with MERGE) and say so beside its
+# numbers, since calls differ in machine state. Add about 150
 # s per 30 batch-16 epochs for a native fit (session 11).
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
