@@ -21,6 +21,10 @@
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
 #   WARM_UP=0        skip the warm-up below: for a later row of the same call, whose machine the
 #                    first row already warmed (saves its 16-23 s)
+#   FIT_TIMEOUT=<s>  cut each fit after this many seconds (default 3600): set it below the call's
+#                    own limit, so that a fit too long for the call is cut by the tool, which then
+#                    still writes the report with the cut fit's finished epochs, instead of the
+#                    call's limit killing the tool before it writes anything
 # Every call first warms the machine for both tools alike (untimed): compiled bytecode for every
 # module on the import path in /tmp/lucid-bench-pyc (the GPU machine sets PYTHONDONTWRITEBYTECODE=1
 # over sources without bytecode; an installed package has it), then one process imports torch,
@@ -43,4 +47,5 @@ warm=()
 [ "${WARM_UP:-1}" = 0 ] && warm=(--no-warm-up)
 python3 tools/bench_side_by_side.py "${row[@]}" --imgsz 640 --images 512 --val-images 128 \
     --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" "${warm[@]}" \
+    --timeout "${FIT_TIMEOUT:-3600}" \
     --bytecode-cache /tmp/lucid-bench-pyc --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"
