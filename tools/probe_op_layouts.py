@@ -12,7 +12,10 @@ For each distinct (layer kind, input shape) of ``--model`` at ``--batch`` (found
 pre-hooks in one bf16 forward of the channels-last network), it captures ``--reps`` forward +
 backward passes of that layer alone in a CUDA graph (bf16 input, the layer's own float32
 parameters, training mode: batch statistics and the running averages' update) in each layout
-and replays the graphs in alternating rounds, so host launches do not set the pace. It prints
+and replays the graphs in alternating rounds, so host launches do not set the pace. The
+backward computes what training's does: the input's gradient and BatchNorm's weight and bias
+gradients. The passes reuse the same small tensors, which stay in the L2 cache, so the times
+flatter both layouts alike and are a lower bound of the layer's cost inside the network. It prints
 and writes (``--out``) per shape: how many layers of the network see it, microseconds per
 forward + backward in each layout (median of ``--rounds``), and whether the two layouts' outputs
 and input gradients are bitwise equal; then the network's totals (each shape's time × its
@@ -87,7 +90,8 @@ def _graph(
     key: LayerKey, layout: torch.memory_format, reps: int
 ) -> tuple[Callable[[], None], list[Tensor]]:
     """A replay of ``reps`` forward + backward passes of one layer in ``layout``, and the
-    tensors to compare across layouts (output and input gradient of the last pass)."""
+    tensors to compare across layouts: the last pass's output, the gradients of the input and of
+    BatchNorm's weight and bias, and BatchNorm's running statistics."""
     torch.manual_seed(0)
     layer = _layer(key)
     source = torch.randn(key[1], device="cuda").to(torch.bfloat16)
@@ -97,11 +101,13 @@ def _graph(
     )
     results: list[Tensor] = []
 
+    inputs = (x, *layer.parameters())  # BatchNorm's weight and bias get gradients, as in training
+
     def passes() -> None:
         for _ in range(reps):
             y = layer(x)
-            (grad,) = torch.autograd.grad(y, x, grad_out)
-        results[:] = [y, grad]
+            grads = torch.autograd.grad(y, inputs, grad_out)
+        results[:] = [y, *grads, *layer.buffers()]
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -39,10 +39,11 @@ With ``--native`` nothing is replayed and the profile also records input shapes,
 
 * ``ops``: the operators (told apart by input shapes) whose own kernels took the most device
   time per step name the costly kernels' sources, which a replayed step cannot (its kernels
-  belong to graph launches); an eager step runs the same kernels as a replayed one. The trace's
-  busy time and device work are left out: an eager step's trace with shapes is too large to
-  export and read in a device call (50 profiled steps of detect at batch 4 ran past 110 s), and
-  its period is not a replayed step's. Use ``--steps 30`` (10 profiled steps).
+  belong to graph launches); an eager step runs the kernels a replayed one records (bitwise
+  parity rests on it). The trace's busy time and device work are left out: 50 profiled eager
+  steps of detect at batch 4 with shapes ran past 110 s in exporting and reading the trace
+  (session 21; which part took the time is not known), and an eager period is not a replayed
+  step's. Use ``--steps 30`` (10 profiled steps).
 
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
@@ -69,6 +70,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from bench_replay_memory import MODELS
@@ -83,7 +85,7 @@ DEVICE_ACTIVITY_TYPES = ("kernel", "gpu_memcpy", "gpu_memset")
 
 class _Window(Callback):
     """Times the steps after ``plain_start`` up to ``start`` unobserved, then profiles those
-    after ``start`` up to the fit's last one."""
+    after ``start`` up to the fit's last one (``shapes``: the profile records input shapes)."""
 
     def __init__(self, plain_start: int, start: int, cuda: bool, shapes: bool = False) -> None:
         if not 0 < plain_start < start:
@@ -157,7 +159,9 @@ SHORT_KERNEL_US = 10.0
 """Kernels shorter than this (microseconds) are counted apart: how much of a step they are."""
 
 SHORT_GAP_US = 20.0
-"""Idle gaps on the device shorter than this (microseconds) are counted apart from longer ones."""
+"""Idle gaps on the device shorter than this (microseconds) are counted apart from longer ones:
+well above the 0.5-0.6 µs a replayed graph's node-to-node gaps took on the H200 (session 21),
+well below a host's launch of a graph."""
 
 
 def _device_events(trace: Path) -> list[dict[str, Any]]:
@@ -182,9 +186,10 @@ def _idle_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
 
 
 def _gap_split(gaps: list[float], steps: int) -> dict[str, Any]:
-    """Per step, the device's idle time in gaps under ``SHORT_GAP_US`` (the GPU moving from one
-    node of a graph to the next, or from one queued launch to the next, which no host speed
-    shortens) and in longer ones (the GPU waiting for work the host has not yet issued)."""
+    """Per step, the device's idle time in gaps under ``SHORT_GAP_US`` and in longer ones. In a
+    replayed step the short gaps are read as the GPU moving from one node of a graph to the next
+    (a latency no host speed shortens), the long ones as the GPU waiting for work; in an eager
+    step a launch issued just in time can also leave a short gap."""
     short = [gap for gap in gaps if gap < SHORT_GAP_US]
     long = [gap for gap in gaps if gap >= SHORT_GAP_US]
     return {
@@ -233,7 +238,9 @@ def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[s
 def _ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[str, Any]]:
     """The ``count`` operators, told apart by their input shapes, whose own kernels took the
     most device time per step: which operator a costly kernel belongs to. Only an eager step
-    has them; a replayed step's kernels belong to graph launches, not to operators."""
+    has them; a replayed step's kernels belong to graph launches, not to operators. The
+    averages also hold one entry per kernel (a CUDA event); those are left out, so that each
+    kernel's time counts once, inside its operator."""
     averages = device.key_averages(group_by_input_shape=True)
     rows = [
         {
@@ -243,7 +250,7 @@ def _ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[st
             "device_ms": round(event.self_device_time_total / 1000.0 / steps, 3),
         }
         for event in averages
-        if event.self_device_time_total > 0
+        if event.device_type == DeviceType.CPU and event.self_device_time_total > 0
     ]
     rows.sort(key=lambda row: -row["device_ms"])
     return rows[:count]

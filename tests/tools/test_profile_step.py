@@ -10,6 +10,7 @@ from types import ModuleType, SimpleNamespace
 
 import pytest
 from tool_modules import load_tool
+from torch.autograd import DeviceType
 
 
 @pytest.fixture
@@ -134,9 +135,15 @@ def test_window_refuses_an_empty_unprofiled_window(
 
 
 def test_operators_rank_by_their_own_device_time_per_step(tool: ModuleType) -> None:
-    def average(key: str, count: int, device_us: float) -> SimpleNamespace:
+    def average(
+        key: str, count: int, device_us: float, device_type: DeviceType = DeviceType.CPU
+    ) -> SimpleNamespace:
         return SimpleNamespace(
-            key=key, input_shapes=[[4, 16]], count=count, self_device_time_total=device_us
+            key=key,
+            input_shapes=[[4, 16]],
+            count=count,
+            self_device_time_total=device_us,
+            device_type=device_type,
         )
 
     class Profile:
@@ -146,6 +153,8 @@ def test_operators_rank_by_their_own_device_time_per_step(tool: ModuleType) -> N
                 average("aten::add", 40, 400.0),
                 average("aten::view", 80, 0.0),  # no kernel of its own: left out
                 average("aten::native_batch_norm", 20, 3000.0),
+                # the kernel itself, also listed: counted once, inside its operator
+                average("batch_norm_collect_statistics_kernel", 20, 2000.0, DeviceType.CUDA),
             ]
 
     rows = tool._ops_by_device_time(Profile(), steps=2, count=5)
