@@ -2,7 +2,7 @@
 
 A replayed batch-4 detect step runs about 3,300 kernels on the H200 in 14.5 ms, and the
 BatchNorm layers' training kernels are the largest family among them (about 4.1 ms, session
-20): the channels-last statistics kernel took 15.5 µs a layer at batch 4 and at batch 16 alike,
+20): the channels-last statistics kernel took about 15.5 µs a layer at batch 4 and at batch 16,
 and the channels-last max-pool kernels of the SPPF block 46 µs (forward) and 74 µs (backward) at
 20 × 20 pixels. Whether the contiguous (NCHW) kernels do these layers faster is what decides if
 a layout per layer (or per stage) can pay; this tool measures it for every distinct BatchNorm
@@ -14,12 +14,12 @@ backward passes of that layer alone in a CUDA graph (bf16 input, the layer's own
 parameters, training mode: batch statistics and the running averages' update) in each layout
 and replays the graphs in alternating rounds, so host launches do not set the pace. The
 backward computes what training's does: the input's gradient and BatchNorm's weight and bias
-gradients. The passes reuse the same small tensors, which stay in the L2 cache, so the times
-flatter both layouts alike and are a lower bound of the layer's cost inside the network. It prints
+gradients. The passes reuse the same small tensors, which may stay in the L2 cache, so the
+times may be below the layer's cost inside the network, for either layout. It prints
 and writes (``--out``) per shape: how many layers of the network see it, microseconds per
-forward + backward in each layout (median of ``--rounds``), and whether the two layouts' outputs
-and input gradients are bitwise equal; then the network's totals (each shape's time × its
-count).
+forward + backward in each layout (median of ``--rounds``), and whether the two layouts' outputs,
+gradients and running statistics are bitwise equal; then the network's totals (each shape's
+time × its count).
 
 Run (GPU machine, from source)::
 
@@ -121,8 +121,8 @@ def _graph(
 
 
 def measure(key: LayerKey, reps: int, rounds: int) -> dict[str, Any]:
-    """Microseconds per forward + backward of one layer in each layout, and whether their
-    outputs and input gradients have the same bits."""
+    """Microseconds per forward + backward of one layer in each layout, and whether what
+    :func:`_graph` hands for comparison has the same bits in both."""
     graphs = {name: _graph(key, layout, reps) for name, layout in LAYOUTS.items()}
     times: dict[str, list[float]] = {name: [] for name in LAYOUTS}
     for round_ in range(rounds):

@@ -17,9 +17,8 @@ and its last third is profiled, recording:
 * ``gpu_busy_ms``: per step, the union of the intervals in which the GPU ran a kernel or a copy
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the profiled host, longer than in a fit;
-* ``gpu_idle_gaps``: that idle time per step split by the gaps' length: gaps under
-  ``SHORT_GAP_US`` between one kernel and the next (the device's own latency between a graph's
-  nodes, which a faster host would not remove) and longer ones (the device waiting for work);
+* ``gpu_idle_gaps``: that idle time per step split by the gaps' length, under ``SHORT_GAP_US``
+  and longer (how the two are read: :func:`_gap_split`);
 * ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
   own time (summed, so kernels on concurrent streams count twice: it can exceed
   ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
@@ -43,7 +42,7 @@ With ``--native`` nothing is replayed and the profile also records input shapes,
   parity rests on it). The trace's busy time and device work are left out: 50 profiled eager
   steps of detect at batch 4 with shapes ran past 110 s in exporting and reading the trace
   (session 21; which part took the time is not known), and an eager period is not a replayed
-  step's. Use ``--steps 30`` (10 profiled steps).
+  step's. ``--steps`` is 30 by default there (10 profiled steps).
 
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
@@ -170,7 +169,7 @@ def _device_events(trace: Path) -> list[dict[str, Any]]:
     return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
 
 
-def _idle_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
+def _busy_and_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
     """Milliseconds in which the device did any work (the union of its activity intervals), and
     the idle gaps between those intervals in microseconds."""
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events)
@@ -276,7 +275,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--task", default="detect", choices=sorted(MODELS))
     parser.add_argument("--batch", type=int, default=4)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument(
+        "--steps", type=int, default=None, help="steps of the fit (150; 30 with --native)"
+    )
     parser.add_argument("--images", type=int, default=256)
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-step"))
@@ -287,6 +288,8 @@ def main() -> None:
         help="replay nothing, and name the operators whose kernels take the device's time",
     )
     args = parser.parse_args()
+    if args.steps is None:
+        args.steps = 30 if args.native else 150
     if args.steps < 3:
         parser.error(
             f"--steps {args.steps}: at least 3 (a third warms up, a third is timed, "
@@ -343,7 +346,7 @@ def main() -> None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
         events = _device_events(trace)
-        busy, gaps = _idle_gaps(events)
+        busy, gaps = _busy_and_gaps(events)
         row["gpu_busy_ms"] = round(busy / steps, 3)
         row["gpu_idle_gaps"] = _gap_split(gaps, steps)
         row["device_work"] = _device_work(events, steps, 25)

@@ -35,14 +35,14 @@ def test_busy_time_counts_overlapping_device_work_once(tool: ModuleType, tmp_pat
             {"cat": "cpu_op", "ts": 0, "dur": 9000},  # host work is not the device's
         ],
     )
-    busy, gaps = tool._idle_gaps(tool._device_events(trace))
+    busy, gaps = tool._busy_and_gaps(tool._device_events(trace))
     assert busy == pytest.approx(2.0)
     assert gaps == [pytest.approx(1500.0)]  # from the copy's end to the memset
 
 
 def test_busy_time_of_a_trace_without_device_work_is_zero(tool: ModuleType, tmp_path: Path) -> None:
     events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
-    assert tool._idle_gaps(events) == (0.0, [])
+    assert tool._busy_and_gaps(events) == (0.0, [])
 
 
 def test_idle_gaps_split_into_the_devices_own_latency_and_waits_for_work(
@@ -58,7 +58,7 @@ def test_idle_gaps_split_into_the_devices_own_latency_and_waits_for_work(
             {"cat": "kernel", "ts": 555, "dur": 5},  # 500 us
         ],
     )
-    _, gaps = tool._idle_gaps(tool._device_events(trace))
+    _, gaps = tool._busy_and_gaps(tool._device_events(trace))
     assert tool._gap_split(gaps, steps=2) == {
         "under_us": 20.0,
         "short_per_step": 1.0,
