@@ -18,7 +18,7 @@ and its last third is profiled, recording:
   (``torch.profiler``'s device activity, graph replays included); ``period_ms - gpu_busy_ms`` is
   the time the GPU waited for the profiled host, longer than in a fit;
 * ``gpu_idle_gaps``: that idle time per step split by the gaps' length, under ``SHORT_GAP_US``
-  and longer (how the two are read: :func:`_gap_split`);
+  and longer (how the two are read: :func:`gap_split`);
 * ``device_work``: what the GPU ran per step: kernels, copies and memsets counted, the kernels'
   own time (summed, so kernels on concurrent streams count twice: it can exceed
   ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
@@ -163,13 +163,13 @@ well above the 0.5-0.6 µs a replayed graph's node-to-node gaps took on the H200
 well below a host's launch of a graph."""
 
 
-def _device_events(trace: Path) -> list[dict[str, Any]]:
+def device_events(trace: Path) -> list[dict[str, Any]]:
     """A chrome trace's events of work on the device (kernels, copies, memsets)."""
     events = json.loads(trace.read_text())["traceEvents"]
     return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
 
 
-def _busy_and_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
+def busy_and_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
     """Milliseconds in which the device did any work (the union of its activity intervals), and
     the idle gaps between those intervals in microseconds."""
     spans = sorted((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0.0))) for e in events)
@@ -184,7 +184,7 @@ def _busy_and_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
     return busy / 1000.0, gaps
 
 
-def _gap_split(gaps: list[float], steps: int) -> dict[str, Any]:
+def gap_split(gaps: list[float], steps: int) -> dict[str, Any]:
     """Per step, the device's idle time in gaps under ``SHORT_GAP_US`` and in longer ones. In a
     replayed step the short gaps are read as the GPU moving from one node of a graph to the next
     (a latency no host speed shortens), the long ones as the GPU waiting for work; in an eager
@@ -200,7 +200,7 @@ def _gap_split(gaps: list[float], steps: int) -> dict[str, Any]:
     }
 
 
-def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[str, Any]:
+def device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[str, Any]:
     """Per step: the device's activities by kind, its kernels' own time and how much of it short
     kernels took, and the ``count`` kernels (by name) that took the most time."""
     kernels = [e for e in events if e["cat"] == "kernel"]
@@ -234,7 +234,7 @@ def _device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[s
     }
 
 
-def _ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[str, Any]]:
+def ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[str, Any]]:
     """The ``count`` operators, told apart by their input shapes, whose own kernels took the
     most device time per step: which operator a costly kernel belongs to. Only an eager step
     has them; a replayed step's kernels belong to graph launches, not to operators. The
@@ -341,15 +341,15 @@ def main() -> None:
         "sync_sites": dict(window.sync_sites.most_common()),
     }
     if window.device is not None and args.native:
-        row["ops"] = _ops_by_device_time(window.device, steps, 40)
+        row["ops"] = ops_by_device_time(window.device, steps, 40)
     elif window.device is not None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
-        events = _device_events(trace)
-        busy, gaps = _busy_and_gaps(events)
+        events = device_events(trace)
+        busy, gaps = busy_and_gaps(events)
         row["gpu_busy_ms"] = round(busy / steps, 3)
-        row["gpu_idle_gaps"] = _gap_split(gaps, steps)
-        row["device_work"] = _device_work(events, steps, 25)
+        row["gpu_idle_gaps"] = gap_split(gaps, steps)
+        row["device_work"] = device_work(events, steps, 25)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)

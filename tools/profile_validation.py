@@ -22,7 +22,12 @@ the loader's workers: costs a fit pays once, not per epoch (session 6 found them
 5.9 s detect "pass" in the H200's cProfile). One more pass, untimed, runs with
 torch's synchronisation debug mode on and counts every host synchronisation inside validation
 batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
-of one pass lists the host functions that take the time. Prints a table; with ``$OUT`` set also
+of one pass lists the host functions that take the time. With ``--device-profile`` one more
+pass runs under torch's profiler, to say whether the pass waits for the GPU or the GPU for the
+host: the GPU's busy seconds in the pass and its idle gaps (short and long, as
+``profile_step.py`` splits them), the kernels that took the most time, and the operators
+(eager: the metric's update; the replayed forward's kernels belong to graph launches) whose
+kernels did. Prints a table; with ``$OUT`` set also
 writes ``$OUT/profile_validation_<tasks>.json`` and ``$OUT/profile_validation_<tasks>.txt``
 (the cProfiles and the synchronisation sites), so that runs of other tasks can share ``$OUT``.
 
@@ -31,6 +36,9 @@ Command (GPU machine, from the repository root)::
     PYTHONPATH=$(ls -d packages/*/src | paste -sd:) python3 tools/profile_validation.py \\
         --tasks detect segment --images 128 --imgsz 640 --batch 16 --train-epochs 5
     # validation in batches of 16 (--batch, the data module's default); --val-batch N
+    # segment as the benchmark fits it, trained by replayed steps, with the device's side:
+    #   --tasks segment --batch 4 --train-epochs 8 --replay-training --replay-evaluation \\
+    #   --device-profile
 
 A CPU check with small numbers:
 ``--images 8 --imgsz 64 --batch 4 --repeats 1 --train-images 8 --train-epochs 1``.
@@ -45,6 +53,7 @@ import json
 import os
 import pstats
 import statistics
+import tempfile
 import time
 import traceback
 import warnings
@@ -55,10 +64,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from find_host_syncs import SYNC_WARNING
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from profile_step import busy_and_gaps, device_events, device_work, gap_split, ops_by_device_time
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -181,6 +192,25 @@ def _instrumented(module: YoloModule, clock: PhaseClock) -> None:
     evaluator.compute = clock.timed("compute", evaluator.compute)  # type: ignore[method-assign]
 
 
+def device_profile(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) -> dict[str, Any]:
+    """One whole pass under torch's profiler: what the GPU did in it, and which operators'
+    kernels took its time (the trace is read and dropped)."""
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as device:
+        trainer.validate(module, data, verbose=False)
+        _sync()
+    with tempfile.TemporaryDirectory() as folder:
+        trace = Path(folder) / "validation.json"
+        device.export_chrome_trace(str(trace))
+        events = device_events(trace)
+    busy_ms, gaps = busy_and_gaps(events)
+    return {
+        "gpu_busy_s": round(busy_ms / 1000.0, 3),
+        "gpu_idle_gaps": gap_split(gaps, 1),
+        "device_work": device_work(events, 1, 15),
+        "ops": ops_by_device_time(device, 1, 25),
+    }
+
+
 def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     data_yaml = generate_synthetic(
         root / task,
@@ -199,7 +229,15 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     options: dict[str, Any] = {}
     if data.spec.kpt_shape is not None:  # the synthetic pose set has its own keypoint count
         options["kpt_shape"] = tuple(data.spec.kpt_shape)
-    if args.replay_evaluation:
+    if args.replay_training:
+        regions = {
+            "network": True,
+            "loss": True,
+            "update": True,
+            "segment_heads": task == "segment",
+        }
+        options["replay"] = ReplayConfig(evaluation=args.replay_evaluation, **regions)
+    elif args.replay_evaluation:
         options["replay"] = ReplayConfig(evaluation=True)
     module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes, **options)
     cuda = torch.cuda.is_available()
@@ -237,6 +275,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         _sync()
         plain.append(time.perf_counter() - start)
     trainer.callbacks.remove(loops)
+    on_device = device_profile(trainer, module, data) if args.device_profile and cuda else None
     syncs = _count_syncs(trainer, module, data)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     clock = PhaseClock()
@@ -262,6 +301,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "loop_seconds": sorted(loops.seconds),
         "phase_seconds": phases,
         "host_syncs": syncs,
+        "device_profile": on_device,
         "metrics": metrics,
         "cprofile": text.getvalue(),
     }
@@ -286,6 +326,14 @@ def main() -> None:
         action="store_true",
         help="replay the evaluation forward from CUDA graphs (--model.replay.evaluation)",
     )
+    parser.add_argument(
+        "--replay-training",
+        action="store_true",
+        help="train with every region replayed, as the benchmark's fits (a faster --train-epochs)",
+    )
+    parser.add_argument(
+        "--device-profile", action="store_true", help="one more pass under torch's profiler (GPU)"
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-validation"))
     args = parser.parse_args()
     if args.threads:
@@ -308,6 +356,17 @@ def main() -> None:
         )
         for site, n in syncs["sites"]:
             print(f"  {n:6d} sync(s) at {site}")
+        if result["device_profile"] is not None:
+            seen = result["device_profile"]
+            work, gaps = seen["device_work"], seen["gpu_idle_gaps"]
+            print(
+                f"  one pass under the profiler: GPU busy {seen['gpu_busy_s']:.3f} s, "
+                f"{work['per_step']['kernel']:.0f} kernels ({work['kernel_ms']:.1f} ms), idle "
+                f"gaps under {gaps['under_us']:.0f} µs {gaps['short_ms']:.1f} ms, longer "
+                f"{gaps['long_ms']:.1f} ms ({gaps['long_per_step']:.0f})"
+            )
+            for op in seen["ops"][:12]:
+                print(f"    {op['device_ms']:8.2f} ms  {op['calls']:7.0f}x  {op['op']}")
         if out is not None:
             out.mkdir(parents=True, exist_ok=True)
             name = "_".join(args.tasks)

@@ -35,14 +35,14 @@ def test_busy_time_counts_overlapping_device_work_once(tool: ModuleType, tmp_pat
             {"cat": "cpu_op", "ts": 0, "dur": 9000},  # host work is not the device's
         ],
     )
-    busy, gaps = tool._busy_and_gaps(tool._device_events(trace))
+    busy, gaps = tool.busy_and_gaps(tool.device_events(trace))
     assert busy == pytest.approx(2.0)
     assert gaps == [pytest.approx(1500.0)]  # from the copy's end to the memset
 
 
 def test_busy_time_of_a_trace_without_device_work_is_zero(tool: ModuleType, tmp_path: Path) -> None:
-    events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
-    assert tool._busy_and_gaps(events) == (0.0, [])
+    events = tool.device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
+    assert tool.busy_and_gaps(events) == (0.0, [])
 
 
 def test_idle_gaps_split_into_the_devices_own_latency_and_waits_for_work(
@@ -58,8 +58,8 @@ def test_idle_gaps_split_into_the_devices_own_latency_and_waits_for_work(
             {"cat": "kernel", "ts": 555, "dur": 5},  # 500 us
         ],
     )
-    _, gaps = tool._busy_and_gaps(tool._device_events(trace))
-    assert tool._gap_split(gaps, steps=2) == {
+    _, gaps = tool.busy_and_gaps(tool.device_events(trace))
+    assert tool.gap_split(gaps, steps=2) == {
         "under_us": 20.0,
         "short_per_step": 1.0,
         "short_ms": 0.003,
@@ -84,7 +84,7 @@ def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
             {"cat": "cpu_op", "name": "conv", "ts": 0, "dur": 9000},
         ],
     )
-    work = tool._device_work(tool._device_events(trace), steps=2, count=2)
+    work = tool.device_work(tool.device_events(trace), steps=2, count=2)
     assert work["per_step"] == {"kernel": 5.5, "gpu_memcpy": 1.0, "gpu_memset": 0.5}
     assert work["kernel_ms"] == pytest.approx((160 + 10 + 10 + 100) / 1000 / 2)
     assert work["short_kernels"] == {"under_us": 10.0, "per_step": 2.5, "ms": 0.005}
@@ -98,8 +98,8 @@ def test_device_work_counts_each_kind_per_step_and_ranks_kernels_by_their_time(
 def test_device_work_of_a_trace_without_kernels_has_no_median(
     tool: ModuleType, tmp_path: Path
 ) -> None:
-    events = tool._device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
-    work = tool._device_work(events, 1, 5)
+    events = tool.device_events(_trace(tmp_path, [{"cat": "cpu_op", "ts": 0, "dur": 5}]))
+    work = tool.device_work(events, 1, 5)
     assert work["kernel_ms"] == 0.0
     assert work["median_kernel_us"] is None
     assert work["top_kernels"] == []
@@ -157,7 +157,7 @@ def test_operators_rank_by_their_own_device_time_per_step(tool: ModuleType) -> N
                 average("batch_norm_collect_statistics_kernel", 20, 2000.0, DeviceType.CUDA),
             ]
 
-    rows = tool._ops_by_device_time(Profile(), steps=2, count=5)
+    rows = tool.ops_by_device_time(Profile(), steps=2, count=5)
     assert [(row["op"], row["calls"], row["device_ms"]) for row in rows] == [
         ("aten::native_batch_norm", 10.0, 1.5),
         ("aten::add", 20.0, 0.2),
