@@ -26,7 +26,7 @@ from torch import Tensor
 
 from lucid_yolo.models.decode import anchor_grid
 from lucid_yolo.models.registry import TASK_SUFFIXES
-from lucid_yolo.train import Evaluator, YoloModule, source_mask_cache
+from lucid_yolo.train import Evaluator, ReplayConfig, YoloModule, source_mask_cache
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.datamodule import YoloDataModule
@@ -539,6 +539,44 @@ def test_evaluator_update_on_cuda_does_not_wait_for_the_device(tmp_path: Path, t
     assert evaluator.compute() == pytest.approx(reference.compute(), abs=1e-3)
 
 
+@pytest.mark.gpu
+def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_path: Path) -> None:
+    # three passes: each batch shape's first matching warms up, the next records, then every
+    # pass replays; the last pass runs under torch's sync debug mode
+    data = _crowd_segment_data(tmp_path)
+    batches = list(data.val_dataloader())
+    on_cuda = [
+        ({k: v.cuda() for k, v in _oracle_outputs(batch, 3, seed=i).items()}, _on_cuda(batch))
+        for i, batch in enumerate(batches)
+    ]
+    options: dict[str, Any] = {"strides": (8, 16, 32), "conf": 0.001, "max_det": 300}
+    replayed = Evaluator("segment", replay_matching=True, **options)
+    eager = Evaluator("segment", **options)
+    for evaluator in (replayed, eager):
+        for repeat in range(3):
+            evaluator.reset()
+            debug = evaluator is replayed and repeat == 2
+            torch.cuda.synchronize()
+            if debug:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    for output, batch in on_cuda:
+                        evaluator.update(output, batch)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            if debug:
+                assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
+            metrics = evaluator.compute()
+        assert metrics["mask/mAP50-95"] > 0.2
+    assert replayed.compute() == eager.compute()
+    telemetry = replayed.metric.matching_telemetry.as_dict()
+    assert telemetry["replays"] >= 2 * len(batches), telemetry
+    assert telemetry["retirements"] == 0, telemetry
+    assert eager.metric.matching_telemetry.as_dict()["replays"] == 0
+
+
 class _BatchSyncs(pl.Callback):
     """Host synchronisations inside validation batches, as torch's debug mode reports them."""
 
@@ -566,8 +604,13 @@ class _BatchSyncs(pl.Callback):
 
 @pytest.mark.gpu
 @pytest.mark.filterwarnings("ignore:The 'val_dataloader' does not have many workers")
+@pytest.mark.parametrize("replayed", [False, True], ids=["eager", "replayed"])
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
-def test_validation_pass_on_cuda_does_not_wait_for_the_device(tmp_path: Path, task: str) -> None:
+def test_validation_pass_on_cuda_does_not_wait_for_the_device(
+    tmp_path: Path, task: str, replayed: bool
+) -> None:
+    # replayed: the evaluation forward and the metric's matching from CUDA graphs, counted on
+    # the third pass (the first warms each signature up, the second records)
     yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)
     data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=2, workers=0)
     shape = data.spec.kpt_shape
@@ -575,6 +618,7 @@ def test_validation_pass_on_cuda_does_not_wait_for_the_device(tmp_path: Path, ta
         f"yolo26n{TASK_SUFFIXES[task]}",
         num_classes=data.num_classes,
         kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+        replay=ReplayConfig(evaluation=replayed),
     )
     counter = _BatchSyncs()
     trainer = pl.Trainer(
@@ -587,8 +631,15 @@ def test_validation_pass_on_cuda_does_not_wait_for_the_device(tmp_path: Path, ta
         enable_checkpointing=False,
         default_root_dir=tmp_path,
     )
-    trainer.validate(module, data, verbose=False)  # warm: first calls, constants copied once
+    if replayed:
+        # each validate's teardown moves the module to the CPU, and the moved network's
+        # evaluation graph is recorded afresh: kept on the device, as a fit keeps it
+        module.cpu = lambda: module  # type: ignore[method-assign]
+    for _ in range(2 if replayed else 1):  # warm: first calls, constants copied once
+        trainer.validate(module, data, verbose=False)
     trainer.callbacks.append(counter)
     trainer.validate(module, data, verbose=False)
     assert counter.batches == 3
     assert counter.syncs == []
+    if replayed:
+        assert module.evaluator.metric.matching_telemetry.replays > 0

@@ -97,6 +97,9 @@ class Evaluator:
         strides: the network's strides.
         conf: score threshold of kept predictions.
         max_det: top-k detections per image.
+        replay_matching: on a GPU, replay each batch's matching from CUDA graphs
+            (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option): the same
+            metrics with a few launches a batch instead of a few hundred.
 
     OKS sigmas follow the keypoint count of the targets (COCO's for 17 points, see
     :func:`lucid_yolo.train.geometry.keypoint_ops.keypoint_sigmas`).
@@ -109,6 +112,7 @@ class Evaluator:
         strides: Sequence[int],
         conf: float,
         max_det: int,
+        replay_matching: bool = False,
     ) -> None:
         if task not in TASK_KINDS:
             raise TrainConfigError(f"unknown task {task!r}: expected one of {sorted(TASK_KINDS)!r}")
@@ -116,7 +120,7 @@ class Evaluator:
         self.strides = tuple(strides)
         self.conf = conf
         self.max_det = max_det
-        self.metric = MeanAveragePrecision(kinds=TASK_KINDS[task])
+        self.metric = MeanAveragePrecision(kinds=TASK_KINDS[task], replay_matching=replay_matching)
         self._waiting: _WaitingForSizes | None = None
         self._source_masks = SourceMaskCache()  # kept across passes: the set does not change
 

@@ -170,7 +170,11 @@ class YoloModule(pl.LightningModule):
             loss_options["num_keypoints"] = kpt_shape[0]
         self.criterion = build_loss(self.task, num_classes, **loss_options)
         self.evaluator = Evaluator(
-            self.task, strides=self.net.strides, conf=val_conf, max_det=max_det
+            self.task,
+            strides=self.net.strides,
+            conf=val_conf,
+            max_det=max_det,
+            replay_matching=replay.evaluation,
         )
         self.replay = NetworkReplay(self.net, self.task, replay, self.criterion)
         # ProgLoss progress as a device tensor, natively too: a recorded loss reads it from the
@@ -516,11 +520,14 @@ class YoloModule(pl.LightningModule):
 
     @property
     def replay_telemetry(self) -> Telemetry:
-        """Summed counters of every replayed region, the update, the verifier and the
-        evaluation forward."""
+        """Summed counters of every replayed region, the update, the verifier, the
+        evaluation forward and the metric's matching."""
         parts = [r.telemetry for r in self.replay_recorders()]
         return merge_telemetry(
-            *parts, self.replay.evaluation_telemetry, self.step_verifier.telemetry
+            *parts,
+            self.replay.evaluation_telemetry,
+            self.evaluator.metric.matching_telemetry,
+            self.step_verifier.telemetry,
         )
 
     def _evaluate(self, batch: Batch) -> None:

@@ -17,8 +17,9 @@ copy has long finished; the host waits for that copy alone, never for the device
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +31,14 @@ from lucid_yolo.train.host_copy import HostCopy
 from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, match_extent
 from lucid_yolo.train.metrics.image_instances import MetricsInputError
 from lucid_yolo.train.metrics.precision_curves import MatchedPredictions
+
+
+class Matcher(Protocol):
+    """Matches a batch as :func:`match_batch` does, its extent read to the host already."""
+
+    def __call__(
+        self, overlaps: Tensor, ignore: Tensor, reusable: Tensor, *, extent: Sequence[int]
+    ) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -131,9 +140,13 @@ class PendingBatch:
         extent = HostCopy(match_extent(overlaps, reusable))
         return cls(overlaps, ignore, reusable, records, extent)
 
-    def finish(self) -> BatchRecords:
-        """Match the batch (after its extent has reached the host) and return its records."""
-        matched, ignored = match_batch(
+    def finish(self, match: Matcher = match_batch) -> BatchRecords:
+        """Match the batch (after its extent has reached the host) and return its records.
+
+        Args:
+            match: how to match (:func:`match_batch` with the extent given, or its replay).
+        """
+        matched, ignored = match(
             self.overlaps, self.ignore, self.reusable, extent=self.extent.read().tolist()
         )
         return replace(self.records, matched=matched, ignored=ignored)
@@ -214,4 +227,4 @@ def _host(parts: list[Tensor], size: int, fill: float) -> npt.NDArray[Any]:
     return torch.cat(padded).cpu().numpy()
 
 
-__all__ = ["BatchRecords", "KindRecords", "PendingBatch"]
+__all__ = ["BatchRecords", "KindRecords", "Matcher", "PendingBatch"]

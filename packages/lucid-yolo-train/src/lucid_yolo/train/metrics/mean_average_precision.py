@@ -44,7 +44,9 @@ from typing import Final, TypeVar
 import torch
 from torch import Tensor
 
+from lucid_yolo.replay import Telemetry, merge_telemetry
 from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets
+from lucid_yolo.train.metrics.coco_matching import match_batch
 from lucid_yolo.train.metrics.device_constants import float64_constant
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
@@ -53,7 +55,8 @@ from lucid_yolo.train.metrics.image_instances import (
     require_fields,
 )
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
-from lucid_yolo.train.metrics.matched_records import KindRecords, PendingBatch
+from lucid_yolo.train.metrics.match_replay import MatchReplay
+from lucid_yolo.train.metrics.matched_records import KindRecords, Matcher, PendingBatch
 from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps
 from lucid_yolo.train.metrics.precision_curves import (
     best_f1_precision_recall,
@@ -76,6 +79,9 @@ class MeanAveragePrecision:
             (:data:`DEFAULT_MAX_DETS`).
         sigmas: OKS sigmas for ``pose``, one per keypoint; default
             :func:`~lucid_yolo.train.metrics.keypoint_similarity.keypoint_sigmas` of K.
+        replay_matching: on a CUDA device, replay each batch's matching from CUDA graphs
+            (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`): the same matches,
+            a few launches instead of a few hundred.
 
     Raises:
         MetricsInputError: an unknown kind, a non-positive ``max_dets``, or an empty ``kinds``.
@@ -96,6 +102,7 @@ class MeanAveragePrecision:
         kinds: Sequence[str] = ("box",),
         max_dets: Mapping[str, int] | None = None,
         sigmas: Sequence[float] | None = None,
+        replay_matching: bool = False,
     ) -> None:
         unknown = [k for k in kinds if k not in KINDS]
         if unknown or not kinds:
@@ -111,6 +118,14 @@ class MeanAveragePrecision:
         self._records = {kind: KindRecords() for kind in self.kinds}
         self._pending: dict[str, PendingBatch] = {}
         self._lowest_classes: list[Tensor] = []
+        self.replay_matching = replay_matching
+        self._match_replays: dict[torch.device, MatchReplay] = {}
+
+    @property
+    def matching_telemetry(self) -> Telemetry:
+        """The replayed matching's counters over every device (all zero when it does not
+        replay)."""
+        return merge_telemetry(*(replay.telemetry for replay in self._match_replays.values()))
 
     def reset(self) -> None:
         """Forget everything seen so far (call at the start of each validation epoch)."""
@@ -248,8 +263,17 @@ class MeanAveragePrecision:
     def _settle(self) -> None:
         """Match the batch left pending by the last ``update`` (its extent is on the host now)."""
         for kind, pending in self._pending.items():
-            self._records[kind].batches.append(pending.finish())
+            self._records[kind].batches.append(pending.finish(self._matcher(pending.overlaps)))
         self._pending = {}
+
+    def _matcher(self, overlaps: Tensor) -> Matcher:
+        """How to match a batch on ``overlaps``' device: replayed there, or eagerly."""
+        device = overlaps.device
+        if not (self.replay_matching and device.type == "cuda"):
+            return match_batch
+        if device not in self._match_replays:
+            self._match_replays[device] = MatchReplay(device)
+        return self._match_replays[device]
 
     def merge(self, other: MeanAveragePrecision) -> None:
         """Append everything ``other`` has seen, as if its images had been updated after ours.
