@@ -641,5 +641,8 @@ def test_validation_pass_on_cuda_does_not_wait_for_the_device(
     trainer.validate(module, data, verbose=False)
     assert counter.batches == 3
     assert counter.syncs == []
-    if replayed:
-        assert module.evaluator.metric.matching_telemetry.replays > 0
+    if replayed:  # a fresh network holds no pair within reach: its matching is the eager
+        # path with nothing to match (the matching's replay: the evaluator test above)
+        recorder = module.replay.evaluation
+        assert recorder is not None
+        assert recorder.telemetry.replays >= 3
