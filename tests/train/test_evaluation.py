@@ -572,7 +572,8 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
         assert metrics["mask/mAP50-95"] > 0.2
     assert replayed.compute() == eager.compute()
     telemetry = replayed.metric.matching_telemetry.as_dict()
-    assert telemetry["replays"] >= 2 * len(batches), telemetry
+    # 2 kinds x len(batches) matchings a pass, 3 passes; at most one native warm-up each
+    assert telemetry["replays"] >= 4 * len(batches), telemetry
     assert telemetry["retirements"] == 0, telemetry
     assert eager.metric.matching_telemetry.as_dict()["replays"] == 0
 

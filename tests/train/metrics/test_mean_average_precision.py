@@ -140,6 +140,21 @@ def test_mean_average_precision_batched_update_equals_one_image_at_a_time() -> N
     assert together.compute() == apart.compute()
 
 
+def test_mean_average_precision_replays_its_matching_only_on_a_cuda_device() -> None:
+    # on the CPU the option matches eagerly: the same metrics, no recorder, nothing counted
+    preds = [_preds([BOX_A, BOX_C], [0.9, 0.7], [0, 1]), _preds([BOX_B], [0.8], [1])]
+    targets = [
+        ImageTargets(torch.tensor([0]), boxes=torch.tensor([BOX_A])),
+        ImageTargets(torch.tensor([1, 0]), boxes=torch.tensor([BOX_B, BOX_C])),
+    ]
+    replayed, eager = MeanAveragePrecision(replay_matching=True), MeanAveragePrecision()
+    for metric in (replayed, eager):
+        metric.update(preds, targets)
+    assert replayed.compute() == eager.compute()
+    assert replayed.matching_telemetry.as_dict()["recordings"] == 0
+    assert replayed.matching_telemetry.as_dict()["native_calls"] == 0
+
+
 def test_mean_average_precision_reset_forgets() -> None:
     metric = MeanAveragePrecision()
     metric.update(

@@ -86,6 +86,14 @@ class ImageMatches:
     ignored: BoolArray
 
 
+def threshold_constant(thresholds: FloatArray, device: torch.device) -> Tensor:
+    """(T,) float64 ``thresholds``, each capped as COCO caps it, on ``device``: the same tensor
+    on every call (:func:`~lucid_yolo.train.metrics.device_constants.float64_constant`), which a
+    graph that reads it must keep alive."""
+    capped = np.minimum(np.asarray(thresholds, dtype=np.float64), _THRESHOLD_CAP)
+    return float64_constant(tuple(capped.tolist()), device)
+
+
 def match_extent(
     overlaps: Tensor, reusable: Tensor, thresholds: FloatArray = IOU_THRESHOLDS
 ) -> Tensor:
@@ -137,8 +145,7 @@ def match_batch(
     """
     B, D, _ = overlaps.shape
     device = overlaps.device
-    capped = np.minimum(np.asarray(thresholds, dtype=np.float64), _THRESHOLD_CAP)
-    threshold = float64_constant(tuple(capped.tolist()), device)  # (T,)
+    threshold = threshold_constant(thresholds, device)  # (T,)
     T = threshold.shape[0]
     matched = torch.zeros(B, T, D, dtype=torch.bool, device=device)
     ignored = torch.zeros_like(matched)

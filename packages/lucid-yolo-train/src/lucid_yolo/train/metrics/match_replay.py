@@ -4,7 +4,8 @@
 small operators on a batch's overlaps. On a GPU each is a kernel launched by the host, and a
 segment validation pass is bound by those launches: 62,000 kernels for 128 images with the
 GPU busy 0.18 s of about 1 s, some 13,000 of them in the matching (issue 11, session 23).
-Replayed, a batch's matching is three copies in, one graph launch and two copies out.
+Replayed, a batch's matching is three pads, three copies in, one graph launch and two copies
+out.
 
 A graph is recorded per input shape and extent, so both are rounded up, to the next power of
 two, so that few graphs serve a whole validation set: the prediction rows ``D`` and target
@@ -14,6 +15,10 @@ round after every prediction has settled changes nothing, and a padded row or co
 taken in beyond the reach, never holds an overlap at or above the lowest threshold, so it is
 never a candidate; the padded rows' outcomes are cut off again. Matches are booleans, so the
 replayed result is the eager one bit for bit (tested on a GPU against :func:`match_batch`).
+
+The signature also holds the autocast state, so a batch matched inside a bf16 validation step
+and one of the same shape matched at the pass's end (outside it) get a graph each. The graphs
+live in a pool of their own, beside the training step's, for the whole run.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_yolo.replay import ForwardRecorder, ReplayPool, Telemetry
-from lucid_yolo.train.metrics.coco_matching import match_batch
+from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, threshold_constant
 
 MAX_SIGNATURES = 64
 """Matching graphs recorded per device; a further shape and extent runs eagerly."""
@@ -60,6 +65,8 @@ class MatchReplay:
     """
 
     def __init__(self, device: torch.device, max_signatures: int = MAX_SIGNATURES) -> None:
+        # the graphs read the thresholds' device constant: held here, it outlives its cache entry
+        self._thresholds = threshold_constant(IOU_THRESHOLDS, device)
         self._recorder = ForwardRecorder(
             MatchingRegion(),
             name="matching",
@@ -132,13 +139,13 @@ def pad_to_powers_of_two(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """The batch with its rows and columns padded to powers of two: overlaps -1, flags off."""
     D, G = overlaps.shape[1:]
-    rows, cols = power_of_two(D) - D, power_of_two(G) - G
-    if rows == 0 and cols == 0:
+    extra_rows, extra_cols = power_of_two(D) - D, power_of_two(G) - G
+    if extra_rows == 0 and extra_cols == 0:
         return overlaps, ignore, reusable
     return (
-        F.pad(overlaps, (0, cols, 0, rows), value=-1.0),
-        F.pad(ignore, (0, cols), value=0),
-        F.pad(reusable, (0, cols), value=0),
+        F.pad(overlaps, (0, extra_cols, 0, extra_rows), value=-1.0),
+        F.pad(ignore, (0, extra_cols), value=0),
+        F.pad(reusable, (0, extra_cols), value=0),
     )
 
 

@@ -31,12 +31,13 @@ class ReplayConfig:
             the EMA network) from CUDA graphs, one per batch shape
             (:class:`~lucid_yolo.replay.ForwardRecorder`): eagerly the host launches every layer's
             kernels one by one and the GPU waits on it. The same kernels run on the same inputs,
-            so the metrics are the same bits. The metric's matching of each batch is replayed
-            too (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`), with the same
-            matches. With ``evaluate_in_pool`` the graphs are captured
-            in the step's pool, in its free scratch; otherwise in a pool of their own. Their
-            outputs are borrowed: a subclass whose evaluation keeps them beyond its step clones
-            what it keeps (nothing raises: the next replay rewrites them).
+            so the metrics are the same bits. With ``evaluate_in_pool`` the forward's graphs are
+            captured in the step's pool, in its free scratch; otherwise in a pool of their own.
+            Their outputs are borrowed: a subclass whose evaluation keeps them beyond its step
+            clones what it keeps (nothing raises: the next replay rewrites them). The metric's
+            matching of each batch is replayed too, in a pool of its own, with the same matches
+            (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`, at most 64 graphs a
+            device, apart from ``max_signatures``).
         max_signatures: distinct input signatures recorded per region before further ones run
             natively (graph memory is held for good).
         verify_every: every N-th optimizer step also runs as a native shadow step and the two
