@@ -68,7 +68,6 @@ def _trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
     return pl.Trainer(**options)
 
 
-@pytest.mark.slow
 def test_module_replays_the_metric_matching_with_the_evaluation_forward() -> None:
     on = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(evaluation=True))
     off = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True, update=True))
@@ -76,6 +75,7 @@ def test_module_replays_the_metric_matching_with_the_evaluation_forward() -> Non
     assert not off.evaluator.metric.replay_matching
 
 
+@pytest.mark.slow
 def test_module_fit_reduces_loss(tiny_dataset: Callable[[str], Path], tmp_path: Path) -> None:
     data = _data(tiny_dataset("detect"), "detect", augment=AugmentConfig.off())
     module = _module(data, "detect", warmup_epochs=0.0, lr0=0.01)
