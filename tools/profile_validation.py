@@ -22,7 +22,8 @@ the loader's workers: costs a fit pays once, not per epoch (session 6 found them
 5.9 s detect "pass" in the H200's cProfile). One more pass, untimed, runs with
 torch's synchronisation debug mode on and counts every host synchronisation inside validation
 batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
-of one pass lists the host functions that take the time. With ``--device-profile`` one more
+of one pass lists the host functions that take the time (by own time, then by cumulative time
+for our packages, torch.nn and Lightning). With ``--device-profile`` one more
 pass runs under torch's profiler, to say whether the pass waits for the GPU or the GPU for the
 host: the GPU's busy seconds in the pass and its idle gaps (short and long, as
 ``profile_step.py`` splits them), the kernels that took the most time, and the operators
@@ -53,6 +54,7 @@ import json
 import os
 import pstats
 import statistics
+import sys
 import tempfile
 import time
 import traceback
@@ -67,7 +69,15 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from find_host_syncs import SYNC_WARNING
-from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+from host_split import HostSplit
+from lucid_yolo.train import (
+    ReplayConfig,
+    YoloDataModule,
+    YoloModule,
+    evaluation,
+    host_copy,
+    source_mask_cache,
+)
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from profile_step import busy_and_gaps, device_events, device_work, gap_split, ops_by_device_time
 
@@ -182,6 +192,46 @@ def _count_syncs(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) 
     return counter.summary()
 
 
+def _update_parts() -> list[tuple[Any, str]]:
+    """The parts of the metric's update that ``--host-split`` times, outermost first."""
+    from lucid_yolo.train.metrics import (
+        match_replay,
+        matched_records,
+        mean_average_precision,
+    )
+
+    average = mean_average_precision.MeanAveragePrecision
+    return [
+        (evaluation.Evaluator, "_top_k"),
+        (evaluation.Evaluator, "_source_predictions"),
+        (evaluation.Evaluator, "_source_targets"),
+        (evaluation.Evaluator, "_score_waiting"),
+        (evaluation.Evaluator, "_target_masks"),
+        (evaluation.SourceSizes, "pack"),
+        (evaluation, "_rows_that_can_pair"),
+        (evaluation, "_own"),
+        (evaluation, "_to_device"),
+        (evaluation, "resample_masks"),
+        (host_copy.HostCopy, "__init__"),
+        (host_copy.HostCopy, "read"),
+        (source_mask_cache.SourceMaskCache, "masks"),
+        (average, "update_batch"),
+        (average, "_check_class_ids"),
+        (average, "_batch_overlaps"),
+        (average, "_settle"),
+        (mean_average_precision, "_mask_overlaps"),
+        (mean_average_precision, "box_overlaps"),
+        (mean_average_precision, "_matching_order"),
+        (mean_average_precision, "_rank_within_class"),
+        (matched_records.PendingBatch, "start"),
+        (matched_records.PendingBatch, "finish"),
+        (match_replay.MatchReplay, "__call__"),
+        (matched_records, "match_extent"),
+        (evaluation, "decode_dense"),
+        (evaluation, "topk_dense"),
+    ]
+
+
 def _instrumented(module: YoloModule, clock: PhaseClock) -> None:
     # the evaluation forward as the module calls it (a patched ``ema_net.forward`` would make a
     # replayed one retire)
@@ -190,6 +240,38 @@ def _instrumented(module: YoloModule, clock: PhaseClock) -> None:
     evaluator = module.evaluator
     evaluator.update = clock.timed("update", evaluator.update)  # type: ignore[method-assign]
     evaluator.compute = clock.timed("compute", evaluator.compute)  # type: ignore[method-assign]
+
+
+def _by_switch_interval(
+    trainer: pl.Trainer,
+    module: YoloModule,
+    data: YoloDataModule,
+    clock: PhaseClock,
+    args: argparse.Namespace,
+) -> dict[str, dict[str, float]]:
+    """Per interpreter switch interval, the mean pass and phases over ``--repeats`` passes each,
+    the intervals alternating pass by pass (so that a drift of the machine touches them alike).
+
+    The interval is how long a thread waiting for the interpreter lock waits before it asks the
+    holder to drop it: every torch operator drops the lock while it runs, so with the loader's
+    pin-memory thread in the process the main thread may wait up to an interval to get it back.
+    """
+    default = sys.getswitchinterval()
+    result: dict[str, dict[str, float]] = {}
+    for _ in range(args.repeats if args.switch_intervals else 0):
+        for interval in args.switch_intervals:
+            sys.setswitchinterval(interval)
+            before = dict(clock.seconds)
+            _sync()
+            start = time.perf_counter()
+            trainer.validate(module, data, verbose=False)
+            _sync()
+            entry = result.setdefault(f"{interval:g}", defaultdict(float))
+            entry["pass"] += (time.perf_counter() - start) / args.repeats
+            for phase, seconds in clock.seconds.items():
+                entry[phase] += (seconds - before.get(phase, 0.0)) / args.repeats
+    sys.setswitchinterval(default)
+    return {interval: dict(phases) for interval, phases in result.items()}
 
 
 def device_profile(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) -> dict[str, Any]:
@@ -281,15 +363,22 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     clock = PhaseClock()
     trainer.callbacks.append(clock)
     _instrumented(module, clock)
+    split = HostSplit()
+    if args.host_split:
+        split.wrap_all(_update_parts())
     for _ in range(args.repeats):
         trainer.validate(module, data, verbose=False)
+    split.restore()
     phases = {k: v / args.repeats for k, v in clock.seconds.items()}
+    by_interval = _by_switch_interval(trainer, module, data, clock, args)
     profiler = cProfile.Profile()
     profiler.enable()
     trainer.validate(module, data, verbose=False)
     profiler.disable()
     text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    stats = pstats.Stats(profiler, stream=text)
+    stats.sort_stats("tottime").print_stats(25)
+    stats.sort_stats("cumulative").print_stats(r"lucid_yolo|torch/nn|lightning", 40)
     return {
         "task": task,
         "images": args.images,
@@ -300,6 +389,8 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "pass_seconds": sorted(plain),
         "loop_seconds": sorted(loops.seconds),
         "phase_seconds": phases,
+        "host_split": split.table(args.repeats),
+        "by_switch_interval": by_interval,
         "host_syncs": syncs,
         "device_profile": on_device,
         "metrics": metrics,
@@ -334,6 +425,19 @@ def main() -> None:
     parser.add_argument(
         "--device-profile", action="store_true", help="one more pass under torch's profiler (GPU)"
     )
+    parser.add_argument(
+        "--host-split",
+        action="store_true",
+        help="the timed passes' wall seconds in each part of the metric's update (host_split.py)",
+    )
+    parser.add_argument(
+        "--switch-intervals",
+        type=float,
+        nargs="*",
+        default=[],
+        help="after the timed passes, --repeats more per interpreter switch interval (seconds), "
+        "alternating: the phases per interval",
+    )
     parser.add_argument("--root", type=Path, default=Path("/tmp/lucid-profile-validation"))
     args = parser.parse_args()
     if args.threads:
@@ -356,6 +460,14 @@ def main() -> None:
         )
         for site, n in syncs["sites"]:
             print(f"  {n:6d} sync(s) at {site}")
+        for interval, seen in result["by_switch_interval"].items():
+            parts = ", ".join(f"{k} {v:.3f} s" for k, v in seen.items())
+            print(f"  switch interval {interval} s: {parts}")
+        for part in result["host_split"]:
+            print(
+                f"  {part['seconds_per_pass']:7.4f} s a pass in {part['calls_per_pass']:6.0f} "
+                f"call(s)  {part['function']}"
+            )
         if result["device_profile"] is not None:
             seen = result["device_profile"]
             work, gaps = seen["device_work"], seen["gpu_idle_gaps"]

@@ -15,6 +15,7 @@ from torch import Tensor
 from lucid_yolo.train.data.augment import AugmentConfig
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.cache import ImageCache
+from lucid_yolo.train.data.collate import collate_packed
 from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.data.dataset_yaml import load_dataset_yaml
 from lucid_yolo.train.data.disk_cache import DiskImageCache
@@ -446,3 +447,25 @@ def test_datamodule_refuses_an_image_size_off_the_stride_grid(
     path = generate_synthetic(tmp_path / "d", num_train=2, num_val=1, imgsz=64)
     with pytest.raises(TrainConfigError, match=rf"imgsz={imgsz} is not .* use imgsz={fit}$"):
         YoloDataModule(path, imgsz=imgsz)
+
+
+def test_datamodule_moves_a_batchs_tensors_and_keeps_its_host_fields(tmp_path: Path) -> None:
+    data = generate_synthetic(tmp_path, task="segment", num_train=2, num_val=3, imgsz=IMGSZ)
+    dm = _module(data)
+    dm.setup("validate")
+    batch = next(iter(dm.val_dataloader()))
+    assert "source_shapes" in batch
+    meta = torch.device("meta")
+    moved = dm.transfer_batch_to_device(batch, meta, 0)
+    assert list(moved) == list(batch)
+    for key, value in batch.items():
+        if isinstance(value, Tensor):
+            assert moved[key].device == meta, key
+            assert (moved[key].dtype, moved[key].shape) == (value.dtype, value.shape), key
+        else:
+            assert moved[key] is value, key  # not walked, not copied
+    packed = dm.transfer_batch_to_device(
+        collate_packed([dm.datasets["val"][i] for i in range(2)]), meta, 0
+    )
+    assert isinstance(packed, PackedBatch)
+    assert packed.buffer.device == meta

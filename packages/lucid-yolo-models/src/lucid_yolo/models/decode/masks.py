@@ -28,14 +28,27 @@ def box_region(boxes: Tensor, height: int, width: int, scale: float = 1.0) -> Te
     Returns:
         (..., N, height, width) bool.
     """
-    inside_y, inside_x = _box_spans(boxes, height, width, scale)
+    ys = _centres(height, scale, boxes.device, boxes.dtype)
+    xs = _centres(width, scale, boxes.device, boxes.dtype)
+    inside_y, inside_x = _box_spans(boxes, ys, xs)
     return inside_x & inside_y
 
 
-def _box_spans(boxes: Tensor, height: int, width: int, scale: float) -> tuple[Tensor, Tensor]:
-    """:func:`box_region` in two factors: rows (..., N, height, 1), columns (..., N, 1, width)."""
-    ys = (torch.arange(height, device=boxes.device, dtype=boxes.dtype) + 0.5) * scale
-    xs = (torch.arange(width, device=boxes.device, dtype=boxes.dtype) + 0.5) * scale
+def _centres(count: int, scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """(count,) the centres of a grid's cells in input pixels."""
+    return (torch.arange(count, device=device, dtype=dtype) + 0.5) * scale
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_centres(count: int, scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:func:`_centres`, kept for the next image of the same size (as :func:`_weights`)."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _centres(count, scale, device, dtype)
+
+
+def _box_spans(boxes: Tensor, ys: Tensor, xs: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`box_region` in two factors, rows (..., N, H, 1) and columns (..., N, 1, W), from
+    the cells' centres ``ys`` (H,) and ``xs`` (W,)."""
     x1, y1, x2, y2 = (boxes[..., i, None, None] for i in range(4))
     inside_x = (xs >= x1) & (xs < x2)  # (..., N, 1, W)
     inside_y = (ys[:, None] >= y1) & (ys[:, None] < y2)  # (..., N, H, 1)
@@ -122,17 +135,24 @@ def resample_masks(
     M, h, w = protos.shape
     height, width = size
     n = coef.shape[0]
-    masks = torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     if n == 0 or height == 0 or width == 0:
-        return masks
+        return torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     stride = 4.0
     rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, protos)  # (H, h)
     cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, protos)  # (W, w)
     cols_t = cols.T  # (w, W)
-    # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk
-    inside_y, inside_x = _box_spans(boxes, height, width, 1.0)
+    # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk; the
+    # grid's centres kept across images as the weights are (a validation pass on a GPU is bound
+    # by the host's launches, issue 11)
+    ys = _kept_centres(height, 1.0, boxes.device, boxes.dtype)
+    xs = _kept_centres(width, 1.0, boxes.device, boxes.dtype)
+    inside_y, inside_x = _box_spans(boxes, ys, xs)
     flat_protos = protos.reshape(M, h * w)
     chunk = max(1, max_values // (height * max(width, w)))
+    if n <= chunk:  # one chunk, the common case: no mask buffer to fill
+        logits = rows @ (coef @ flat_protos).reshape(-1, h, w) @ cols_t
+        return (logits > 0) & inside_x & inside_y
+    masks = torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
         logits = (coef[start:end] @ flat_protos).reshape(-1, h, w)

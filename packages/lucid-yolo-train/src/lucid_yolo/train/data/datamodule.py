@@ -293,6 +293,24 @@ class YoloDataModule(L.LightningDataModule):
         self._end_streams()
 
     @override
+    def transfer_batch_to_device(
+        self, batch: Any, device: torch.device, dataloader_idx: int
+    ) -> Any:
+        """Move a batch's tensors to ``device`` as Lightning does (asynchronously but to the CPU
+        or MPS), leaving its host fields as they are: Lightning's generic walk also visits every
+        polygon and RLE of an evaluation batch's ``source_shapes``, about a hundred calls a
+        batch on the host of a GPU validation loop that is bound by it (issue 11)."""
+        if not isinstance(batch, dict):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        non_blocking = device.type not in ("cpu", "mps")
+        return {
+            key: value.to(device, non_blocking=non_blocking)
+            if isinstance(value, torch.Tensor)
+            else value
+            for key, value in batch.items()
+        }
+
+    @override
     def on_after_batch_transfer(self, batch: Batch | PackedBatch, dataloader_idx: int) -> Batch:
         """Unpack a packed batch, then apply the HSV jitter and flips the workers left to the
         device (training batches with ``AugmentConfig.pixels_on_device``), before the step sees
