@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lucid_yolo.train.metrics import box_overlaps, mask_overlaps, padded_mask_overlaps
+from lucid_yolo.train.metrics import box_overlaps, mask_overlaps
 
 
 def test_box_overlaps_hand_value() -> None:
@@ -93,30 +93,3 @@ def test_box_overlaps_of_a_batch_equal_each_image_bitwise() -> None:
     batched = box_overlaps(pred, target, crowd)
     for i in range(3):
         assert torch.equal(batched[i], box_overlaps(pred[i], target[i], crowd[i]))
-
-
-def _random_image_masks(
-    g: torch.Generator, rows: int, height: int, width: int, density: float
-) -> torch.Tensor:
-    return torch.rand(rows, height, width, generator=g) < density
-
-
-def test_padded_mask_overlaps_equal_each_image_alone_bitwise() -> None:
-    g = torch.Generator().manual_seed(1)
-    sizes = [(3, 2, 17, 23), (5, 4, 31, 12), (1, 3, 8, 8)]  # rows, targets, height, width
-    preds = [_random_image_masks(g, r, h, w, 0.4) for r, _, h, w in sizes]
-    targets = [_random_image_masks(g, t, h, w, 0.3) for _, t, h, w in sizes]
-    crowd = torch.rand(3, 4, generator=g) < 0.4
-    padded_p = torch.zeros(3, 5, 31, 23, dtype=torch.bool)
-    padded_t = torch.zeros(3, 4, 31, 23, dtype=torch.bool)
-    for k, ((r, t, h, w), p, tm) in enumerate(zip(sizes, preds, targets, strict=True)):
-        padded_p[k, :r, :h, :w] = p
-        padded_t[k, :t, :h, :w] = tm
-    out = padded_mask_overlaps(padded_p, padded_t, crowd)
-    assert out.shape == (3, 5, 4)
-    assert out.dtype == torch.float64
-    for k, ((r, t, _, _), p, tm) in enumerate(zip(sizes, preds, targets, strict=True)):
-        alone = mask_overlaps(p, tm, crowd[k, :t])
-        assert torch.equal(out[k, :r, :t], alone)
-        assert not out[k, r:].any()
-        assert not out[k, :, t:].any()

@@ -25,7 +25,7 @@ from lucid_yolo.train.metrics.mean_average_precision import (
     KINDS,
     MeanAveragePrecision,
 )
-from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps, padded_mask_overlaps
+from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps
 from lucid_yolo.train.metrics.precision_curves import (
     RECALL_THRESHOLDS,
     MatchedPredictions,
@@ -56,7 +56,6 @@ __all__ = [
     # overlaps
     "box_overlaps",
     "mask_overlaps",
-    "padded_mask_overlaps",
     "keypoint_similarity",
     "keypoint_sigmas",
     "COCO_KEYPOINT_SIGMAS",

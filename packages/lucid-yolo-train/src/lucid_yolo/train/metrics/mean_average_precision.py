@@ -48,7 +48,6 @@ from lucid_yolo.replay import Telemetry, merge_telemetry
 from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets
 from lucid_yolo.train.metrics.coco_matching import match_batch
 from lucid_yolo.train.metrics.device_constants import float64_constant
-from lucid_yolo.train.metrics.grouped_mask_overlaps import grouped_mask_overlaps
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
     ImageTargets,
@@ -58,7 +57,7 @@ from lucid_yolo.train.metrics.image_instances import (
 from lucid_yolo.train.metrics.keypoint_similarity import keypoint_sigmas, keypoint_similarity
 from lucid_yolo.train.metrics.match_replay import MatchReplay
 from lucid_yolo.train.metrics.matched_records import KindRecords, Matcher, PendingBatch
-from lucid_yolo.train.metrics.overlaps import box_overlaps, check_mask_sizes, mask_overlaps
+from lucid_yolo.train.metrics.overlaps import box_overlaps, mask_overlaps
 from lucid_yolo.train.metrics.precision_curves import (
     best_f1_precision_recall,
     interpolated_precision,
@@ -407,17 +406,14 @@ class MeanAveragePrecision:
             t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")
             return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
-        # masks: each at its image's size, in input order (the rows the producer built masks
-        # for), then put along ``order`` with the other kinds
-        p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
-        t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
-        if possible.device.type != "cpu":
-            overlaps = grouped_mask_overlaps((B, D, G), p_masks_of, t_masks_of, crowd)
-            return _ordered(overlaps, order)
+        # masks: image by image (each at its image's size), in input order (the rows the
+        # producer built masks for), then put along ``order`` with the other kinds
         pairs = possible.new_zeros((B, D, G)).scatter_(
             1, order[..., None].expand(possible.shape), possible
         )
         overlaps = torch.full((B, D, G), -1.0, dtype=torch.float64, device=possible.device)
+        p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
+        t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
         for i in range(B):
             (p_masks, p_rows), (t_masks, t_rows) = p_masks_of(i), t_masks_of(i)
             p_rows, t_rows = p_rows.to(pairs.device), t_rows.to(pairs.device)
@@ -541,7 +537,11 @@ def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tenso
     Raises:
         MetricsInputError: the masks are of different sizes.
     """
-    check_mask_sizes(p_masks, t_masks)
+    if p_masks.shape[1:] != t_masks.shape[1:]:
+        raise MetricsInputError(
+            f"prediction masks are {tuple(p_masks.shape[1:])!r} but target masks are "
+            f"{tuple(t_masks.shape[1:])!r}: resize both to the source image (H, W)"
+        )
     return _image_overlaps(
         lambda rows, cols: mask_overlaps(p_masks[rows], t_masks[cols], crowd[cols]), pairs
     )

@@ -17,8 +17,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lucid_yolo.train.metrics.image_instances import MetricsInputError
-
 _FLOAT32_EXACT_COUNT = 2**24
 _CHUNK_VALUES = 2**24
 """Prediction pixels cast to float at once: the product never holds all masks as floats."""
@@ -89,57 +87,6 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     return _divide(inter, union, area_p, crowd)
 
 
-def padded_mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Tensor:
-    """:func:`mask_overlaps` of a group of images at once, their masks padded to one frame.
-
-    A GPU validation pass is bound by the host's kernel launches, and per image the overlaps
-    take some twenty of them (issue 11, session 24); here they take as many for the whole group.
-    Padding (rows, columns, pixels) holds no set pixel, so it adds nothing to any count: every
-    real pair's intersection, areas and overlap are the ones :func:`mask_overlaps` gives for its
-    image alone, bit for bit (the counts are exact integers whatever the product's order, and
-    the rest is the same float64 arithmetic). Padded pairs come out 0; callers drop them.
-
-    Args:
-        pred_masks: (g, n, H, W) bool (or 0/1) masks, each image's in its top-left corner.
-        target_masks: (g, m, H, W) bool (or 0/1), the same frame.
-        crowd: (g, m) bool, COCO crowd flag per target.
-
-    Returns:
-        (g, n, m) float64 overlaps in [0, 1].
-    """
-    g, n, height, width = pred_masks.shape
-    m = target_masks.shape[1]
-    pixels = height * width
-    flat_p = pred_masks.reshape(g, n, pixels)
-    flat_t = target_masks.to(pred_masks.device).reshape(g, m, pixels)
-    area_p = flat_p.sum(dim=2, dtype=torch.float64)
-    area_t = flat_t.sum(dim=2, dtype=torch.float64)
-    inter = torch.zeros(g, n, m, dtype=torch.float64, device=pred_masks.device)
-    if g and n and m and pixels:
-        dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-        t = flat_t.to(dtype).transpose(1, 2)  # (g, pixels, m)
-        chunk = max(1, _CHUNK_VALUES // (g * pixels))  # prediction rows cast to float at a time
-        with torch.autocast(pred_masks.device.type, enabled=False):
-            for start in range(0, n, chunk):
-                p = flat_p[:, start : start + chunk].to(dtype)
-                inter[:, start : start + chunk] = torch.bmm(p, t).to(torch.float64)
-    union = area_p[:, :, None] + area_t[:, None, :] - inter
-    return _divide(inter, union, area_p, crowd)
-
-
-def check_mask_sizes(pred_masks: Tensor, target_masks: Tensor) -> None:
-    """Raise unless one image's prediction and target masks share their (H, W).
-
-    Raises:
-        MetricsInputError: the masks are of different sizes.
-    """
-    if pred_masks.shape[1:] != target_masks.shape[1:]:
-        raise MetricsInputError(
-            f"prediction masks are {tuple(pred_masks.shape[1:])!r} but target masks are "
-            f"{tuple(target_masks.shape[1:])!r}: resize both to the source image (H, W)"
-        )
-
-
 def _target_window(target_masks: Tensor) -> tuple[slice, slice] | None:
     """(rows, cols) to multiply over: the targets' bounding rectangle on the CPU, else the frame.
 
@@ -170,4 +117,4 @@ def _divide(inter: Tensor, union: Tensor, area_pred: Tensor, crowd: Tensor) -> T
     return torch.where(positive, inter / torch.where(positive, denominator, 1.0), 0.0)
 
 
-__all__ = ["box_overlaps", "check_mask_sizes", "mask_overlaps", "padded_mask_overlaps"]
+__all__ = ["box_overlaps", "mask_overlaps"]
