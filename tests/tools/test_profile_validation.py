@@ -40,3 +40,31 @@ def test_sync_counter_passes_on_the_debug_mode_notice(tool: ModuleType) -> None:
     counter._record(UserWarning(notice), UserWarning)
     assert counter.summary()["per_pass"] == 0
     assert passed_on == [notice]
+
+
+def test_host_split_parts_all_exist(tool: ModuleType) -> None:
+    # a part renamed in the package would make the GPU run fail at its start
+    for owner, name in tool._update_parts():
+        assert callable(getattr(owner, name)), (owner, name)
+
+
+def test_switch_intervals_alternate_pass_by_pass_and_are_put_back(tool: ModuleType) -> None:
+    import sys
+    from argparse import Namespace
+
+    clock = tool.PhaseClock()
+    seen: list[float] = []
+
+    class Trainer:
+        def validate(self, *_: object, **__: object) -> None:
+            seen.append(sys.getswitchinterval())
+            clock.seconds["update"] += 1.0 if sys.getswitchinterval() < 0.001 else 3.0
+
+    default = sys.getswitchinterval()
+    args = Namespace(repeats=2, switch_intervals=[0.005, 0.0005])
+    result = tool._by_switch_interval(Trainer(), None, None, clock, args)
+    assert seen == pytest.approx([0.005, 0.0005, 0.005, 0.0005])
+    assert sys.getswitchinterval() == default
+    assert result["0.005"]["update"] == pytest.approx(3.0)
+    assert result["0.0005"]["update"] == pytest.approx(1.0)
+    assert set(result["0.005"]) == {"pass", "update"}
