@@ -79,6 +79,7 @@ from lucid_yolo.train import (
     source_mask_cache,
 )
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.metrics import match_replay, matched_records, mean_average_precision
 from profile_step import busy_and_gaps, device_events, device_work, gap_split, ops_by_device_time
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
@@ -194,12 +195,6 @@ def _count_syncs(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) 
 
 def _update_parts() -> list[tuple[Any, str]]:
     """The parts of the metric's update that ``--host-split`` times, outermost first."""
-    from lucid_yolo.train.metrics import (
-        match_replay,
-        matched_records,
-        mean_average_precision,
-    )
-
     average = mean_average_precision.MeanAveragePrecision
     return [
         (evaluation.Evaluator, "_top_k"),
