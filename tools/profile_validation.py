@@ -23,7 +23,11 @@ the loader's workers: costs a fit pays once, not per epoch (session 6 found them
 torch's synchronisation debug mode on and counts every host synchronisation inside validation
 batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
 of one pass lists the host functions that take the time (by own time, then by cumulative time
-for our packages, torch.nn and Lightning). With ``--device-profile`` one more
+for our packages, torch.nn and Lightning; on CPython 3.12 it mixes other threads' events into the
+main thread's stack, so its cumulative times overstate). ``--host-split`` times the parts of the
+metric's update by the main thread's wall clock instead (``host_split.py``), over the timed
+passes; ``--switch-intervals`` runs more passes alternating between interpreter switch intervals
+and gives each its phases. With ``--device-profile`` one more
 pass runs under torch's profiler, to say whether the pass waits for the GPU or the GPU for the
 host: the GPU's busy seconds in the pass and its idle gaps (short and long, as
 ``profile_step.py`` splits them), the kernels that took the most time, and the operators
@@ -253,19 +257,21 @@ def _by_switch_interval(
     """
     default = sys.getswitchinterval()
     result: dict[str, dict[str, float]] = {}
-    for _ in range(args.repeats if args.switch_intervals else 0):
-        for interval in args.switch_intervals:
-            sys.setswitchinterval(interval)
-            before = dict(clock.seconds)
-            _sync()
-            start = time.perf_counter()
-            trainer.validate(module, data, verbose=False)
-            _sync()
-            entry = result.setdefault(f"{interval:g}", defaultdict(float))
-            entry["pass"] += (time.perf_counter() - start) / args.repeats
-            for phase, seconds in clock.seconds.items():
-                entry[phase] += (seconds - before.get(phase, 0.0)) / args.repeats
-    sys.setswitchinterval(default)
+    try:
+        for _ in range(args.repeats if args.switch_intervals else 0):
+            for interval in args.switch_intervals:
+                sys.setswitchinterval(interval)
+                before = dict(clock.seconds)
+                _sync()
+                start = time.perf_counter()
+                trainer.validate(module, data, verbose=False)
+                _sync()
+                entry = result.setdefault(f"{interval:g}", defaultdict(float))
+                entry["pass"] += (time.perf_counter() - start) / args.repeats
+                for phase, seconds in clock.seconds.items():
+                    entry[phase] += (seconds - before.get(phase, 0.0)) / args.repeats
+    finally:
+        sys.setswitchinterval(default)
     return {interval: dict(phases) for interval, phases in result.items()}
 
 
@@ -359,11 +365,13 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     trainer.callbacks.append(clock)
     _instrumented(module, clock)
     split = HostSplit()
-    if args.host_split:
-        split.wrap_all(_update_parts())
-    for _ in range(args.repeats):
-        trainer.validate(module, data, verbose=False)
-    split.restore()
+    try:
+        if args.host_split:
+            split.wrap_all(_update_parts())
+        for _ in range(args.repeats):
+            trainer.validate(module, data, verbose=False)
+    finally:
+        split.restore()
     phases = {k: v / args.repeats for k, v in clock.seconds.items()}
     by_interval = _by_switch_interval(trainer, module, data, clock, args)
     profiler = cProfile.Profile()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import time
+from itertools import count
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
@@ -28,9 +28,12 @@ class _Owner:
         return x + 3
 
 
+class _Heir(_Owner):
+    pass
+
+
 def _module() -> Any:
     def inner(seconds: float) -> float:
-        time.sleep(seconds)
         return seconds
 
     def outer(seconds: float) -> float:
@@ -51,20 +54,40 @@ def test_host_split_times_methods_classmethods_and_staticmethods(tool: ModuleTyp
         assert vars(_Owner)[name] is originals[name]
 
 
-def test_host_split_counts_nested_calls_inside_their_callers(tool: ModuleType) -> None:
+def test_host_split_times_inherited_methods_and_puts_the_class_back(tool: ModuleType) -> None:
+    split = tool.HostSplit()
+    split.wrap_all([(_Heir, "method"), (_Heir, "made"), (_Heir, "plain")])
+    assert (_Heir().method(1), _Heir.made(1), _Heir().plain(1)) == (2, 3, 4)
+    assert dict(split.calls) == {"_Heir.method": 1, "_Heir.made": 1, "_Heir.plain": 1}
+    split.restore()
+    assert not {"method", "made", "plain"} & set(vars(_Heir))  # inherited again, not shadowed
+    assert (_Heir().method(1), _Heir.made(1), _Heir().plain(1)) == (2, 3, 4)
+
+
+def test_host_split_counts_nested_calls_inside_their_callers(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a clock that ticks a second a reading: each inner call takes 1 s, each outer call 5 s
+    monkeypatch.setattr(tool, "time", SimpleNamespace(perf_counter=count().__next__))
     module = _module()
     inner = module.inner
     split = tool.HostSplit()
     split.wrap_all([(module, "outer"), (module, "inner")])
     for _ in range(2):
-        module.outer(0.01)
+        module.outer(0.5)
     split.restore()
     assert module.inner is inner
     rows = {row["function"]: row for row in split.table(passes=2)}
-    assert rows["mod.inner"]["calls_per_pass"] == 2
-    assert rows["mod.outer"]["calls_per_pass"] == 1
-    assert rows["mod.inner"]["seconds_per_pass"] >= 0.02
-    assert rows["mod.outer"]["seconds_per_pass"] >= rows["mod.inner"]["seconds_per_pass"]
+    assert rows["mod.inner"] == {
+        "function": "mod.inner",
+        "seconds_per_pass": 2,
+        "calls_per_pass": 2,
+    }
+    assert rows["mod.outer"] == {
+        "function": "mod.outer",
+        "seconds_per_pass": 5,
+        "calls_per_pass": 1,
+    }
     assert split.table(passes=2)[0]["function"] == "mod.outer"
 
 

@@ -1,7 +1,9 @@
-"""The validation profile's synchronisation counter: what it counts as a host synchronisation."""
+"""The validation profile's pure parts: sync counter, host-split parts, switch intervals."""
 
 from __future__ import annotations
 
+import sys
+from argparse import Namespace
 from types import ModuleType
 from typing import Any
 
@@ -49,9 +51,6 @@ def test_host_split_parts_all_exist(tool: ModuleType) -> None:
 
 
 def test_switch_intervals_alternate_pass_by_pass_and_are_put_back(tool: ModuleType) -> None:
-    import sys
-    from argparse import Namespace
-
     clock = tool.PhaseClock()
     seen: list[float] = []
 

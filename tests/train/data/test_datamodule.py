@@ -456,14 +456,15 @@ def test_datamodule_moves_a_batchs_tensors_and_keeps_its_host_fields(tmp_path: P
     batch = next(iter(dm.val_dataloader()))
     assert "source_shapes" in batch
     meta = torch.device("meta")
-    moved = dm.transfer_batch_to_device(batch, meta, 0)
-    assert list(moved) == list(batch)
+    nested = {**batch, "extra": [torch.zeros(2)]}  # anything else moves as Lightning moves it
+    moved = dm.transfer_batch_to_device(nested, meta, 0)
+    assert list(moved) == list(nested)
     for key, value in batch.items():
         if isinstance(value, Tensor):
             assert moved[key].device == meta, key
             assert (moved[key].dtype, moved[key].shape) == (value.dtype, value.shape), key
-        else:
-            assert moved[key] is value, key  # not walked, not copied
+    assert moved["source_shapes"] is batch["source_shapes"]  # not walked, not rebuilt
+    assert moved["extra"][0].device == meta
     packed = dm.transfer_batch_to_device(
         collate_packed([dm.datasets["val"][i] for i in range(2)]), meta, 0
     )

@@ -40,10 +40,11 @@ def _centres(count: int, scale: float, device: torch.device, dtype: torch.dtype)
 
 
 @functools.lru_cache(maxsize=32)
-def _kept_centres(count: int, scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """:func:`_centres`, kept for the next image of the same size (as :func:`_weights`)."""
+def _kept_centres(count: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:func:`_centres` of a grid in its own pixels, kept for the next image of the same size
+    (as :func:`_weights`)."""
     with torch.inference_mode(False), torch.no_grad():
-        return _centres(count, scale, device, dtype)
+        return _centres(count, 1.0, device, dtype)
 
 
 def _box_spans(boxes: Tensor, ys: Tensor, xs: Tensor) -> tuple[Tensor, Tensor]:
@@ -144,8 +145,8 @@ def resample_masks(
     # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk; the
     # grid's centres kept across images as the weights are (a validation pass on a GPU is bound
     # by the host's launches, issue 11)
-    ys = _kept_centres(height, 1.0, boxes.device, boxes.dtype)
-    xs = _kept_centres(width, 1.0, boxes.device, boxes.dtype)
+    ys = _kept_centres(height, boxes.device, boxes.dtype)
+    xs = _kept_centres(width, boxes.device, boxes.dtype)
     inside_y, inside_x = _box_spans(boxes, ys, xs)
     flat_protos = protos.reshape(M, h * w)
     chunk = max(1, max_values // (height * max(width, w)))

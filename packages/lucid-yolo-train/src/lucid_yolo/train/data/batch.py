@@ -46,7 +46,7 @@ the one field that is not a tensor.
 
 from __future__ import annotations
 
-from typing import NotRequired, TypedDict
+from typing import Final, NotRequired, TypedDict
 
 from torch import Tensor
 
@@ -73,4 +73,7 @@ class Batch(TypedDict):
     deferred_masks: NotRequired[Tensor]
 
 
-__all__ = ["Batch"]
+HOST_FIELDS: Final = frozenset({"source_shapes"})
+"""The fields that stay on the host when a batch moves to its device."""
+
+__all__ = ["HOST_FIELDS", "Batch"]

@@ -22,6 +22,7 @@ from typing import Any
 import cv2
 import lightning as L
 import torch
+from lightning.fabric.utilities.apply_func import move_data_to_device
 from lightning.pytorch.trainer.states import TrainerFn
 from torch.utils.data import DataLoader
 from typing_extensions import override
@@ -31,7 +32,7 @@ from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.device_pixels import DevicePixels
 from lucid_yolo.train.data.augment.targets import Targets
-from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.batch import HOST_FIELDS, Batch
 from lucid_yolo.train.data.cache import ImageCache
 from lucid_yolo.train.data.checkpoint_spec import is_checkpoint, load_checkpoint_data
 from lucid_yolo.train.data.coco_yaml import is_coco_yaml, load_coco_yaml
@@ -296,17 +297,14 @@ class YoloDataModule(L.LightningDataModule):
     def transfer_batch_to_device(
         self, batch: Any, device: torch.device, dataloader_idx: int
     ) -> Any:
-        """Move a batch's tensors to ``device`` as Lightning does (asynchronously but to the CPU
-        or MPS), leaving its host fields as they are: Lightning's generic walk also visits every
-        polygon and RLE of an evaluation batch's ``source_shapes``, about a hundred calls a
-        batch on the host of a GPU validation loop that is bound by it (issue 11)."""
+        """Lightning's move of every field but the host ones (:data:`HOST_FIELDS`), which stay
+        the very objects: its generic walk would visit and rebuild the lists of an evaluation
+        batch's ``source_shapes``, about thirty calls a batch on the host of a GPU validation
+        loop that is bound by it (issue 11)."""
         if not isinstance(batch, dict):
             return super().transfer_batch_to_device(batch, device, dataloader_idx)
-        non_blocking = device.type not in ("cpu", "mps")
         return {
-            key: value.to(device, non_blocking=non_blocking)
-            if isinstance(value, torch.Tensor)
-            else value
+            key: value if key in HOST_FIELDS else move_data_to_device(value, device)
             for key, value in batch.items()
         }
 
