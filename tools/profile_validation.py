@@ -22,10 +22,10 @@ the loader's workers: costs a fit pays once, not per epoch (session 6 found them
 5.9 s detect "pass" in the H200's cProfile). One more pass, untimed, runs with
 torch's synchronisation debug mode on and counts every host synchronisation inside validation
 batches, by call site (issue 11: the validation loop should not wait for the GPU). A cProfile
-of one pass lists the host functions that take the time (by own time, then by cumulative time
-for our packages, torch.nn and Lightning; on CPython 3.12 it mixes other threads' events into the
-main thread's stack, so its cumulative times overstate). ``--host-split`` times the parts of the
-metric's update by the main thread's wall clock instead (``host_split.py``), over the timed
+of one pass lists the host functions that take the time by their own time (on CPython 3.12 it
+mixes other threads' events into the main thread's stack, so cumulative times overstate).
+``--host-split`` times the parts of the metric's update by the main thread's wall clock
+instead (``host_split.py``), over the timed
 passes; ``--switch-intervals`` runs more passes alternating between interpreter switch intervals
 and gives each its phases. With ``--device-profile`` one more
 pass runs under torch's profiler, to say whether the pass waits for the GPU or the GPU for the
@@ -197,38 +197,43 @@ def _count_syncs(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) 
     return counter.summary()
 
 
-def _update_parts() -> list[tuple[Any, str]]:
-    """The parts of the metric's update that ``--host-split`` times, outermost first."""
-    average = mean_average_precision.MeanAveragePrecision
-    return [
-        (evaluation.Evaluator, "_top_k"),
-        (evaluation.Evaluator, "_source_predictions"),
-        (evaluation.Evaluator, "_source_targets"),
-        (evaluation.Evaluator, "_score_waiting"),
-        (evaluation.Evaluator, "_target_masks"),
-        (evaluation.SourceSizes, "pack"),
-        (evaluation, "_rows_that_can_pair"),
-        (evaluation, "_own"),
-        (evaluation, "_to_device"),
-        (evaluation, "resample_masks"),
-        (host_copy.HostCopy, "__init__"),
-        (host_copy.HostCopy, "read"),
-        (source_mask_cache.SourceMaskCache, "masks"),
-        (average, "update_batch"),
-        (average, "_check_class_ids"),
-        (average, "_batch_overlaps"),
-        (average, "_settle"),
-        (mean_average_precision, "_mask_overlaps"),
-        (mean_average_precision, "box_overlaps"),
-        (mean_average_precision, "_matching_order"),
-        (mean_average_precision, "_rank_within_class"),
-        (matched_records.PendingBatch, "start"),
-        (matched_records.PendingBatch, "finish"),
-        (match_replay.MatchReplay, "__call__"),
-        (matched_records, "match_extent"),
-        (evaluation, "decode_dense"),
-        (evaluation, "topk_dense"),
-    ]
+UPDATE_PARTS: dict[Any, tuple[str, ...]] = {
+    evaluation.Evaluator: (
+        "_top_k",
+        "_source_predictions",
+        "_source_targets",
+        "_score_waiting",
+        "_target_masks",
+    ),
+    evaluation.SourceSizes: ("pack",),
+    evaluation: (
+        "_rows_that_can_pair",
+        "_own",
+        "_to_device",
+        "resample_masks",
+        "decode_dense",
+        "topk_dense",
+    ),
+    host_copy.HostCopy: ("__init__", "read"),
+    source_mask_cache.SourceMaskCache: ("masks",),
+    mean_average_precision.MeanAveragePrecision: (
+        "update_batch",
+        "_check_class_ids",
+        "_batch_overlaps",
+        "_settle",
+    ),
+    mean_average_precision: (
+        "_mask_overlaps",
+        "box_overlaps",
+        "_matching_order",
+        "_rank_within_class",
+    ),
+    matched_records.PendingBatch: ("start", "finish"),
+    matched_records: ("match_extent",),
+    match_replay.MatchReplay: ("__call__",),
+}
+"""The parts of the metric's update that ``--host-split`` times, by the class or module that
+holds each (module functions where the caller looks them up)."""
 
 
 def _instrumented(module: YoloModule, clock: PhaseClock) -> None:
@@ -367,7 +372,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     split = HostSplit()
     try:
         if args.host_split:
-            split.wrap_all(_update_parts())
+            split.wrap_all((owner, name) for owner, names in UPDATE_PARTS.items() for name in names)
         for _ in range(args.repeats):
             trainer.validate(module, data, verbose=False)
     finally:
@@ -379,9 +384,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     trainer.validate(module, data, verbose=False)
     profiler.disable()
     text = io.StringIO()
-    stats = pstats.Stats(profiler, stream=text)
-    stats.sort_stats("tottime").print_stats(25)
-    stats.sort_stats("cumulative").print_stats(r"lucid_yolo|torch/nn|lightning", 40)
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
     return {
         "task": task,
         "images": args.images,
