@@ -1,0 +1,251 @@
+"""Can the depthwise convolutions' first-call compilation run while Lightning imports?
+
+Why (issue 11, docs/engineering/whole-fit-speed.md, session 25): a replayed detect fit's first
+epoch is about 5.6 s longer than the others and its start-up 8.9 s longer than Ultralytics'.
+Session 9 put 4-9 s of the first step in cuDNN's run-time compilation of the channels-last
+depthwise convolutions that take an input gradient; session 8 showed that compiled code is kept
+per process (a copy of the network run on another thread spared the main thread's first backward),
+but warming on a thread during the fit's set-up slowed the sanity check beside it and started
+training later. Before a fit's set-up there are seconds of pure Python on the main thread:
+importing Lightning and what it pulls in. A thread compiling the depthwise convolutions then would
+touch no CUDA work of the main thread's. Whether that saves anything depends on two facts this
+probe measures:
+
+* does a warm-up at a small shape (one image, 16×16) compile what the fit's shapes use, or does
+  cuDNN compile per shape (then the warm-up needs the fit's batch and size, known only after
+  the command line is parsed, which is after Lightning is imported)?
+* does the thread slow the import beside it (the GIL, the import lock on torch)?
+
+Each variant runs in a fresh process. The main thread imports ``lightning.pytorch`` while the
+variant's thread (none for ``cold``) imports torch, starts CUDA and runs each depthwise
+configuration of the network (``tools/network_convs.py``) once forward and backward in bf16
+autocast, channels-last, in the variant's shape:
+
+* ``cold``: no thread;
+* ``exact``: the fit's batch and each convolution's own input size;
+* ``small``: one image of 16×16, the convolution's own channels;
+* ``other-channels``: one image of 16×16 and 32 channels, one per kernel, stride and padding.
+
+Then the main thread joins the thread and times the whole network's first and second
+forward+backward at the fit's batch and size (bf16 autocast, channels-last, a sum of the raw
+outputs as the loss): the first call's excess over the second is what the warm-up left to pay.
+``ready_s`` (process start to the second call's end) is the number that decides.
+
+Run (GPU machine, from source; ``$OUT/depthwise_warm.json`` and ``.md``)::
+
+    python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2
+
+CPU smoke run (timings meaningless; the thread runs on the CPU)::
+
+    python3 tools/probe_depthwise_warm.py --device cpu --imgsz 64 --batch 2 --rounds 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lucid_yolo.models import create_model
+from network_convs import ConvConfig, network_convs
+from probe_first_conv import _forward, _network_loss, _sync
+
+VARIANTS = ("cold", "exact", "small", "other-channels")
+SMALL_SIDE = 16
+"""The side of a ``small`` or ``other-channels`` warm-up input."""
+OTHER_CHANNELS = 32
+RESULT = "probe_depthwise_warm: "
+"""Prefix of the line a child prints its result on."""
+
+
+def warm_configs(configs: list[ConvConfig], variant: str) -> list[tuple[ConvConfig, int]]:
+    """The depthwise convolutions a ``variant``'s thread runs, each with its batch (0: the fit's)."""
+    depthwise = [c for c in configs if c.kind == "depthwise"]
+    if variant == "cold":
+        return []
+    if variant == "exact":
+        return [(c, 0) for c in depthwise]
+    if variant == "small":
+        return [(replace(c, height=SMALL_SIDE, width=SMALL_SIDE), 1) for c in depthwise]
+    if variant == "other-channels":
+        shapes: dict[ConvConfig, None] = {}
+        for c in depthwise:
+            key = replace(
+                c,
+                in_channels=OTHER_CHANNELS,
+                out_channels=OTHER_CHANNELS,
+                groups=OTHER_CHANNELS,
+                height=SMALL_SIDE,
+                width=SMALL_SIDE,
+            )
+            shapes.setdefault(key)
+        return [(c, 1) for c in shapes]
+    raise ValueError(f"variant {variant!r}: not one of {', '.join(VARIANTS)}")
+
+
+def _warm(configs: list[tuple[ConvConfig, int]], batch: int, device: str, out: dict[str, Any]) -> None:
+    """The thread's work: torch, the device, then each configuration forward and backward."""
+    began = time.perf_counter()
+    try:
+        where = torch.device(device)
+        torch.zeros(1, device=where)
+        _sync(where)
+        out["thread_device_s"] = time.perf_counter() - began
+        for config, own_batch in configs:
+            conv = config.standalone().to(where).to(memory_format=torch.channels_last)
+            shape = (own_batch or batch, config.in_channels, config.height, config.width)
+            x = torch.rand(shape, device=where, dtype=getattr(torch, config.input_dtype))
+            x = x.to(memory_format=torch.channels_last).requires_grad_(config.input_requires_grad)
+            y = _forward(conv, x)
+            torch.autograd.backward(y, torch.ones_like(y))
+        _sync(where)
+    except BaseException as error:  # reported by the main thread
+        out["thread_error"] = repr(error)
+    out["thread_s"] = time.perf_counter() - began
+
+
+def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace) -> dict[str, Any]:
+    """One variant in this fresh process; ``started`` is the parent's clock at spawn."""
+    began = time.perf_counter()
+    warm = warm_configs(configs, variant)
+    thread_out: dict[str, Any] = {}
+    thread = threading.Thread(target=_warm, args=(warm, args.batch, args.device, thread_out))
+    if warm:
+        thread.start()
+    import lightning.pytorch  # noqa: F401  (the import the thread runs beside)
+
+    imported = time.perf_counter()
+    if warm:
+        thread.join()
+    joined = time.perf_counter()
+    device = torch.device(args.device)
+    model = create_model(args.model, num_classes=args.num_classes).to(device)
+    model = model.to(memory_format=torch.channels_last)
+    images = torch.rand(args.batch, 3, args.imgsz, args.imgsz, device=device)
+    images = images.to(memory_format=torch.channels_last)
+    network: dict[str, float] = {}
+    for call in ("first", "second"):
+        _sync(device)
+        start = time.perf_counter()
+        loss = _network_loss(model, images)
+        _sync(device)
+        network[f"{call}_forward_s"] = time.perf_counter() - start
+        start = time.perf_counter()
+        torch.autograd.backward(loss)
+        _sync(device)
+        network[f"{call}_backward_s"] = time.perf_counter() - start
+        model.zero_grad(set_to_none=True)
+    ready = time.perf_counter()
+    return {
+        "variant": variant,
+        "warm_convs": len(warm),
+        "lightning_import_s": imported - began,
+        "join_wait_s": joined - imported,
+        **thread_out,
+        **network,
+        "first_call_excess_s": network["first_forward_s"]
+        + network["first_backward_s"]
+        - network["second_forward_s"]
+        - network["second_backward_s"],
+        "ready_s": ready - began,
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,  # type: ignore[no-untyped-call]
+    }
+
+
+def _run_child(args: argparse.Namespace, variant: str, convs_path: Path) -> dict[str, Any]:
+    command = [sys.executable, __file__, "--child", variant, "--convs", str(convs_path)]
+    command += ["--batch", str(args.batch), "--device", args.device, "--model", args.model]
+    command += ["--imgsz", str(args.imgsz), "--num-classes", str(args.num_classes)]
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=args.child_timeout, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return {"variant": variant, "error": f"timed out ({args.child_timeout} s)"}
+    results = [line for line in done.stdout.splitlines() if line.startswith(RESULT)]
+    if done.returncode != 0 or not results:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        return {"variant": variant, "error": " | ".join(tail)}
+    run: dict[str, Any] = json.loads(results[-1].removeprefix(RESULT))
+    return run
+
+
+COLUMNS = (
+    "lightning_import_s",
+    "thread_s",
+    "join_wait_s",
+    "first_call_excess_s",
+    "ready_s",
+)
+
+
+def table(runs: list[dict[str, Any]]) -> str:
+    """Per variant: the median (and range) of each column over its rounds."""
+    lines = [
+        "| variant | runs | warm convs | " + " | ".join(COLUMNS) + " |",
+        "|---|---:|---:|" + "---:|" * len(COLUMNS),
+    ]
+    for variant in VARIANTS:
+        done = [r for r in runs if r["variant"] == variant and "error" not in r]
+        if not done:
+            continue
+        cells = []
+        for column in COLUMNS:
+            values = [r[column] for r in done if column in r]
+            cells.append(
+                f"{statistics.median(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+                if values
+                else "—"
+            )
+        lines.append(f"| {variant} | {len(done)} | {done[0]['warm_convs']} | " + " | ".join(cells) + " |")
+    failed = [r for r in runs if "error" in r]
+    lines += [f"\n{r['variant']} failed: {r['error']}" for r in failed]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="yolo26n")
+    parser.add_argument("--imgsz", type=int, default=640)
+    parser.add_argument("--num-classes", type=int, default=3)
+    parser.add_argument("--batch", type=int, default=16)
+    parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of variants")
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--child-timeout", type=float, default=120.0)
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--convs", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        configs = [ConvConfig.from_json(c) for c in json.loads(args.convs.read_text())]
+        print(RESULT + json.dumps(run_child(args.child, configs, args)), flush=True)
+        return
+    args.out.mkdir(parents=True, exist_ok=True)
+    convs_path = args.out / "depthwise_warm_configs.json"
+    configs = list(network_convs(args.model, args.imgsz, args.num_classes))
+    convs_path.write_text(json.dumps([asdict(c) for c in configs]) + "\n")
+    runs: list[dict[str, Any]] = []
+    for round_ in range(args.rounds):
+        order = args.variants if round_ % 2 == 0 else args.variants[::-1]
+        for variant in order:
+            run = {**_run_child(args, variant, convs_path), "round": round_}
+            runs.append(run)
+            print(json.dumps(run), flush=True)
+            (args.out / "depthwise_warm.json").write_text(json.dumps(runs, indent=1) + "\n")
+            (args.out / "depthwise_warm.md").write_text(table(runs))
+    print(table(runs))
+
+
+if __name__ == "__main__":
+    main()
