@@ -26,30 +26,21 @@ from pathlib import Path
 
 import torch
 
-from depthwise_cudnn_grad import VARIANT as DW_CUDNN_GRAD
-from depthwise_cudnn_grad import cudnn_input_grad
-from depthwise_nchw import VARIANT as DW_NCHW
-from depthwise_nchw import nchw_depthwise
+from depthwise_nchw import VARIANT, nchw_depthwise
 from lucid_yolo.models import create_model
 
 LAYOUTS = {
     "contiguous": torch.contiguous_format,
     "channels_last": torch.channels_last,
-    DW_NCHW: torch.channels_last,
-    DW_CUDNN_GRAD: torch.channels_last,
+    VARIANT: torch.channels_last,
 }
-NETWORK_CHANGES: dict[str, Callable[[torch.nn.Module], int]] = {
-    DW_NCHW: nchw_depthwise,
-    DW_CUDNN_GRAD: cudnn_input_grad,
-}
-"""The variants that change the network's depthwise convolutions, not only the layout."""
 
 
 def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
     """A callable that replays one captured forward+backward of ``name`` in ``layout``."""
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
-    if layout in NETWORK_CHANGES:
-        NETWORK_CHANGES[layout](model)
+    if layout == VARIANT:
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:
@@ -93,18 +84,16 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--steps", type=int, default=20, help="replays per round")
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models:
         for batch in args.batch:
-            layouts = args.layouts
-            steps = {layout: _graphed_step(name, batch, args.imgsz, layout) for layout in layouts}
-            times: dict[str, list[float]] = {layout: [] for layout in layouts}
+            steps = {layout: _graphed_step(name, batch, args.imgsz, layout) for layout in LAYOUTS}
+            times: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
             for r in range(args.rounds):
-                order = list(layouts) if r % 2 == 0 else list(reversed(layouts))
+                order = list(LAYOUTS) if r % 2 == 0 else list(reversed(LAYOUTS))
                 for layout in order:
                     times[layout].append(_round_ms(steps[layout], args.steps))
             row = {"model": name, "batch": batch, "imgsz": args.imgsz}

@@ -23,6 +23,9 @@ autocast, channels-last, in the variant's shape:
 
 * ``cold``: no thread;
 * ``exact``: the fit's batch and each convolution's own input size;
+* ``exact-one-image``: the same with one image (does cuDNN compile per batch?);
+* ``exact-forward``: the fit's shapes, forward only (is the compiled code the forward's?);
+* ``exact-weight-grad``: the fit's shapes, the input without a gradient (the weight's alone);
 * ``small``: one image of 16×16, the convolution's own channels;
 * ``other-channels``: one image of 16×16 and 32 channels, one per kernel, stride and padding.
 
@@ -34,6 +37,11 @@ outputs as the loss): the first call's excess over the second is what the warm-u
 Run (GPU machine, from source; ``$OUT/depthwise_warm.json`` and ``.md``)::
 
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2
+
+Session 25 found the compiled code per shape (``small`` spared nothing) and then ran::
+
+    python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 \
+        --variants cold exact exact-one-image exact-forward exact-weight-grad
 
 CPU smoke run (timings meaningless; the thread runs on the CPU)::
 
@@ -50,7 +58,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +68,15 @@ from lucid_yolo.models import create_model
 from network_convs import ConvConfig, network_convs
 from probe_first_conv import _forward, _network_loss, _sync
 
-VARIANTS = ("cold", "exact", "small", "other-channels")
+VARIANTS = (
+    "cold",
+    "exact",
+    "exact-one-image",
+    "exact-forward",
+    "exact-weight-grad",
+    "small",
+    "other-channels",
+)
 SMALL_SIDE = 16
 """The side of a ``small`` or ``other-channels`` warm-up input."""
 OTHER_CHANNELS = 32
@@ -68,46 +84,58 @@ RESULT = "probe_depthwise_warm: "
 """Prefix of the line a child prints its result on."""
 
 
-def warm_configs(configs: list[ConvConfig], variant: str) -> list[tuple[ConvConfig, int]]:
-    """The depthwise convolutions a ``variant``'s thread runs, each with its batch (0: the fit's)."""
+@dataclass(frozen=True)
+class WarmCall:
+    """One convolution the warm-up thread runs: its configuration, its batch (0: the fit's),
+    and whether a backward follows the forward."""
+
+    config: ConvConfig
+    batch: int
+    backward: bool = True
+
+
+def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
+    """The depthwise convolutions a ``variant``'s thread runs."""
     depthwise = [c for c in configs if c.kind == "depthwise"]
+    small = {"height": SMALL_SIDE, "width": SMALL_SIDE}
     if variant == "cold":
         return []
     if variant == "exact":
-        return [(c, 0) for c in depthwise]
+        return [WarmCall(c, 0) for c in depthwise]
+    if variant == "exact-one-image":
+        return [WarmCall(c, 1) for c in depthwise]
+    if variant == "exact-forward":
+        return [WarmCall(c, 0, backward=False) for c in depthwise]
+    if variant == "exact-weight-grad":
+        return [WarmCall(replace(c, input_requires_grad=False), 0) for c in depthwise]
     if variant == "small":
-        return [(replace(c, height=SMALL_SIDE, width=SMALL_SIDE), 1) for c in depthwise]
+        return [WarmCall(replace(c, **small), 1) for c in depthwise]
     if variant == "other-channels":
         shapes: dict[ConvConfig, None] = {}
         for c in depthwise:
-            key = replace(
-                c,
-                in_channels=OTHER_CHANNELS,
-                out_channels=OTHER_CHANNELS,
-                groups=OTHER_CHANNELS,
-                height=SMALL_SIDE,
-                width=SMALL_SIDE,
-            )
-            shapes.setdefault(key)
-        return [(c, 1) for c in shapes]
+            channels = {"in_channels": OTHER_CHANNELS, "out_channels": OTHER_CHANNELS}
+            shapes.setdefault(replace(c, **channels, groups=OTHER_CHANNELS, **small))
+        return [WarmCall(c, 1) for c in shapes]
     raise ValueError(f"variant {variant!r}: not one of {', '.join(VARIANTS)}")
 
 
-def _warm(configs: list[tuple[ConvConfig, int]], batch: int, device: str, out: dict[str, Any]) -> None:
-    """The thread's work: torch, the device, then each configuration forward and backward."""
+def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -> None:
+    """The thread's work: the device, then each call forward (and backward)."""
     began = time.perf_counter()
     try:
         where = torch.device(device)
         torch.zeros(1, device=where)
         _sync(where)
         out["thread_device_s"] = time.perf_counter() - began
-        for config, own_batch in configs:
+        for call in calls:
+            config = call.config
             conv = config.standalone().to(where).to(memory_format=torch.channels_last)
-            shape = (own_batch or batch, config.in_channels, config.height, config.width)
+            shape = (call.batch or batch, config.in_channels, config.height, config.width)
             x = torch.rand(shape, device=where, dtype=getattr(torch, config.input_dtype))
             x = x.to(memory_format=torch.channels_last).requires_grad_(config.input_requires_grad)
             y = _forward(conv, x)
-            torch.autograd.backward(y, torch.ones_like(y))
+            if call.backward:
+                torch.autograd.backward(y, torch.ones_like(y))
         _sync(where)
     except BaseException as error:  # reported by the main thread
         out["thread_error"] = repr(error)
@@ -117,7 +145,7 @@ def _warm(configs: list[tuple[ConvConfig, int]], batch: int, device: str, out: d
 def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace) -> dict[str, Any]:
     """One variant in this fresh process; ``started`` is the parent's clock at spawn."""
     began = time.perf_counter()
-    warm = warm_configs(configs, variant)
+    warm = warm_calls(configs, variant)
     thread_out: dict[str, Any] = {}
     thread = threading.Thread(target=_warm, args=(warm, args.batch, args.device, thread_out))
     if warm:
@@ -207,7 +235,9 @@ def table(runs: list[dict[str, Any]]) -> str:
                 if values
                 else "—"
             )
-        lines.append(f"| {variant} | {len(done)} | {done[0]['warm_convs']} | " + " | ".join(cells) + " |")
+        lines.append(
+            f"| {variant} | {len(done)} | {done[0]['warm_convs']} | " + " | ".join(cells) + " |"
+        )
     failed = [r for r in runs if "error" in r]
     lines += [f"\n{r['variant']} failed: {r['error']}" for r in failed]
     return "\n".join(lines) + "\n"

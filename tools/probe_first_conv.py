@@ -79,8 +79,6 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from depthwise_cudnn_grad import VARIANT as DW_CUDNN_GRAD
-from depthwise_cudnn_grad import cudnn_input_grad
 from depthwise_nchw import VARIANT as DW_NCHW
 from depthwise_nchw import nchw_depthwise
 from lucid_yolo.models import create_model
@@ -90,10 +88,7 @@ LAYOUTS = {
     "channels_last": torch.channels_last,
     "contiguous": torch.contiguous_format,
     DW_NCHW: torch.channels_last,
-    DW_CUDNN_GRAD: torch.channels_last,
 }
-NETWORK_CHANGES = {DW_NCHW: nchw_depthwise, DW_CUDNN_GRAD: cudnn_input_grad}
-"""The variants that change the network's depthwise convolutions: ``--network`` only."""
 DEPTHWISE_NATIVE = "+dw-native"
 """Suffix of a variant whose depthwise convolutions run with cuDNN disabled."""
 RESULT = "probe_first_conv: "
@@ -304,8 +299,8 @@ def run_network(
     layout = LAYOUTS[layout_name]
     start = _process_start(layout, device)
     model = create_model(name, num_classes=num_classes).to(device).to(memory_format=layout)
-    if layout_name in NETWORK_CHANGES:
-        NETWORK_CHANGES[layout_name](model)
+    if layout_name == DW_NCHW:
+        nchw_depthwise(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device=device).to(memory_format=layout)
     network: dict[str, float] = {}
     if warm_in_thread:
@@ -521,7 +516,7 @@ def main() -> None:
         nargs="+",
         choices=list(LAYOUTS),
         default=["channels_last", "contiguous"],
-        help=f"{DW_NCHW!r} and {DW_CUDNN_GRAD!r} change a whole network: with --network only",
+        help=f"{DW_NCHW!r} wraps a whole network: with --network only",
     )
     parser.add_argument(
         "--depthwise-without-cudnn",
@@ -552,9 +547,8 @@ def main() -> None:
         parser.error("--depthwise-without-cudnn times configurations; leave it out with --network")
     if args.warm_in_thread and not args.network:
         parser.error("--warm-in-thread warms the whole network: add --network")
-    changed = [layout for layout in args.layouts if layout in NETWORK_CHANGES]
-    if changed and not args.network:
-        parser.error(f"--layouts {changed[0]!r} changes the network, not a convolution: add --network")
+    if DW_NCHW in args.layouts and not args.network:
+        parser.error(f"--layouts {DW_NCHW!r} changes the network, not a convolution: add --network")
     if device.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {args.device!r}: no CUDA device here; --device cpu for a smoke run")
     if args.child is not None:

@@ -301,7 +301,7 @@ def test_mean_average_precision_every_pair_equals_the_cpu_cut(
     # the CPU computes overlaps only where a pair is possible, other devices every pair
     expected = MeanAveragePrecision(kinds=(kind,))
     expected.update(*_records_on(kind, "cpu"))
-    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    monkeypatch.setattr(mean_average_precision, "_cuts_pairs", lambda _: False)
     every_pair = MeanAveragePrecision(kinds=(kind,))
     every_pair.update(*_records_on(kind, "cpu"))
     assert 0.1 < expected.compute()[f"{kind}/mAP50-95"] < 1.0
@@ -314,7 +314,7 @@ def test_mean_average_precision_every_pair_of_padded_images_equals_the_cpu_cut(
     preds, targets, ids = _padded_scene(5)
     expected = MeanAveragePrecision(max_dets={"box": 6})
     expected.update(preds, targets, image_ids=ids)
-    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    monkeypatch.setattr(mean_average_precision, "_cuts_pairs", lambda _: False)
     every_pair = MeanAveragePrecision(max_dets={"box": 6})
     every_pair.update(preds, targets, image_ids=ids)
     assert 0.05 < expected.compute()["box/mAP50-95"] < 0.95
@@ -353,7 +353,7 @@ def test_mean_average_precision_padding_kept_equals_the_cpu_cut(
     expected = MeanAveragePrecision(kinds=(kind,))
     expected.update(preds, targets)
     monkeypatch.setattr(mean_average_precision, "_without_padding", lambda order, _: order)
-    monkeypatch.setattr(mean_average_precision, "_rows_and_columns_with_pairs", lambda _: None)
+    monkeypatch.setattr(mean_average_precision, "_cuts_pairs", lambda _: False)
     every_row = MeanAveragePrecision(kinds=(kind,))
     every_row.update(preds, targets)
     assert every_row.compute() == expected.compute()

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lucid_yolo.train.metrics import box_overlaps, mask_overlaps
+from lucid_yolo.train.metrics import overlaps as overlaps_module
 
 
 def test_box_overlaps_hand_value() -> None:
@@ -93,3 +94,20 @@ def test_box_overlaps_of_a_batch_equal_each_image_bitwise() -> None:
     batched = box_overlaps(pred, target, crowd)
     for i in range(3):
         assert torch.equal(batched[i], box_overlaps(pred[i], target[i], crowd[i]))
+
+
+@pytest.mark.parametrize("chunk_values", [1, 2 * 80 * 80, 3 * 80 * 80])
+def test_mask_overlaps_in_chunks_equal_one_product(
+    chunk_values: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = torch.Generator().manual_seed(4)
+    pred = torch.rand(5, 80, 80, generator=g) > 0.6
+    target = torch.rand(3, 80, 80, generator=g) > 0.5
+    crowd = torch.tensor([False, True, False])
+    whole = mask_overlaps(pred, target, crowd)
+    monkeypatch.setattr(overlaps_module, "_CHUNK_VALUES", chunk_values)
+    chunked = mask_overlaps(pred, target, crowd)
+    assert chunked.shape == (5, 3)
+    assert chunked.dtype == torch.float64
+    assert torch.equal(chunked, whole)
+    assert (whole > 0).all()

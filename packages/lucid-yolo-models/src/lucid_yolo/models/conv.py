@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
-from lucid_yolo.models.depthwise_conv import DepthwiseConv2d
-
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
 
@@ -22,8 +20,7 @@ class ConvBnAct(nn.Module):
         out_channels: output channels.
         kernel_size: square kernel; padding keeps ``H, W`` at stride 1.
         stride: 2 halves ``H, W``.
-        groups: convolution groups (``in_channels`` for a depthwise conv, which at stride 1
-            and an odd kernel is a :class:`DepthwiseConv2d`).
+        groups: convolution groups (``in_channels`` for a depthwise conv).
         act: apply SiLU; linear projections before a residual sum skip it.
     """
 
@@ -38,19 +35,14 @@ class ConvBnAct(nn.Module):
         act: bool = True,
     ) -> None:
         super().__init__()
-        depthwise = groups > 1 and in_channels == out_channels == groups and stride == 1
-        self.conv = (
-            DepthwiseConv2d(in_channels, kernel_size)
-            if depthwise and kernel_size % 2 == 1
-            else nn.Conv2d(
-                in_channels,
-                out_channels,
-                kernel_size,
-                stride,
-                padding=kernel_size // 2,
-                groups=groups,
-                bias=False,
-            )
+        self.conv = nn.Conv2d(
+            in_channels,
+            out_channels,
+            kernel_size,
+            stride,
+            padding=kernel_size // 2,
+            groups=groups,
+            bias=False,
         )
         self.bn = nn.BatchNorm2d(out_channels, eps=BN_EPS, momentum=BN_MOMENTUM)
         self.act: nn.Module = nn.SiLU(inplace=True) if act else nn.Identity()

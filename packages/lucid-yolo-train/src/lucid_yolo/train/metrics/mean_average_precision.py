@@ -407,17 +407,21 @@ class MeanAveragePrecision:
             return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
         # masks: image by image (each at its image's size), in input order (the rows the
-        # producer built masks for), then put along ``order`` with the other kinds
-        pairs = possible.new_zeros((B, D, G)).scatter_(
-            1, order[..., None].expand(possible.shape), possible
-        )
+        # producer built masks for), then put along ``order`` with the other kinds. On the CPU
+        # only the rows and columns that hold a pair are computed; elsewhere every pair is, and
+        # the caller's ``where(possible, ...)`` keeps the ones that can match
+        pairs = None
+        if _cuts_pairs(possible.device):
+            pairs = possible.new_zeros((B, D, G)).scatter_(
+                1, order[..., None].expand(possible.shape), possible
+            )
         overlaps = torch.full((B, D, G), -1.0, dtype=torch.float64, device=possible.device)
         p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
         t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
         for i in range(B):
             (p_masks, p_rows), (t_masks, t_rows) = p_masks_of(i), t_masks_of(i)
-            p_rows, t_rows = p_rows.to(pairs.device), t_rows.to(pairs.device)
-            image_pairs = pairs[i][p_rows][:, t_rows]  # (r, s)
+            p_rows, t_rows = p_rows.to(possible.device), t_rows.to(possible.device)
+            image_pairs = None if pairs is None else pairs[i][p_rows][:, t_rows]  # (r, s)
             image = _mask_overlaps(p_masks, t_masks, crowd[i][t_rows], image_pairs)
             overlaps[i, p_rows[:, None], t_rows[None, :]] = image.to(overlaps.device)
         return _ordered(overlaps, order)
@@ -531,8 +535,9 @@ def _image_overlaps(overlap: Callable[[_Index, _Index], Tensor], pairs: Tensor) 
     return out
 
 
-def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tensor) -> Tensor:
-    """One image's (n, m) mask overlaps at ``pairs``, -1 elsewhere (:func:`_image_overlaps`).
+def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tensor | None) -> Tensor:
+    """One image's (n, m) mask overlaps: at ``pairs`` and -1 elsewhere (:func:`_image_overlaps`),
+    or every pair when ``pairs`` is ``None``.
 
     Raises:
         MetricsInputError: the masks are of different sizes.
@@ -542,6 +547,8 @@ def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tenso
             f"prediction masks are {tuple(p_masks.shape[1:])!r} but target masks are "
             f"{tuple(t_masks.shape[1:])!r}: resize both to the source image (H, W)"
         )
+    if pairs is None:
+        return mask_overlaps(p_masks, t_masks, crowd)
     return _image_overlaps(
         lambda rows, cols: mask_overlaps(p_masks[rows], t_masks[cols], crowd[cols]), pairs
     )
@@ -573,15 +580,21 @@ def _check_image(kind: str, pred: ImagePredictions, target: ImageTargets) -> Non
             )
 
 
-def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:
-    """On the CPU, the prediction rows and target columns that hold a pair; elsewhere ``None``.
+def _cuts_pairs(device: torch.device) -> bool:
+    """Whether overlaps on ``device`` are computed only for the rows and columns holding a pair.
 
-    Overlaps are computed for these only: padding, predictions below the confidence cut or past
-    ``max_dets`` and classes no target has are left out, which on the CPU costs nothing to find.
-    Elsewhere every pair is computed, because finding them would make the host wait for the
-    device (issue 11). A pair's overlap is the same either way.
+    On the CPU: padding, predictions below the confidence cut or past ``max_dets`` and classes
+    no target has are left out, which there costs nothing to find. Elsewhere every pair is
+    computed, because finding them would make the host wait for the device (issue 11). A pair's
+    overlap is the same either way.
     """
-    if pairs.device.type != "cpu":
+    return device.type == "cpu"
+
+
+def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:
+    """Where :func:`_cuts_pairs`, the prediction rows and target columns that hold a pair;
+    elsewhere ``None``."""
+    if not _cuts_pairs(pairs.device):
         return None
     return torch.nonzero(pairs.any(dim=1)).squeeze(1), torch.nonzero(pairs.any(dim=0)).squeeze(1)
 

@@ -70,9 +70,10 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     n, m = pred_masks.shape[0], target_masks.shape[0]
     target_masks = target_masks.to(pred_masks.device)
     area_p, area_t = _count(pred_masks), _count(target_masks)
-    inter = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
     window = _target_window(target_masks)
-    if n and m and window is not None:
+    if not (n and m and window is not None):
+        inter = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
+    else:
         rows, cols = window
         pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
         dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
@@ -80,9 +81,12 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
         chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
         # an ambient autocast (a bf16 validation step) would round the counts in its matmul
         with torch.autocast(pred_masks.device.type, enabled=False):
-            for start in range(0, n, chunk):
-                p = pred_masks[start : start + chunk, rows, cols].reshape(-1, pixels).to(dtype)
-                inter[start : start + chunk] = (p @ t.T).to(torch.float64)
+            parts = [
+                pred_masks[start : start + chunk, rows, cols].reshape(-1, pixels).to(dtype) @ t.T
+                for start in range(0, n, chunk)
+            ]
+        # one chunk (a trained network's few rows) needs no buffer to gather the parts in
+        inter = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)
     union = area_p[:, None] + area_t[None, :] - inter
     return _divide(inter, union, area_p, crowd)
 

@@ -1,0 +1,102 @@
+"""What the depthwise warm-up probe's thread runs per variant, and its table."""
+
+from __future__ import annotations
+
+import dataclasses
+from types import ModuleType
+from typing import Any
+
+import pytest
+from tool_modules import load_tool
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("probe_depthwise_warm", monkeypatch)
+
+
+def _configs(tool: ModuleType) -> list[Any]:
+    dense = tool.ConvConfig(
+        transposed=False,
+        in_channels=64,
+        out_channels=64,
+        kernel=(3, 3),
+        stride=(1, 1),
+        padding=(1, 1),
+        output_padding=(0, 0),
+        dilation=(1, 1),
+        groups=1,
+        bias=False,
+        height=80,
+        width=80,
+        input_requires_grad=True,
+        input_dtype="bfloat16",
+    )
+    return [
+        dense,
+        dataclasses.replace(dense, groups=64),
+        dataclasses.replace(dense, in_channels=128, out_channels=128, groups=128, height=40),
+        dataclasses.replace(dense, groups=64, input_requires_grad=False),
+    ]
+
+
+def test_cold_runs_nothing_and_exact_runs_the_depthwise_convs_at_the_fits_shapes(
+    tool: ModuleType,
+) -> None:
+    configs = _configs(tool)
+    assert tool.warm_calls(configs, "cold") == []
+    exact = tool.warm_calls(configs, "exact")
+    assert [call.config for call in exact] == configs[1:]
+    assert {(call.batch, call.backward) for call in exact} == {(0, True)}
+
+
+def test_variants_change_one_thing_each(tool: ModuleType) -> None:
+    configs = _configs(tool)
+    one = tool.warm_calls(configs, "exact-one-image")
+    assert [(c.config, c.batch) for c in one] == [(c, 1) for c in configs[1:]]
+    forward = tool.warm_calls(configs, "exact-forward")
+    assert [c.backward for c in forward] == [False] * 3
+    weight = tool.warm_calls(configs, "exact-weight-grad")
+    assert [c.config.input_requires_grad for c in weight] == [False] * 3
+    assert [c.config.height for c in weight] == [80, 40, 80]
+    small = tool.warm_calls(configs, "small")
+    assert {(c.config.height, c.config.width, c.batch) for c in small} == {(16, 16, 1)}
+    assert [c.config.in_channels for c in small] == [64, 128, 64]
+
+
+def test_other_channels_keeps_one_call_per_kernel_stride_and_gradient(tool: ModuleType) -> None:
+    calls = tool.warm_calls(_configs(tool), "other-channels")
+    assert len(calls) == 2
+    assert {c.config.groups for c in calls} == {32}
+    assert {c.config.input_requires_grad for c in calls} == {True, False}
+
+
+def test_unknown_variant_is_refused(tool: ModuleType) -> None:
+    with pytest.raises(ValueError, match="not one of"):
+        tool.warm_calls(_configs(tool), "lukewarm")
+
+
+def test_table_gives_median_and_range_per_variant_and_names_failures(tool: ModuleType) -> None:
+    runs = [
+        {
+            "variant": "cold",
+            "warm_convs": 0,
+            "lightning_import_s": 2.0,
+            "join_wait_s": 0.0,
+            "first_call_excess_s": 7.0,
+            "ready_s": 17.0,
+        },
+        {
+            "variant": "cold",
+            "warm_convs": 0,
+            "lightning_import_s": 4.0,
+            "join_wait_s": 0.0,
+            "first_call_excess_s": 8.0,
+            "ready_s": 19.0,
+        },
+        {"variant": "exact", "error": "timed out (40 s)"},
+    ]
+    table = tool.table(runs)
+    assert "| cold | 2 | 0 | 3.000 (2.000-4.000) | — | 0.000 (0.000-0.000) |" in table
+    assert "18.000 (17.000-19.000)" in table
+    assert "exact failed: timed out (40 s)" in table
