@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,6 @@ from dispatch_count import DispatchCount
 from lucid_yolo.train import Evaluator, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import mean_average_precision
-from lucid_yolo.train.metrics.rotated_overlap import rotated_overlaps
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -93,11 +91,7 @@ def count_operations(path: Path, task: str) -> float:
         return float("nan")
     (warm_outputs, warm_batch), (outputs, batch) = saved["batches"][:2]
     module = mean_average_precision
-    shortcuts = {
-        "_without_padding": lambda order, valid: order,
-        "_rows_and_columns_with_pairs": lambda pairs: None,
-        "rotated_overlaps": partial(rotated_overlaps, compact=False),
-    }
+    shortcuts = {"_cuts_unmatchable": lambda device: False}
     kept = {name: getattr(module, name) for name in shortcuts}
     try:
         for name, device_path in shortcuts.items():

@@ -3,21 +3,21 @@
 Why (issue 11, docs/engineering/whole-fit-speed.md, session 25): a replayed detect fit's first
 epoch is about 5.6 s longer than the others and its start-up 8.9 s longer than Ultralytics'.
 Session 9 put 4-9 s of the first step in cuDNN's run-time compilation of the channels-last
-depthwise convolutions that take an input gradient; session 8 showed that compiled code is kept
-per process (a copy of the network run on another thread spared the main thread's first backward),
-but warming on a thread during the fit's set-up slowed the sanity check beside it and started
-training later. Before a fit's set-up there are seconds of pure Python on the main thread:
-importing Lightning and what it pulls in. A thread compiling the depthwise convolutions then would
-touch no CUDA work of the main thread's. Whether that saves anything depends on two facts this
-probe measures:
+depthwise convolutions; session 10 showed that compiled code is kept per process (a copy of the
+network run on another thread spared the main thread's first backward), but warming on a thread
+during the fit's set-up slowed the sanity check beside it and started training later. Before a
+fit's set-up there are seconds of pure Python on the main thread: importing Lightning and what
+it pulls in. A thread compiling the depthwise convolutions then would touch no CUDA work of the
+main thread's. Whether that saves anything depends on two facts this probe measures:
 
 * does a warm-up at a small shape (one image, 16×16) compile what the fit's shapes use, or does
   cuDNN compile per shape (then the warm-up needs the fit's batch and size, known only after
   the command line is parsed, which is after Lightning is imported)?
-* does the thread slow the import beside it (the GIL, the import lock on torch)?
+* does the thread slow the import beside it (the GIL, the CPU)?
 
-Each variant runs in a fresh process. The main thread imports ``lightning.pytorch`` while the
-variant's thread (none for ``cold``) imports torch, starts CUDA and runs each depthwise
+Each variant runs in a fresh process, which imports torch and the packaged models first. Then
+the main thread imports ``lightning.pytorch`` while the variant's thread (none for ``cold``)
+starts CUDA and runs each depthwise
 configuration of the network (``tools/network_convs.py``) once forward and backward in bf16
 autocast, channels-last, in the variant's shape:
 
@@ -27,18 +27,21 @@ autocast, channels-last, in the variant's shape:
 * ``exact-forward``: the fit's shapes, forward only (is the compiled code the forward's?);
 * ``exact-weight-grad``: the fit's shapes, the input without a gradient (the weight's alone);
 * ``small``: one image of 16×16, the convolution's own channels;
-* ``other-channels``: one image of 16×16 and 32 channels, one per kernel, stride and padding.
+* ``other-channels``: one image of 16×16 and 32 channels, one per kernel, stride, padding and
+  whether the input takes a gradient.
 
 Then the main thread joins the thread and times the whole network's first and second
 forward+backward at the fit's batch and size (bf16 autocast, channels-last, a sum of the raw
 outputs as the loss): the first call's excess over the second is what the warm-up left to pay.
-``ready_s`` (process start to the second call's end) is the number that decides.
+``ready_s`` (from the child's first line of work, torch imported, to the second call's end) is
+the number that decides.
 
 Run (GPU machine, from source; ``$OUT/depthwise_warm.json`` and ``.md``)::
 
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2
 
-Session 25 found the compiled code per shape (``small`` spared nothing) and then ran::
+Session 25 found the compiled code per shape (``small`` spared far less than ``exact``) and then
+ran::
 
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 \
         --variants cold exact exact-one-image exact-forward exact-weight-grad
@@ -66,7 +69,7 @@ import torch
 
 from lucid_yolo.models import create_model
 from network_convs import ConvConfig, network_convs
-from probe_first_conv import _forward, _network_loss, _sync
+from probe_first_conv import _forward, _sync, first_and_second_calls
 
 VARIANTS = (
     "cold",
@@ -143,7 +146,7 @@ def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -
 
 
 def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace) -> dict[str, Any]:
-    """One variant in this fresh process; ``started`` is the parent's clock at spawn."""
+    """One variant in this fresh process: the import beside the warm-up, then the network."""
     began = time.perf_counter()
     warm = warm_calls(configs, variant)
     thread_out: dict[str, Any] = {}
@@ -161,18 +164,7 @@ def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace)
     model = model.to(memory_format=torch.channels_last)
     images = torch.rand(args.batch, 3, args.imgsz, args.imgsz, device=device)
     images = images.to(memory_format=torch.channels_last)
-    network: dict[str, float] = {}
-    for call in ("first", "second"):
-        _sync(device)
-        start = time.perf_counter()
-        loss = _network_loss(model, images)
-        _sync(device)
-        network[f"{call}_forward_s"] = time.perf_counter() - start
-        start = time.perf_counter()
-        torch.autograd.backward(loss)
-        _sync(device)
-        network[f"{call}_backward_s"] = time.perf_counter() - start
-        model.zero_grad(set_to_none=True)
+    network = first_and_second_calls(model, images)
     ready = time.perf_counter()
     return {
         "variant": variant,
@@ -217,6 +209,12 @@ COLUMNS = (
 )
 
 
+def _failed(run: dict[str, Any]) -> str:
+    """Why a run counts for nothing (its process, or its warm-up thread, failed); empty if it
+    counts: a warm-up that failed would read as one that spared nothing."""
+    return str(run.get("error") or run.get("thread_error") or "")
+
+
 def table(runs: list[dict[str, Any]]) -> str:
     """Per variant: the median (and range) of each column over its rounds."""
     lines = [
@@ -224,7 +222,7 @@ def table(runs: list[dict[str, Any]]) -> str:
         "|---|---:|---:|" + "---:|" * len(COLUMNS),
     ]
     for variant in VARIANTS:
-        done = [r for r in runs if r["variant"] == variant and "error" not in r]
+        done = [r for r in runs if r["variant"] == variant and not _failed(r)]
         if not done:
             continue
         cells = []
@@ -238,8 +236,7 @@ def table(runs: list[dict[str, Any]]) -> str:
         lines.append(
             f"| {variant} | {len(done)} | {done[0]['warm_convs']} | " + " | ".join(cells) + " |"
         )
-    failed = [r for r in runs if "error" in r]
-    lines += [f"\n{r['variant']} failed: {r['error']}" for r in failed]
+    lines += [f"\n{r['variant']} failed: {_failed(r)}" for r in runs if _failed(r)]
     return "\n".join(lines) + "\n"
 
 

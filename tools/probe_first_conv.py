@@ -305,18 +305,27 @@ def run_network(
     network: dict[str, float] = {}
     if warm_in_thread:
         network["thread_warm_s"] = _warm_in_thread(model, images)
+    network.update(first_and_second_calls(model, images))
+    return {"variant": layout_name, "batch": batch, **start, "network": network}
+
+
+def first_and_second_calls(model: nn.Module, images: Tensor) -> dict[str, float]:
+    """Seconds of the network's first and second forward and backward, the device synchronised
+    around each: ``first_forward_s``, ``first_backward_s``, ``second_forward_s``,
+    ``second_backward_s``."""
+    seconds: dict[str, float] = {}
     for call in ("first", "second"):
-        _sync(device)
+        _sync(images.device)
         began = time.perf_counter()
         loss = _network_loss(model, images)
-        _sync(device)
-        network[f"{call}_forward_s"] = time.perf_counter() - began
+        _sync(images.device)
+        seconds[f"{call}_forward_s"] = time.perf_counter() - began
         began = time.perf_counter()
         torch.autograd.backward(loss)
-        _sync(device)
-        network[f"{call}_backward_s"] = time.perf_counter() - began
+        _sync(images.device)
+        seconds[f"{call}_backward_s"] = time.perf_counter() - began
         model.zero_grad(set_to_none=True)
-    return {"variant": layout_name, "batch": batch, **start, "network": network}
+    return seconds
 
 
 # ---------------------------------------------------------------- the parent: processes and report

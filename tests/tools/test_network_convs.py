@@ -8,6 +8,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conv_configs import conv_config
 from tool_modules import load_tool
 
 
@@ -17,23 +18,7 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def _config(tool: ModuleType, **changes: Any) -> Any:
-    dense = tool.ConvConfig(
-        transposed=False,
-        in_channels=8,
-        out_channels=8,
-        kernel=(3, 3),
-        stride=(1, 1),
-        padding=(1, 1),
-        output_padding=(0, 0),
-        dilation=(1, 1),
-        groups=1,
-        bias=False,
-        height=16,
-        width=16,
-        input_requires_grad=True,
-        input_dtype="bfloat16",
-    )
-    return dataclasses.replace(dense, **changes)
+    return conv_config(tool.ConvConfig, **changes)
 
 
 def test_network_convs_counts_each_configuration_of_yolo26n(tool: ModuleType) -> None:

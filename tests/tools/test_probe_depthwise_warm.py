@@ -7,6 +7,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conv_configs import conv_config
 from tool_modules import load_tool
 
 
@@ -16,22 +17,8 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def _configs(tool: ModuleType) -> list[Any]:
-    dense = tool.ConvConfig(
-        transposed=False,
-        in_channels=64,
-        out_channels=64,
-        kernel=(3, 3),
-        stride=(1, 1),
-        padding=(1, 1),
-        output_padding=(0, 0),
-        dilation=(1, 1),
-        groups=1,
-        bias=False,
-        height=80,
-        width=80,
-        input_requires_grad=True,
-        input_dtype="bfloat16",
-    )
+    """A dense convolution, two depthwise ones that take a gradient, one whose input does not."""
+    dense = conv_config(tool.ConvConfig, in_channels=64, out_channels=64, height=80, width=80)
     return [
         dense,
         dataclasses.replace(dense, groups=64),
@@ -95,8 +82,11 @@ def test_table_gives_median_and_range_per_variant_and_names_failures(tool: Modul
             "ready_s": 19.0,
         },
         {"variant": "exact", "error": "timed out (40 s)"},
+        {"variant": "small", "warm_convs": 9, "thread_error": "RuntimeError('cuDNN')"},
     ]
     table = tool.table(runs)
     assert "| cold | 2 | 0 | 3.000 (2.000-4.000) | — | 0.000 (0.000-0.000) |" in table
     assert "18.000 (17.000-19.000)" in table
     assert "exact failed: timed out (40 s)" in table
+    assert "small failed: RuntimeError('cuDNN')" in table
+    assert "| small |" not in table

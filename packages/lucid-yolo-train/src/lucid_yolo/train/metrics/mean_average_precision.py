@@ -404,14 +404,20 @@ class MeanAveragePrecision:
         if kind == "obb":
             p_rboxes = _require(predictions.rboxes, "BatchPredictions", kind, "rboxes")
             t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")
-            return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
+            return rotated_overlaps(
+                _ordered(p_rboxes, order),
+                t_rboxes,
+                crowd,
+                pairs=possible,
+                compact=_cuts_unmatchable(possible.device),
+            )
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
         # masks: image by image (each at its image's size), in input order (the rows the
         # producer built masks for), then put along ``order`` with the other kinds. On the CPU
         # only the rows and columns that hold a pair are computed; elsewhere every pair is, and
         # the caller's ``where(possible, ...)`` keeps the ones that can match
         pairs = None
-        if _cuts_pairs(possible.device):
+        if _cuts_unmatchable(possible.device):
             pairs = possible.new_zeros((B, D, G)).scatter_(
                 1, order[..., None].expand(possible.shape), possible
             )
@@ -459,7 +465,8 @@ def _matching_order(scores: Tensor, valid: Tensor) -> Tensor:
 
 
 def _without_padding(order: Tensor, valid: Tensor) -> Tensor:
-    """On the CPU, ``order`` cut after the last image's real rows; elsewhere ``order`` as it is.
+    """Where :func:`_cuts_unmatchable`, ``order`` cut after the last image's real rows; elsewhere
+    ``order`` as it is.
 
     Padding rows come last in ``order`` and take part in nothing, so they can be left out of
     every later step (overlaps, matching, records), which on the CPU costs most of the work of
@@ -470,7 +477,7 @@ def _without_padding(order: Tensor, valid: Tensor) -> Tensor:
         order: (B, D) int64, each image's rows in matching order, real rows first.
         valid: (B, D) bool, real rows.
     """
-    if order.device.type != "cpu":
+    if not _cuts_unmatchable(order.device):
         return order
     return order[:, : int(valid.sum(dim=1).max())]
 
@@ -512,23 +519,18 @@ def _require(value: _Field | None, owner: str, kind: str, name: str) -> _Field:
     return value
 
 
-_Index = Tensor | slice
-"""Rows or columns: an index tensor (the CPU's cut) or ``slice(None)`` (all)."""
-
-
-def _image_overlaps(overlap: Callable[[_Index, _Index], Tensor], pairs: Tensor) -> Tensor:
-    """(n, m) float64 overlaps of one image at ``pairs``, -1 elsewhere, on ``pairs``' device.
+def _image_overlaps(overlap: Callable[[Tensor, Tensor], Tensor], pairs: Tensor) -> Tensor:
+    """(n, m) float64 overlaps of one image at ``pairs``, -1 elsewhere, computed only for the
+    prediction rows and target columns that hold a pair (the CPU's path,
+    :func:`_cuts_unmatchable`).
 
     Args:
         overlap: ``overlap(rows, cols)``: the overlaps of those prediction rows with those
             target columns.
-        pairs: (n, m) bool, the pairs that can match.
+        pairs: (n, m) bool CPU tensor, the pairs that can match.
     """
-    cut = _rows_and_columns_with_pairs(pairs)
-    if cut is None:
-        every = slice(None)
-        return torch.where(pairs, overlap(every, every).to(pairs.device), -1.0)
-    rows, cols = cut
+    rows = torch.nonzero(pairs.any(dim=1)).squeeze(1)
+    cols = torch.nonzero(pairs.any(dim=0)).squeeze(1)
     out = torch.full(pairs.shape, -1.0, dtype=torch.float64)
     inner = pairs[rows][:, cols]
     out[rows[:, None], cols[None, :]] = torch.where(inner, overlap(rows, cols).cpu(), -1.0)
@@ -580,23 +582,17 @@ def _check_image(kind: str, pred: ImagePredictions, target: ImageTargets) -> Non
             )
 
 
-def _cuts_pairs(device: torch.device) -> bool:
-    """Whether overlaps on ``device`` are computed only for the rows and columns holding a pair.
+def _cuts_unmatchable(device: torch.device) -> bool:
+    """Whether the metric on ``device`` leaves out what cannot match before computing overlaps.
 
-    On the CPU: padding, predictions below the confidence cut or past ``max_dets`` and classes
-    no target has are left out, which there costs nothing to find. Elsewhere every pair is
-    computed, because finding them would make the host wait for the device (issue 11). A pair's
-    overlap is the same either way.
+    On the CPU it does, which there costs nothing to find: padding rows (:func:`_without_padding`),
+    the prediction rows and target columns of an image's masks that hold no possible pair
+    (predictions below the confidence cut or past ``max_dets``, classes no target has), and
+    rotated boxes whose circles do not meet (``rotated_overlaps``' ``compact``). Elsewhere every
+    row and pair is computed, because finding them would make the host wait for the device
+    (issue 11); the caller keeps the possible pairs. The metrics are the same either way.
     """
     return device.type == "cpu"
-
-
-def _rows_and_columns_with_pairs(pairs: Tensor) -> tuple[Tensor, Tensor] | None:
-    """Where :func:`_cuts_pairs`, the prediction rows and target columns that hold a pair;
-    elsewhere ``None``."""
-    if not _cuts_pairs(pairs.device):
-        return None
-    return torch.nonzero(pairs.any(dim=1)).squeeze(1), torch.nonzero(pairs.any(dim=0)).squeeze(1)
 
 
 def _lowest(classes: Tensor, valid: Tensor) -> Tensor:
