@@ -29,15 +29,32 @@ import torch
 from depthwise_nchw import VARIANT, nchw_depthwise
 from lucid_yolo.models import create_model
 
+DETERMINISTIC = "channels_last+cudnn-deterministic"
+"""Channels-last with ``torch.backends.cudnn.deterministic`` on while the step is warmed and
+captured: cuDNN then skips engines it marks non-deterministic. Session 25 found the first step's
+compiled code in the depthwise convolutions' weight gradients; whether that engine is among the
+skipped ones, and what the step pays for it, is what this variant times (with
+``tools/probe_depthwise_warm.py --cudnn-deterministic`` for the first call)."""
 LAYOUTS = {
     "contiguous": torch.contiguous_format,
     "channels_last": torch.channels_last,
     VARIANT: torch.channels_last,
+    DETERMINISTIC: torch.channels_last,
 }
 
 
 def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
-    """A callable that replays one captured forward+backward of ``name`` in ``layout``."""
+    """A callable that replays one captured forward+backward of ``name`` in ``layout``; the
+    cuDNN flags of the variant hold while it is warmed and captured, and are put back."""
+    before = torch.backends.cudnn.deterministic
+    torch.backends.cudnn.deterministic = layout == DETERMINISTIC
+    try:
+        return _captured_step(name, batch, imgsz, layout)
+    finally:
+        torch.backends.cudnn.deterministic = before
+
+
+def _captured_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
     if layout == VARIANT:
         nchw_depthwise(model)
@@ -84,16 +101,18 @@ def main() -> None:
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--steps", type=int, default=20, help="replays per round")
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--layouts", nargs="+", choices=list(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     rows = []
     for name in args.models:
         for batch in args.batch:
-            steps = {layout: _graphed_step(name, batch, args.imgsz, layout) for layout in LAYOUTS}
-            times: dict[str, list[float]] = {layout: [] for layout in LAYOUTS}
+            layouts = args.layouts
+            steps = {layout: _graphed_step(name, batch, args.imgsz, layout) for layout in layouts}
+            times: dict[str, list[float]] = {layout: [] for layout in layouts}
             for r in range(args.rounds):
-                order = list(LAYOUTS) if r % 2 == 0 else list(reversed(LAYOUTS))
+                order = list(layouts) if r % 2 == 0 else list(reversed(layouts))
                 for layout in order:
                     times[layout].append(_round_ms(steps[layout], args.steps))
             row = {"model": name, "batch": batch, "imgsz": args.imgsz}

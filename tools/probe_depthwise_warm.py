@@ -46,6 +46,12 @@ ran::
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 \
         --variants cold exact exact-one-image exact-forward exact-weight-grad
 
+Whether cuDNN's deterministic engines avoid the compilation (``cold`` with the flag, against
+``cold`` without it; ``tools/bench_memory_format.py`` times the step that choice gives)::
+
+    python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 --variants cold \
+        --cudnn-deterministic
+
 CPU smoke run (timings meaningless; the thread runs on the CPU)::
 
     python3 tools/probe_depthwise_warm.py --device cpu --imgsz 64 --batch 2 --rounds 1
@@ -147,6 +153,7 @@ def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -
 
 def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace) -> dict[str, Any]:
     """One variant in this fresh process: the import beside the warm-up, then the network."""
+    torch.backends.cudnn.deterministic = args.cudnn_deterministic
     began = time.perf_counter()
     warm = warm_calls(configs, variant)
     thread_out: dict[str, Any] = {}
@@ -178,7 +185,8 @@ def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace)
         - network["second_forward_s"]
         - network["second_backward_s"],
         "ready_s": ready - began,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,  # type: ignore[no-untyped-call]
+        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,  # type: ignore[no-untyped-call]
     }
 
 
@@ -186,6 +194,7 @@ def _run_child(args: argparse.Namespace, variant: str, convs_path: Path) -> dict
     command = [sys.executable, __file__, "--child", variant, "--convs", str(convs_path)]
     command += ["--batch", str(args.batch), "--device", args.device, "--model", args.model]
     command += ["--imgsz", str(args.imgsz), "--num-classes", str(args.num_classes)]
+    command += ["--cudnn-deterministic"] if args.cudnn_deterministic else []
     try:
         done = subprocess.run(
             command, capture_output=True, text=True, timeout=args.child_timeout, check=False
@@ -249,6 +258,11 @@ def main() -> None:
     parser.add_argument("--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS))
     parser.add_argument("--rounds", type=int, default=2, help="alternating rounds of variants")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument(
+        "--cudnn-deterministic",
+        action="store_true",
+        help="every process with torch.backends.cudnn.deterministic on (cuDNN's engine choice)",
+    )
     parser.add_argument("--child-timeout", type=float, default=120.0)
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")))
     parser.add_argument("--child", help=argparse.SUPPRESS)
