@@ -75,7 +75,7 @@ import torch
 
 from lucid_yolo.models import create_model
 from network_convs import ConvConfig, network_convs
-from probe_first_conv import _forward, _sync, first_and_second_calls
+from probe_first_conv import _cudnn_version, _forward, _sync, first_and_second_calls
 
 VARIANTS = (
     "cold",
@@ -185,8 +185,8 @@ def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace)
         - network["second_forward_s"]
         - network["second_backward_s"],
         "ready_s": ready - began,
-        "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-        "cudnn_deterministic": torch.backends.cudnn.deterministic,  # type: ignore[no-untyped-call]
+        "cudnn": _cudnn_version() if device.type == "cuda" else None,
+        "cudnn_deterministic": torch.backends.cudnn.deterministic,
     }
 
 
