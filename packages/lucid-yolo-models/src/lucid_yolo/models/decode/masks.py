@@ -150,15 +150,17 @@ def resample_masks(
     inside_y, inside_x = _box_spans(boxes, ys, xs)
     flat_protos = protos.reshape(M, h * w)
     chunk = max(1, max_values // (height * max(width, w)))
+
+    def chunk_masks(start: int, end: int) -> Tensor:
+        logits = rows @ (coef[start:end] @ flat_protos).reshape(-1, h, w) @ cols_t  # (c, H, W)
+        return (logits > 0) & inside_x[start:end] & inside_y[start:end]
+
     if n <= chunk:  # one chunk, the common case: no mask buffer to fill
-        logits = rows @ (coef @ flat_protos).reshape(-1, h, w) @ cols_t
-        return (logits > 0) & inside_x & inside_y
+        return chunk_masks(0, n)
     masks = torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     for start in range(0, n, chunk):
         end = min(start + chunk, n)
-        logits = (coef[start:end] @ flat_protos).reshape(-1, h, w)
-        logits = rows @ logits @ cols_t  # (c, H, W)
-        masks[start:end] = (logits > 0) & inside_x[start:end] & inside_y[start:end]
+        masks[start:end] = chunk_masks(start, end)
     return masks
 
 
