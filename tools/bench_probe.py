@@ -12,8 +12,16 @@ command line parsed; ``setup`` (data and model ready); the sanity check's start 
 training loop's start; the first batch), seconds spent in
 validation (sanity check excluded), training images seen and the seconds they took (the fit's
 training wall time minus validation), peak reserved CUDA memory of the process, and the last
-validation metrics the module logged. Under DDP every rank runs the probe and rank 0 writes
-(its own images, and the world size, so a reader can count the global images).
+validation metrics the module logged. ``memory_marks`` says where that peak was set: the
+allocator's running peak and current reservation at the sanity check's end, after the first and
+the second training batch (the recordings), when the first validation starts and ends, and at
+the fit's end (host-side counters; no synchronisation). With ``LUCID_BENCH_MEMORY_HISTORY``
+set to a number of entries, the probe also records the allocator's history from its
+construction (before the model reaches the device) and reports, as ``memory_peaks``, the blocks
+alive at the fit's peaks of allocated and of reserved bytes by owner and allocation site
+(:func:`memory_trace.attribute`); the recording slows the fit, so its times are then void.
+Under DDP every rank runs the probe and rank 0 writes (its own images, and the world size, so a
+reader can count the global images).
 """
 
 from __future__ import annotations
@@ -31,6 +39,8 @@ PROBE_ENV = "LUCID_BENCH_PROBE"
 """Environment variable naming the JSON file the probe writes."""
 SPAWN_ENV = "LUCID_BENCH_SPAWN"
 """Environment variable holding the parent's ``time.time()`` when it started this process."""
+HISTORY_ENV = "LUCID_BENCH_MEMORY_HISTORY"
+"""Environment variable: the allocator history's entries to keep (unset: no history)."""
 
 
 class FitProbe(pl.Callback):
@@ -48,6 +58,12 @@ class FitProbe(pl.Callback):
         self.epoch_marks: list[float] = []
         self.epoch_steps: list[int] = []
         self.phases: list[dict[str, float]] = []
+        self.memory_marks: dict[str, dict[str, float]] = {}
+        self.history_entries = int(os.environ.get(HISTORY_ENV) or 0)
+        if self.history_entries and torch.cuda.is_available():
+            torch.cuda.memory._record_memory_history(
+                max_entries=self.history_entries, stacks="python"
+            )
 
     def on_train_epoch_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self.epoch_marks.append(time.time())
@@ -65,6 +81,14 @@ class FitProbe(pl.Callback):
     def _mark(self, name: str) -> None:
         self.startup_marks.setdefault(name, time.time() - self.spawned)
 
+    def _memory_mark(self, name: str) -> None:
+        """The first reading under ``name`` of the allocator's running peak and reservation."""
+        if torch.cuda.is_available() and name not in self.memory_marks:
+            self.memory_marks[name] = {
+                "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30,
+                "reserved_gib": torch.cuda.memory_reserved() / 2**30,
+            }
+
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._mark("setup")
 
@@ -73,6 +97,7 @@ class FitProbe(pl.Callback):
 
     def on_sanity_check_end(self, trainer: pl.Trainer, *_: Any) -> None:
         self._mark("sanity_check_end")
+        self._memory_mark("sanity_check_end")
 
     def on_train_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self._mark("train_start")
@@ -87,21 +112,37 @@ class FitProbe(pl.Callback):
     ) -> None:
         self.images += int(batch["images"].shape[0])
         self.steps += 1
+        if self.steps <= 2:
+            self._memory_mark(f"step_{self.steps}")
 
     def on_validation_start(self, trainer: pl.Trainer, *_: Any) -> None:
         self.val_started = time.time()
+        if not trainer.sanity_checking:
+            self._memory_mark("validation_1_start")
 
     def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if trainer.sanity_checking:
             return
+        self._memory_mark("validation_1_end")
         self.val_seconds += time.time() - self.val_started
         self.val_runs += 1
+
+    def _memory_peaks(self) -> dict[str, Any]:
+        """The recorded history attributed at the fit's peaks (no step markers: whole fit)."""
+        from memory_trace import attribute, pool_ranges
+
+        snapshot = torch.cuda.memory._snapshot()
+        trace = snapshot["device_traces"][torch.cuda.current_device()]
+        report = attribute(trace, pool_ranges(snapshot["segments"]), lambda _: False)
+        report["truncated"] = len(trace) >= self.history_entries
+        return report
 
     def on_fit_end(self, trainer: pl.Trainer, *_: Any) -> None:
         cuda = torch.cuda.is_available()
         if cuda:
             torch.cuda.synchronize()
         end = time.time()
+        self._memory_mark("fit_end")
         train_seconds = end - (self.first_batch or end) - self.val_seconds
         metrics = {
             key: float(value)
@@ -130,11 +171,14 @@ class FitProbe(pl.Callback):
             "train_steps": self.steps,
             "train_img_per_s": self.images / train_seconds if train_seconds > 0 else 0.0,
             "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else 0.0,
+            "memory_marks": self.memory_marks,
             "metrics": metrics,
             "epochs": epochs,
             "phases_ms": self.phases,
         }
         record["world_size"] = trainer.world_size
+        if self.history_entries and cuda:
+            record["memory_peaks"] = self._memory_peaks()
         path = os.environ.get(PROBE_ENV)
         if path and trainer.is_global_zero:
             Path(path).write_text(json.dumps(record, indent=2))

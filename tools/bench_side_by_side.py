@@ -17,7 +17,10 @@ of each epoch spent outside training steps.
 Every fit also keeps its per-epoch validation metrics (lucid-yolo through
 ``epoch_metrics_probe.EpochMetrics``, Ultralytics from its ``results.csv``), read back even when a
 fit is cut by ``--timeout``. ``--lucid-args`` appends flags to every lucid-yolo fit (for example
-``--model.grad_clip_norm 0``).
+``--lucid-args="--model.grad_clip_norm 0"``: with ``=``, since the value starts with dashes).
+Each lucid-yolo record's ``memory_marks`` says where its peak reserved memory was set
+(:class:`bench_probe.FitProbe`); ``--memory-history N`` adds ``memory_peaks``, the blocks alive
+at the peaks by allocation site, and voids the times (such a call's runs merge with no other).
 
 Before the first timed fit the tool warms the machine for both tools alike (``--no-warm-up`` skips
 it): one untimed process imports torch, initialises CUDA and imports both trainers, so the first
@@ -334,6 +337,8 @@ def run_one(
     env = child_environment(args)
     env.update(LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
     env["LUCID_EPOCH_METRICS"] = str(epochs_file)
+    if args.memory_history and tool != "ultralytics":
+        env["LUCID_BENCH_MEMORY_HISTORY"] = str(args.memory_history)
     if args.split_gpus:
         env["CUDA_VISIBLE_DEVICES"] = _visible_device(0 if tool == "ultralytics" else 1)
     if tool == "ultralytics":
@@ -579,6 +584,11 @@ def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, A
             earlier = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as error:
             raise SystemExit(f"--merge {path}: not a side_by_side.json ({error})") from error
+        if getattr(args, "memory_history", 0) or earlier["args"].get("memory_history", "0") != "0":
+            raise SystemExit(
+                f"--merge {path}: a run with --memory-history has void times; "
+                "merge only runs without it"
+            )
         for key in SAME_SETTINGS:
             mine, theirs = str(getattr(args, key)), earlier["args"].get(key)
             if theirs != mine:
@@ -647,6 +657,13 @@ def main() -> None:
         "--lucid-args", default="", help="extra flags for every lucid-yolo fit, one string"
     )
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per fit")
+    parser.add_argument(
+        "--memory-history",
+        type=int,
+        default=0,
+        help="lucid-yolo fits record this many allocator events and report who held the "
+        "memory at their peaks (bench_probe.FitProbe; times are then void)",
+    )
     parser.add_argument(
         "--bytecode-cache",
         type=Path,

@@ -118,6 +118,16 @@ def test_merge_refuses_an_earlier_call_with_another_batch(tmp_path: Path, tool: 
         tool.merged_runs([path], _settings())
 
 
+@pytest.mark.parametrize("history_here", [True, False])
+def test_merge_refuses_runs_whose_times_the_memory_history_voids(
+    tmp_path: Path, tool: ModuleType, history_here: bool
+) -> None:
+    earlier = _settings(memory_history=0 if history_here else 100)
+    path = _earlier_call(tmp_path / "a.json", earlier, [])
+    with pytest.raises(SystemExit, match="--memory-history has void times"):
+        tool.merged_runs([path], _settings(memory_history=100 if history_here else 0))
+
+
 def test_merge_refuses_a_file_that_is_not_a_report(tmp_path: Path, tool: ModuleType) -> None:
     path = tmp_path / "broken.json"
     path.write_text("{not json")

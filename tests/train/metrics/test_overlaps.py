@@ -85,6 +85,19 @@ def test_mask_overlaps_on_cuda_equal_the_cpu_window() -> None:
     )
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("chunk_values", [1, 2 * 80 * 80, 2**24])
+def test_mask_counts_on_cuda_in_chunks_equal_numpys(
+    chunk_values: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = torch.Generator().manual_seed(5)
+    masks = torch.rand(5, 80, 80, generator=g) > 0.4
+    monkeypatch.setattr(overlaps_module, "_CHUNK_VALUES", chunk_values)
+    counts = overlaps_module._count(masks.cuda())
+    assert counts.dtype == torch.float64
+    assert torch.equal(counts.cpu(), overlaps_module._count(masks))
+
+
 def test_box_overlaps_of_a_batch_equal_each_image_bitwise() -> None:
     g = torch.Generator().manual_seed(0)
     xy = torch.rand(3, 7, 2, generator=g) * 50

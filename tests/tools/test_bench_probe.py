@@ -1,0 +1,104 @@
+"""The benchmark's fit probe says where a fit's peak reserved memory was set."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import ModuleType, SimpleNamespace
+
+import pytest
+from tool_modules import load_tool
+
+
+@pytest.fixture
+def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
+    return load_tool("bench_probe", monkeypatch)
+
+
+def test_fit_probe_keeps_the_first_reading_of_each_memory_mark(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    allocator = {"peak": 0, "reserved": 0}
+    monkeypatch.setattr(tool.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tool.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(tool.torch.cuda, "max_memory_reserved", lambda: allocator["peak"])
+    monkeypatch.setattr(tool.torch.cuda, "memory_reserved", lambda: allocator["reserved"])
+    probe_file = tmp_path / "probe.json"
+    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
+    probe = tool.FitProbe()
+    trainer = SimpleNamespace(
+        sanity_checking=True, callback_metrics={}, world_size=1, is_global_zero=True
+    )
+    batch = {"images": SimpleNamespace(shape=(2, 3, 8, 8))}
+
+    def at(gib: float, reserved_gib: float) -> None:
+        allocator["peak"], allocator["reserved"] = int(gib * 2**30), int(reserved_gib * 2**30)
+
+    at(1.0, 1.0)
+    probe.on_validation_start(trainer)
+    probe.on_validation_end(trainer)
+    probe.on_sanity_check_end(trainer)
+    trainer.sanity_checking = False
+    for step, (peak, reserved) in enumerate([(3.0, 2.0), (3.0, 2.5), (3.5, 2.5)]):
+        at(peak, reserved)
+        probe.on_train_batch_end(trainer, None, None, batch, step)
+    for peak in (4.0, 5.0):
+        at(peak, 4.0)
+        probe.on_validation_start(trainer)
+        probe.on_validation_end(trainer)
+    at(5.0, 1.0)
+    probe.on_fit_end(trainer)
+
+    marks = json.loads(probe_file.read_text())["memory_marks"]
+    assert marks == {
+        "sanity_check_end": {"peak_reserved_gib": 1.0, "reserved_gib": 1.0},
+        "step_1": {"peak_reserved_gib": 3.0, "reserved_gib": 2.0},
+        "step_2": {"peak_reserved_gib": 3.0, "reserved_gib": 2.5},
+        "validation_1_start": {"peak_reserved_gib": 4.0, "reserved_gib": 4.0},
+        "validation_1_end": {"peak_reserved_gib": 4.0, "reserved_gib": 4.0},
+        "fit_end": {"peak_reserved_gib": 5.0, "reserved_gib": 1.0},
+    }
+
+
+def test_fit_probe_leaves_memory_marks_empty_without_cuda(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tool.torch.cuda, "is_available", lambda: False)
+    probe = tool.FitProbe()
+    probe.on_sanity_check_end(SimpleNamespace(sanity_checking=True))
+    assert probe.memory_marks == {}
+
+
+def test_fit_probe_with_a_history_reports_who_held_the_peak(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    started: list[dict[str, object]] = []
+    frames = [{"filename": "/x/lucid_yolo/train/metrics/overlaps.py", "line": 85, "name": "f"}]
+    trace = [
+        {"action": "segment_alloc", "addr": 0, "size": 4096, "stream": 0, "frames": frames},
+        {"action": "alloc", "addr": 0, "size": 3072, "stream": 0, "frames": frames},
+        {"action": "free_completed", "addr": 0, "size": 3072, "stream": 0, "frames": frames},
+    ]
+    cuda = tool.torch.cuda
+    monkeypatch.setattr(cuda, "is_available", lambda: True)
+    monkeypatch.setattr(cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(cuda, "max_memory_reserved", lambda: 4096)
+    monkeypatch.setattr(cuda, "memory_reserved", lambda: 4096)
+    monkeypatch.setattr(cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(cuda.memory, "_record_memory_history", lambda **kw: started.append(kw))
+    monkeypatch.setattr(
+        cuda.memory, "_snapshot", lambda: {"device_traces": [trace], "segments": []}
+    )
+    probe_file = tmp_path / "probe.json"
+    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
+    monkeypatch.setenv(tool.HISTORY_ENV, "3")
+    probe = tool.FitProbe()
+    assert started == [{"max_entries": 3, "stacks": "python"}]
+    trainer = SimpleNamespace(callback_metrics={}, world_size=1, is_global_zero=True)
+    probe.on_fit_end(trainer)
+
+    peaks = json.loads(probe_file.read_text())["memory_peaks"]
+    assert peaks["allocated"]["bytes"] == 3072
+    assert peaks["reserved"]["bytes"] == 4096
+    assert peaks["allocated"]["sites"][0]["site"].startswith("train/metrics/overlaps.py:85")
+    assert peaks["truncated"] is True
