@@ -128,13 +128,22 @@ class FitProbe(pl.Callback):
         self.val_runs += 1
 
     def _memory_peaks(self) -> dict[str, Any]:
-        """The recorded history attributed at the fit's peaks (no step markers: whole fit)."""
+        """The recorded history attributed at the fit's peaks (no step markers: whole fit).
+
+        A full history has lost its oldest events, and the attribution's running sums start
+        from zero, so it would name wrong peaks: then only ``truncated`` is reported, and a
+        larger ``LUCID_BENCH_MEMORY_HISTORY`` is the remedy. ``reserved_by_owner`` matches
+        segments by address, which the allocator's expandable segments (the CLI's default) do
+        not keep: read the sites, not that split.
+        """
         from memory_trace import attribute, pool_ranges
 
         snapshot = torch.cuda.memory._snapshot()
         trace = snapshot["device_traces"][torch.cuda.current_device()]
+        if len(trace) >= self.history_entries:
+            return {"truncated": True, "events": len(trace)}
         report = attribute(trace, pool_ranges(snapshot["segments"]), lambda _: False)
-        report["truncated"] = len(trace) >= self.history_entries
+        report["truncated"] = False
         return report
 
     def on_fit_end(self, trainer: pl.Trainer, *_: Any) -> None:
@@ -177,8 +186,8 @@ class FitProbe(pl.Callback):
             "phases_ms": self.phases,
         }
         record["world_size"] = trainer.world_size
-        if self.history_entries and cuda:
-            record["memory_peaks"] = self._memory_peaks()
         path = os.environ.get(PROBE_ENV)
+        if self.history_entries and cuda and trainer.is_global_zero:
+            record["memory_peaks"] = self._memory_peaks()
         if path and trainer.is_global_zero:
             Path(path).write_text(json.dumps(record, indent=2))

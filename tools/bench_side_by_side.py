@@ -337,6 +337,7 @@ def run_one(
     env = child_environment(args)
     env.update(LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
     env["LUCID_EPOCH_METRICS"] = str(epochs_file)
+    env.pop("LUCID_BENCH_MEMORY_HISTORY", None)
     if args.memory_history and tool != "ultralytics":
         env["LUCID_BENCH_MEMORY_HISTORY"] = str(args.memory_history)
     if args.split_gpus:
@@ -443,7 +444,12 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """The Markdown table of the Benchmarks page."""
     lines = [
         f"batch {args.batch}, {args.epochs} epochs, {args.imgsz} px, "
-        f"{args.images}/{args.val_images} images",
+        f"{args.images}/{args.val_images} images"
+        + (
+            "; **times void**: the lucid-yolo fits recorded the allocator's history"
+            if getattr(args, "memory_history", 0)
+            else ""
+        ),
         "",
         "| task | tool | runs | whole fit s (range) | × Ultralytics | train img/s | val s "
         "| start-up s | peak reserved GiB | mAP50-95 |",
@@ -682,6 +688,8 @@ def main() -> None:
         "--runs-dir", type=Path, default=None, help="run folders and logs (OUT/runs)"
     )
     args = parser.parse_args()
+    if args.memory_history < 0:
+        parser.error(f"--memory-history {args.memory_history}: give 0 (off) or more entries")
     args.runs_dir = args.runs_dir or args.out / "runs"
 
     import torch

@@ -91,9 +91,9 @@ def test_fit_probe_with_a_history_reports_who_held_the_peak(
     )
     probe_file = tmp_path / "probe.json"
     monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
-    monkeypatch.setenv(tool.HISTORY_ENV, "3")
+    monkeypatch.setenv(tool.HISTORY_ENV, "4")
     probe = tool.FitProbe()
-    assert started == [{"max_entries": 3, "stacks": "python"}]
+    assert started == [{"max_entries": 4, "stacks": "python"}]
     trainer = SimpleNamespace(callback_metrics={}, world_size=1, is_global_zero=True)
     probe.on_fit_end(trainer)
 
@@ -101,4 +101,10 @@ def test_fit_probe_with_a_history_reports_who_held_the_peak(
     assert peaks["allocated"]["bytes"] == 3072
     assert peaks["reserved"]["bytes"] == 4096
     assert peaks["allocated"]["sites"][0]["site"].startswith("train/metrics/overlaps.py:85")
-    assert peaks["truncated"] is True
+    assert peaks["truncated"] is False
+
+    monkeypatch.setenv(tool.HISTORY_ENV, "3")
+    full = tool.FitProbe()
+    full.history_entries = len(trace)
+    full.on_fit_end(trainer)
+    assert json.loads(probe_file.read_text())["memory_peaks"] == {"truncated": True, "events": 3}

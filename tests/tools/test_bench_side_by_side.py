@@ -167,3 +167,11 @@ def test_synthetic_set_is_rendered_once_per_set_of_counts(tmp_path: Path, tool: 
         "000000.jpg",
         "000001.jpg",
     ]
+
+
+@pytest.mark.parametrize("entries", [0, 1000])
+def test_table_says_when_the_allocator_history_voids_the_times(
+    tool: ModuleType, entries: int
+) -> None:
+    heading = tool.table([], _settings(memory_history=entries)).splitlines()[0]
+    assert ("times void" in heading) == bool(entries)

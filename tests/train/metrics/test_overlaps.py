@@ -93,9 +93,34 @@ def test_mask_counts_on_cuda_in_chunks_equal_numpys(
     g = torch.Generator().manual_seed(5)
     masks = torch.rand(5, 80, 80, generator=g) > 0.4
     monkeypatch.setattr(overlaps_module, "_CHUNK_VALUES", chunk_values)
-    counts = overlaps_module._count(masks.cuda())
+    on_device = masks.cuda()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    counts = overlaps_module._count(on_device)
+    held = torch.cuda.max_memory_allocated() - before
     assert counts.dtype == torch.float64
     assert torch.equal(counts.cpu(), overlaps_module._count(masks))
+    if chunk_values < 5 * 80 * 80:  # never a float64 copy of all five masks at once
+        assert held < 5 * 80 * 80 * 8
+
+
+@pytest.mark.parametrize("chunk_values", [2 * 64 * 48, 2**24])
+def test_mask_overlaps_over_the_whole_frame_count_predictions_in_the_product(
+    chunk_values: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    g = torch.Generator().manual_seed(6)
+    pred = torch.rand(5, 64, 48, generator=g) > 0.7
+    target = torch.rand(3, 64, 48, generator=g) > 0.5
+    target[0, 0, 0] = target[0, -1, -1] = True  # the targets span the frame: no window
+    crowd = torch.tensor([False, True, False])
+    monkeypatch.setattr(overlaps_module, "_CHUNK_VALUES", chunk_values)
+    counted = mask_overlaps(pred, target, crowd)
+    p, t = pred.reshape(5, -1).double(), target.reshape(3, -1).double()
+    inter, area_p, area_t = p @ t.T, p.sum(1), t.sum(1)
+    union = area_p[:, None] + area_t[None, :] - inter
+    expected = inter / torch.where(crowd[None, :], area_p[:, None], union)
+    assert torch.equal(counted, expected)
 
 
 def test_box_overlaps_of_a_batch_equal_each_image_bitwise() -> None:

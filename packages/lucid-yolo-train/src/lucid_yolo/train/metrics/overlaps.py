@@ -19,7 +19,7 @@ from torch import Tensor
 
 _FLOAT32_EXACT_COUNT = 2**24
 _CHUNK_VALUES = 2**24
-"""Mask pixels cast to float at once: the product and the counts never hold all masks as floats."""
+"""Mask pixels cast to float at once, in the product and in the counts (at least one mask)."""
 
 
 def box_overlaps(pred_boxes: Tensor, target_boxes: Tensor, crowd: Tensor) -> Tensor:
@@ -57,7 +57,10 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     CPU the product runs only on the bounding rectangle of all target pixels, outside which no
     intersection can occur; elsewhere it runs on the whole frame, because finding that rectangle
     means reading it back to the host, which would stall a GPU validation loop for less than the
-    product costs there (issue 11). The areas are counted on the full masks.
+    product costs there (issue 11). On the whole frame the product also counts each prediction's
+    pixels, against a row of ones beside the targets: the float copy it already made serves,
+    instead of a second pass that would cast the masks again (issue 11, memory); the same exact
+    integers either way.
 
     Args:
         pred_masks: (n, H, W) bool (or 0/1) masks at source-image resolution.
@@ -68,16 +71,20 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
         (n, m) float64 overlaps in [0, 1].
     """
     n, m = pred_masks.shape[0], target_masks.shape[0]
+    height, width = pred_masks.shape[1:]
     target_masks = target_masks.to(pred_masks.device)
-    area_p, area_t = _count(pred_masks), _count(target_masks)
+    area_t = _count(target_masks)
     window = _target_window(target_masks)
     if not (n and m and window is not None):
-        inter = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
+        inter, area_p = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device), None
     else:
         rows, cols = window
         pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
+        whole_frame = pixels == height * width
         dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
         t = target_masks[:, rows, cols].reshape(m, pixels).to(dtype)  # (m, window pixels)
+        if whole_frame:
+            t = torch.cat([t, t.new_ones(1, pixels)])
         chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
         # an ambient autocast (a bf16 validation step) would round the counts in its matmul
         with torch.autocast(pred_masks.device.type, enabled=False):
@@ -86,7 +93,10 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
                 for start in range(0, n, chunk)
             ]
         # one chunk (a trained network's few rows) needs no buffer to gather the parts in
-        inter = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)
+        counts = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)
+        inter, area_p = (counts[:, :m], counts[:, m]) if whole_frame else (counts, None)
+    if area_p is None:
+        area_p = _count(pred_masks)
     union = area_p[:, None] + area_t[None, :] - inter
     return _divide(inter, union, area_p, crowd)
 
