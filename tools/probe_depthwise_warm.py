@@ -128,6 +128,20 @@ def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
     raise ValueError(f"variant {variant!r}: not one of {', '.join(VARIANTS)}")
 
 
+def run_warm_calls(calls: list[WarmCall], batch: int, where: torch.device) -> None:
+    """Each call once, forward (and backward), channels-last under bf16 autocast, on fresh
+    modules and inputs: what it leaves behind is cuDNN's plans and compiled code."""
+    for call in calls:
+        config = call.config
+        conv = config.standalone().to(where).to(memory_format=torch.channels_last)
+        shape = (call.batch or batch, config.in_channels, config.height, config.width)
+        x = torch.rand(shape, device=where, dtype=getattr(torch, config.input_dtype))
+        x = x.to(memory_format=torch.channels_last).requires_grad_(config.input_requires_grad)
+        y = _forward(conv, x)
+        if call.backward:
+            torch.autograd.backward(y, torch.ones_like(y))
+
+
 def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -> None:
     """The thread's work: the device, then each call forward (and backward)."""
     began = time.perf_counter()
@@ -136,15 +150,7 @@ def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -
         torch.zeros(1, device=where)
         _sync(where)
         out["thread_device_s"] = time.perf_counter() - began
-        for call in calls:
-            config = call.config
-            conv = config.standalone().to(where).to(memory_format=torch.channels_last)
-            shape = (call.batch or batch, config.in_channels, config.height, config.width)
-            x = torch.rand(shape, device=where, dtype=getattr(torch, config.input_dtype))
-            x = x.to(memory_format=torch.channels_last).requires_grad_(config.input_requires_grad)
-            y = _forward(conv, x)
-            if call.backward:
-                torch.autograd.backward(y, torch.ones_like(y))
+        run_warm_calls(calls, batch, where)
         _sync(where)
     except BaseException as error:  # reported by the main thread
         out["thread_error"] = repr(error)

@@ -1,0 +1,113 @@
+"""A Lightning callback that warms cuDNN's depthwise convolutions at a fit's shapes on a thread.
+
+Why (issue 11, docs/engineering/whole-fit-speed.md, sessions 25-26): a replayed detect fit's
+first epoch is about 5 s longer than the others. In a bare network about 3.5 s of the first
+forward and backward is cuDNN compiling the channels-last depthwise convolutions' backward,
+per shape (batch included), and a thread that ran them at the fit's shapes beside Lightning's
+import spared most of it (``tools/probe_depthwise_warm.py``). Session 10's warm-up of the whole
+network on a thread beside the set-up lost 1.8 s in a fit, so whether a depthwise-only warm-up
+gains in a fit is an open question; this callback asks it in a real ``lucid-yolo fit`` without
+touching the trainer. It starts the thread at ``on_fit_start`` (the model is on its device, the
+data module knows the batch and the image size) and joins it at ``on_train_start``, so that the
+thread runs beside the sanity check, then releases the thread's cached blocks
+(``torch.cuda.empty_cache``), which the training step could not reuse (the caching allocator
+keeps a block for the stream that allocated it). The thread works on its own stream and never
+synchronises the device, only that stream: the main thread may be recording a CUDA graph
+meanwhile. Its convolutions are fresh modules on fresh inputs, so the fit's values do not change;
+cuDNN's engine choice for a shape does not depend on who asked first (heuristics, no benchmark).
+
+The shapes come from one CPU forward of a fresh network of the fit's kind at 64 px, scaled to the
+fit's size (every convolution's input is the image size over a stride of at most 32, so the
+scaled sides are exact when the size is a multiple of 64; other sizes run the CPU forward at the
+fit's size).
+
+Usage (``tools/`` on ``PYTHONPATH``; the file named by ``LUCID_DEPTHWISE_WARM`` receives
+``thread_s``, ``join_wait_s``, ``convs`` and, when the thread failed, ``thread_error``)::
+
+    python3 tools/bench_side_by_side.py --tasks detect --batch 16 --epochs 3 --tools replay \\
+        --lucid-args=--trainer.callbacks+=depthwise_warm_callback.DepthwiseWarmUp
+
+Only for bf16 mixed precision (the fits of the benchmarks): another precision records
+``skipped``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from network_convs import ConvConfig, network_convs
+from probe_depthwise_warm import run_warm_calls, warm_calls
+
+RESULT_ENV = "LUCID_DEPTHWISE_WARM"
+"""Environment variable naming the JSON file the callback writes."""
+SHAPE_SIDE = 64
+"""The image side of the CPU forward that finds the shapes (a multiple of the largest stride)."""
+
+
+def fit_configs(model: str, imgsz: int, num_classes: int) -> list[ConvConfig]:
+    """The distinct convolutions of ``model``'s training forward at ``imgsz``."""
+    if imgsz % SHAPE_SIDE:
+        return list(network_convs(model, imgsz, num_classes))
+    scale = imgsz // SHAPE_SIDE
+    return [
+        dataclasses.replace(c, height=c.height * scale, width=c.width * scale)
+        for c in network_convs(model, SHAPE_SIDE, num_classes)
+    ]
+
+
+class DepthwiseWarmUp(pl.Callback):
+    """Warms the depthwise convolutions' forward and backward at the fit's shapes beside the
+    sanity check; writes what the thread took to ``LUCID_DEPTHWISE_WARM``."""
+
+    def __init__(self) -> None:
+        self.result: dict[str, Any] = {}
+        self._thread: threading.Thread | None = None
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.precision != "bf16-mixed":
+            self.result["skipped"] = f"precision {trainer.precision}, not bf16-mixed"
+            return
+        datamodule: Any = trainer.datamodule
+        hparams = pl_module.hparams
+        work = (hparams["model"], datamodule.imgsz, hparams["num_classes"])
+        self._thread = threading.Thread(
+            target=self._warm, args=(*work, datamodule.batch_size, pl_module.device), daemon=True
+        )
+        self._thread.start()
+
+    def _warm(
+        self, model: str, imgsz: int, num_classes: int, batch: int, device: torch.device
+    ) -> None:
+        began = time.perf_counter()
+        try:
+            calls = warm_calls(fit_configs(model, imgsz, num_classes), "exact")
+            self.result["convs"] = len(calls)
+            stream = torch.cuda.Stream(device) if device.type == "cuda" else None
+            with torch.cuda.stream(stream):
+                run_warm_calls(calls, batch, device)
+            if stream is not None:
+                stream.synchronize()
+        except Exception as error:  # the fit goes on; the record says why nothing was warmed
+            self.result["thread_error"] = repr(error)
+        self.result["thread_s"] = time.perf_counter() - began
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._thread is not None:
+            began = time.perf_counter()
+            self._thread.join()
+            self.result["join_wait_s"] = time.perf_counter() - began
+            self._thread = None
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
+        path = os.environ.get(RESULT_ENV)
+        if path and trainer.is_global_zero:
+            Path(path).write_text(json.dumps(self.result, indent=2))
