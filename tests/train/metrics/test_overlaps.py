@@ -46,6 +46,16 @@ def test_mask_overlaps_crowd_divides_by_prediction_area() -> None:
     assert mask_overlaps(pred, target, torch.tensor([True])).item() == pytest.approx(6 / 8)
 
 
+@pytest.mark.parametrize(("n", "m"), [(3, 0), (0, 2), (3, 2)])
+def test_mask_overlaps_without_an_intersection_are_zeros(n: int, m: int) -> None:
+    pred = torch.ones(n, 4, 4, dtype=torch.bool)
+    target = torch.zeros(m, 4, 4, dtype=torch.bool)  # no target pixel at all
+    out = mask_overlaps(pred, target, torch.tensor([True, False][:m]))
+    assert out.dtype == torch.float64
+    assert out.shape == (n, m)
+    assert not out.any()
+
+
 def test_mask_overlaps_of_rectangles_equal_box_overlaps() -> None:
     boxes = torch.tensor([[1, 2, 9, 7], [3, 1, 8, 8], [0, 0, 4, 4]])
     masks = torch.zeros(3, 10, 10, dtype=torch.bool)

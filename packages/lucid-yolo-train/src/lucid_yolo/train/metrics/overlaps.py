@@ -73,31 +73,29 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     n, m = pred_masks.shape[0], target_masks.shape[0]
     height, width = pred_masks.shape[1:]
     target_masks = target_masks.to(pred_masks.device)
-    area_t = _count(target_masks)
     window = _target_window(target_masks)
     if not (n and m and window is not None):
-        inter, area_p = torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device), None
-    else:
-        rows, cols = window
-        pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
-        whole_frame = pixels == height * width
-        dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-        t = target_masks[:, rows, cols].reshape(m, pixels).to(dtype)  # (m, window pixels)
-        if whole_frame:
-            t = torch.cat([t, t.new_ones(1, pixels)])
-        chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
-        # an ambient autocast (a bf16 validation step) would round the counts in its matmul
-        with torch.autocast(pred_masks.device.type, enabled=False):
-            parts = [
-                pred_masks[start : start + chunk, rows, cols].reshape(-1, pixels).to(dtype) @ t.T
-                for start in range(0, n, chunk)
-            ]
-        # one chunk (a trained network's few rows) needs no buffer to gather the parts in
-        counts = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)
-        inter, area_p = (counts[:, :m], counts[:, m]) if whole_frame else (counts, None)
-    if area_p is None:
-        area_p = _count(pred_masks)
-    union = area_p[:, None] + area_t[None, :] - inter
+        # no intersection: every overlap is 0 whatever the areas (an empty denominator too)
+        return torch.zeros(n, m, dtype=torch.float64, device=pred_masks.device)
+    rows, cols = window
+    pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
+    whole_frame = pixels == height * width
+    dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
+    t = target_masks[:, rows, cols].reshape(m, pixels).to(dtype)  # (m, window pixels)
+    if whole_frame:
+        t = torch.cat([t, t.new_ones(1, pixels)])
+    chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
+    # an ambient autocast (a bf16 validation step) would round the counts in its matmul
+    with torch.autocast(pred_masks.device.type, enabled=False):
+        parts = [
+            pred_masks[start : start + chunk, rows, cols].reshape(-1, pixels).to(dtype) @ t.T
+            for start in range(0, n, chunk)
+        ]
+    # one chunk (a trained network's few rows) needs no buffer to gather the parts in
+    counts = (parts[0] if len(parts) == 1 else torch.cat(parts)).to(torch.float64)
+    inter = counts[:, :m]
+    area_p = counts[:, m] if whole_frame else _count(pred_masks)
+    union = area_p[:, None] + _count(target_masks)[None, :] - inter
     return _divide(inter, union, area_p, crowd)
 
 
