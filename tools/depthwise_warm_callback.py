@@ -9,17 +9,21 @@ network on a thread beside the set-up lost 1.8 s in a fit, so whether a depthwis
 gains in a fit is an open question; this callback asks it in a real ``lucid-yolo fit`` without
 touching the trainer. It starts the thread at ``on_fit_start`` (the model is on its device, the
 data module knows the batch and the image size) and joins it at ``on_train_start``, so that the
-thread runs beside the sanity check, then releases the thread's cached blocks
-(``torch.cuda.empty_cache``), which the training step could not reuse (the caching allocator
-keeps a block for the stream that allocated it). The thread works on its own stream and never
-synchronises the device, only that stream: the main thread may be recording a CUDA graph
-meanwhile. Its convolutions are fresh modules on fresh inputs, so the fit's values do not change;
-cuDNN's engine choice for a shape does not depend on who asked first (heuristics, no benchmark).
+thread runs beside the sanity check. The thread works on a stream of torch's pool (not one a
+replay pool took, unless 32 streams were handed out since: torch lends them in turn) on the
+fit's device, and synchronises that stream only: the main thread may be recording a CUDA graph
+meanwhile (captures are thread-local). What it frees stays cached on its stream, a few tens of
+MB the fit cannot reuse; releasing it would also release the fit's own cache and time a
+re-allocation the control fit does not pay, so the measurement keeps it. Its convolutions are
+fresh modules on inputs of ones, built without random numbers (``run_warm_calls``), and the
+shapes come from a forward on the meta device (``network_convs``): the fit's generators and
+values do not move; cuDNN's engine choice for a shape does not depend on who asked first
+(heuristics, no benchmark).
 
-The shapes come from one CPU forward of a fresh network of the fit's kind at 64 px, scaled to the
-fit's size (every convolution's input is the image size over a stride of at most 32, so the
-scaled sides are exact when the size is a multiple of 64; other sizes run the CPU forward at the
-fit's size).
+The shapes come from that forward at 64 px, scaled to the fit's size (every convolution's input
+is the image size over a stride of at most 32, so the scaled sides are exact when the size is a
+multiple of 64, as tested for a model of each task; other sizes run the forward at the fit's
+size). The convolutions run in the module's memory format.
 
 Usage (``tools/`` on ``PYTHONPATH``; the file named by ``LUCID_DEPTHWISE_WARM`` receives
 ``thread_s``, ``join_wait_s``, ``convs`` and, when the thread failed, ``thread_error``)::
@@ -64,6 +68,18 @@ def fit_configs(model: str, imgsz: int, num_classes: int) -> list[ConvConfig]:
     ]
 
 
+@dataclasses.dataclass(frozen=True)
+class WarmedFit:
+    """What the thread needs to know of the fit."""
+
+    model: str
+    imgsz: int
+    num_classes: int
+    batch: int
+    device: torch.device
+    memory_format: torch.memory_format
+
+
 class DepthwiseWarmUp(pl.Callback):
     """Warms the depthwise convolutions' forward and backward at the fit's shapes beside the
     sanity check; writes what the thread took to ``LUCID_DEPTHWISE_WARM``."""
@@ -78,25 +94,31 @@ class DepthwiseWarmUp(pl.Callback):
             return
         datamodule: Any = trainer.datamodule
         hparams = pl_module.hparams
-        work = (hparams["model"], datamodule.imgsz, hparams["num_classes"])
-        self._thread = threading.Thread(
-            target=self._warm, args=(*work, datamodule.batch_size, pl_module.device), daemon=True
+        fit = WarmedFit(
+            model=hparams["model"],
+            imgsz=datamodule.imgsz,
+            num_classes=hparams["num_classes"],
+            batch=datamodule.batch_size,
+            device=pl_module.device,
+            memory_format=getattr(pl_module, "memory_format", torch.channels_last),
         )
+        self._thread = threading.Thread(target=self._warm, args=(fit,), daemon=True)
         self._thread.start()
 
-    def _warm(
-        self, model: str, imgsz: int, num_classes: int, batch: int, device: torch.device
-    ) -> None:
+    def _warm(self, fit: WarmedFit) -> None:
         began = time.perf_counter()
         try:
-            calls = warm_calls(fit_configs(model, imgsz, num_classes), "exact")
+            calls = warm_calls(fit_configs(fit.model, fit.imgsz, fit.num_classes), "exact")
             self.result["convs"] = len(calls)
-            stream = torch.cuda.Stream(device) if device.type == "cuda" else None
-            with torch.cuda.stream(stream):
-                run_warm_calls(calls, batch, device)
-            if stream is not None:
-                stream.synchronize()
-        except Exception as error:  # the fit goes on; the record says why nothing was warmed
+            if fit.device.type == "cuda":
+                with torch.cuda.device(fit.device):
+                    stream = torch.cuda.Stream(fit.device)
+                    with torch.cuda.stream(stream):
+                        run_warm_calls(calls, fit.batch, fit.device, fit.memory_format)
+                    stream.synchronize()
+            else:
+                run_warm_calls(calls, fit.batch, fit.device, fit.memory_format)
+        except Exception as error:  # the fit goes on; the record says where the thread stopped
             self.result["thread_error"] = repr(error)
         self.result["thread_s"] = time.perf_counter() - began
 
@@ -106,8 +128,6 @@ class DepthwiseWarmUp(pl.Callback):
             self._thread.join()
             self.result["join_wait_s"] = time.perf_counter() - began
             self._thread = None
-            if torch.cuda.is_available():
-                torch.cuda.empty_cache()
         path = os.environ.get(RESULT_ENV)
         if path and trainer.is_global_zero:
             Path(path).write_text(json.dumps(self.result, indent=2))

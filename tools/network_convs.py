@@ -111,8 +111,12 @@ class ConvConfig:
             notes.append("input without grad")
         return f"{label} ({', '.join(notes)})" if notes else label
 
-    def standalone(self) -> nn.Module:
-        """A fresh module of this configuration."""
+    def standalone(self, *, initialised: bool = True) -> nn.Module:
+        """A fresh module of this configuration, on the CPU.
+
+        Without ``initialised`` the weights are left as allocated (``skip_init``): no random
+        numbers are drawn, for a caller beside a fit whose generators must not move.
+        """
         common: dict[str, Any] = {
             "kernel_size": self.kernel,
             "stride": self.stride,
@@ -121,17 +125,24 @@ class ConvConfig:
             "groups": self.groups,
             "bias": self.bias,
         }
+        kind: type[nn.Conv2d | nn.ConvTranspose2d] = nn.Conv2d
         if self.transposed:
-            return nn.ConvTranspose2d(
-                self.in_channels, self.out_channels, output_padding=self.output_padding, **common
-            )
-        return nn.Conv2d(self.in_channels, self.out_channels, **common)
+            kind, common = nn.ConvTranspose2d, {**common, "output_padding": self.output_padding}
+        if initialised:
+            return kind(self.in_channels, self.out_channels, **common)
+        return torch.nn.utils.skip_init(kind, self.in_channels, self.out_channels, **common)
 
 
 def network_convs(name: str, imgsz: int, num_classes: int) -> dict[ConvConfig, int]:
     """Every distinct convolution of ``name``'s training forward at ``imgsz``, in first-call
-    order, with how many times one forward calls it."""
-    model = create_model(name, num_classes=num_classes).train()
+    order, with how many times one forward calls it.
+
+    The forward runs on the meta device: shapes only, no arithmetic, and no random numbers
+    drawn (``seed=None`` on meta initialises nothing), so a caller on a thread beside a fit
+    leaves the fit's generators as they were.
+    """
+    with torch.device("meta"):
+        model = create_model(name, num_classes=num_classes, seed=None).train()
     counts: dict[ConvConfig, int] = {}
 
     def record(module: nn.Module, inputs: tuple[Tensor, ...], _: Tensor) -> None:
@@ -142,7 +153,7 @@ def network_convs(name: str, imgsz: int, num_classes: int) -> dict[ConvConfig, i
     convs = [m for m in model.modules() if isinstance(m, nn.Conv2d | nn.ConvTranspose2d)]
     handles = [conv.register_forward_hook(record) for conv in convs]
     # batch 2: training-mode BatchNorm refuses one value per channel at the deepest level
-    images = torch.zeros(2, 3, imgsz, imgsz)
+    images = torch.zeros(2, 3, imgsz, imgsz, device="meta")
     try:
         model(images)
     finally:

@@ -128,15 +128,21 @@ def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
     raise ValueError(f"variant {variant!r}: not one of {', '.join(VARIANTS)}")
 
 
-def run_warm_calls(calls: list[WarmCall], batch: int, where: torch.device) -> None:
-    """Each call once, forward (and backward), channels-last under bf16 autocast, on fresh
-    modules and inputs: what it leaves behind is cuDNN's plans and compiled code."""
+def run_warm_calls(
+    calls: list[WarmCall],
+    batch: int,
+    where: torch.device,
+    memory_format: torch.memory_format = torch.channels_last,
+) -> None:
+    """Each call once, forward (and backward), under bf16 autocast, on fresh modules and inputs:
+    what it leaves behind is cuDNN's plans and compiled code. No random numbers are drawn
+    (weights as allocated, inputs of ones), so a thread beside a fit leaves its generators be."""
     for call in calls:
         config = call.config
-        conv = config.standalone().to(where).to(memory_format=torch.channels_last)
+        conv = config.standalone(initialised=False).to(where).to(memory_format=memory_format)
         shape = (call.batch or batch, config.in_channels, config.height, config.width)
-        x = torch.rand(shape, device=where, dtype=getattr(torch, config.input_dtype))
-        x = x.to(memory_format=torch.channels_last).requires_grad_(config.input_requires_grad)
+        x = torch.ones(shape, device=where, dtype=getattr(torch, config.input_dtype))
+        x = x.to(memory_format=memory_format).requires_grad_(config.input_requires_grad)
         y = _forward(conv, x)
         if call.backward:
             torch.autograd.backward(y, torch.ones_like(y))

@@ -105,6 +105,5 @@ def test_fit_probe_with_a_history_reports_who_held_the_peak(
 
     monkeypatch.setenv(tool.HISTORY_ENV, "3")
     full = tool.FitProbe()
-    full.history_entries = len(trace)
     full.on_fit_end(trainer)
     assert json.loads(probe_file.read_text())["memory_peaks"] == {"truncated": True, "events": 3}

@@ -50,7 +50,7 @@ def test_mask_overlaps_crowd_divides_by_prediction_area() -> None:
 def test_mask_overlaps_without_an_intersection_are_zeros(n: int, m: int) -> None:
     pred = torch.ones(n, 4, 4, dtype=torch.bool)
     target = torch.zeros(m, 4, 4, dtype=torch.bool)  # no target pixel at all
-    out = mask_overlaps(pred, target, torch.tensor([True, False][:m]))
+    out = mask_overlaps(pred, target, torch.tensor([True, False])[:m])
     assert out.dtype == torch.float64
     assert out.shape == (n, m)
     assert not out.any()
