@@ -81,9 +81,10 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
     pixels = (rows.stop - rows.start) * (cols.stop - cols.start)
     whole_frame = pixels == height * width
     dtype = torch.float32 if pixels < _FLOAT32_EXACT_COUNT else torch.float64
-    t = target_masks[:, rows, cols].reshape(m, pixels).to(dtype)  # (m, window pixels)
-    if whole_frame:
-        t = torch.cat([t, t.new_ones(1, pixels)])
+    # (m, window pixels) targets, with the row of ones below them on the whole frame: one
+    # float buffer, the bool masks converted as they are copied in
+    t = torch.ones(m + 1 if whole_frame else m, pixels, dtype=dtype, device=pred_masks.device)
+    t[:m].copy_(target_masks[:, rows, cols].reshape(m, pixels))
     chunk = max(1, _CHUNK_VALUES // pixels)  # predictions cast to float at a time
     # an ambient autocast (a bf16 validation step) would round the counts in its matmul
     with torch.autocast(pred_masks.device.type, enabled=False):
