@@ -32,7 +32,7 @@ import torch
 from dispatch_count import DispatchCount
 from lucid_yolo.train import Evaluator, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
-from lucid_yolo.train.metrics import mean_average_precision
+from lucid_yolo.train.metrics import host_shortcuts
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -90,19 +90,15 @@ def count_operations(path: Path, task: str) -> float:
     if len(saved["batches"]) < 2:
         return float("nan")
     (warm_outputs, warm_batch), (outputs, batch) = saved["batches"][:2]
-    module = mean_average_precision
-    shortcuts = {"_cuts_unmatchable": lambda device: False}
-    kept = {name: getattr(module, name) for name in shortcuts}
+    taken = host_shortcuts.taken
+    host_shortcuts.taken = lambda device: False
     try:
-        for name, device_path in shortcuts.items():
-            setattr(module, name, device_path)
         evaluator = Evaluator(task, strides=saved["strides"], conf=0.001, max_det=300)
         evaluator.update(warm_outputs, warm_batch)
         with DispatchCount() as seen:
             evaluator.update(outputs, batch)
     finally:
-        for name, original in kept.items():
-            setattr(module, name, original)
+        host_shortcuts.taken = taken
     return sum(seen.ops.values()) / batch["images"].shape[0]
 
 

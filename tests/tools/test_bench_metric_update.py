@@ -34,6 +34,6 @@ def test_operations_are_counted_on_the_device_path_and_the_shortcuts_restored(
     args = argparse.Namespace(images=4, imgsz=64, batch=2)
     path = tmp_path / "detect.pt"
     bench.save_inputs("detect", args, path)
-    before = bench.mean_average_precision._cuts_unmatchable
+    before = bench.host_shortcuts.taken
     assert bench.count_operations(path, "detect") > 0
-    assert bench.mean_average_precision._cuts_unmatchable is before
+    assert bench.host_shortcuts.taken is before

@@ -19,6 +19,7 @@ from lucid_yolo.train.metrics import (
     ImageTargets,
     MeanAveragePrecision,
     MetricsInputError,
+    host_shortcuts,
     mean_average_precision,
     rotated_overlap,
 )
@@ -306,7 +307,7 @@ def test_mean_average_precision_every_pair_equals_the_cpu_cut(
 
     expected = MeanAveragePrecision(kinds=(kind,))
     expected.update(*records())
-    monkeypatch.setattr(mean_average_precision, "_cuts_unmatchable", lambda _: False)
+    monkeypatch.setattr(host_shortcuts, "taken", lambda _: False)
     every_pair = MeanAveragePrecision(kinds=(kind,))
     every_pair.update(*records())
     assert 0.1 < expected.compute()[f"{kind}/mAP50-95"] < 1.0
@@ -319,7 +320,7 @@ def test_mean_average_precision_every_pair_of_padded_images_equals_the_cpu_cut(
     preds, targets, ids = _padded_scene(5)
     expected = MeanAveragePrecision(max_dets={"box": 6})
     expected.update(preds, targets, image_ids=ids)
-    monkeypatch.setattr(mean_average_precision, "_cuts_unmatchable", lambda _: False)
+    monkeypatch.setattr(host_shortcuts, "taken", lambda _: False)
     every_pair = MeanAveragePrecision(max_dets={"box": 6})
     every_pair.update(preds, targets, image_ids=ids)
     assert 0.05 < expected.compute()["box/mAP50-95"] < 0.95
@@ -357,7 +358,7 @@ def test_mean_average_precision_padding_kept_equals_the_cpu_cut(
     preds, targets = _two_images(kind)
     expected = MeanAveragePrecision(kinds=(kind,))
     expected.update(preds, targets)
-    monkeypatch.setattr(mean_average_precision, "_cuts_unmatchable", lambda _: False)
+    monkeypatch.setattr(host_shortcuts, "taken", lambda _: False)
     every_row = MeanAveragePrecision(kinds=(kind,))
     every_row.update(preds, targets)
     assert every_row.compute() == expected.compute()

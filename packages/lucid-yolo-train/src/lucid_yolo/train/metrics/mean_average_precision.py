@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.replay import Telemetry, merge_telemetry
+from lucid_yolo.train.metrics import host_shortcuts
 from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets
 from lucid_yolo.train.metrics.coco_matching import match_batch
 from lucid_yolo.train.metrics.device_constants import float64_constant
@@ -404,20 +405,14 @@ class MeanAveragePrecision:
         if kind == "obb":
             p_rboxes = _require(predictions.rboxes, "BatchPredictions", kind, "rboxes")
             t_rboxes = _require(targets.rboxes, "BatchTargets", kind, "rboxes")
-            return rotated_overlaps(
-                _ordered(p_rboxes, order),
-                t_rboxes,
-                crowd,
-                pairs=possible,
-                compact=_cuts_unmatchable(possible.device),
-            )
+            return rotated_overlaps(_ordered(p_rboxes, order), t_rboxes, crowd, pairs=possible)
         B, D, G = (*predictions.scores.shape, possible.shape[2])  # D: every input row
         # masks: image by image (each at its image's size), in input order (the rows the
         # producer built masks for), then put along ``order`` with the other kinds. On the CPU
         # only the rows and columns that hold a pair are computed; elsewhere every pair is, and
         # the caller's ``where(possible, ...)`` keeps the ones that can match
         pairs = None
-        if _cuts_unmatchable(possible.device):
+        if host_shortcuts.taken(possible.device):
             pairs = possible.new_zeros((B, D, G)).scatter_(
                 1, order[..., None].expand(possible.shape), possible
             )
@@ -465,8 +460,8 @@ def _matching_order(scores: Tensor, valid: Tensor) -> Tensor:
 
 
 def _without_padding(order: Tensor, valid: Tensor) -> Tensor:
-    """Where :func:`_cuts_unmatchable`, ``order`` cut after the last image's real rows; elsewhere
-    ``order`` as it is.
+    """Where the host's shortcuts are taken (:mod:`.host_shortcuts`), ``order`` cut after the last
+    image's real rows; elsewhere ``order`` as it is.
 
     Padding rows come last in ``order`` and take part in nothing, so they can be left out of
     every later step (overlaps, matching, records), which on the CPU costs most of the work of
@@ -477,7 +472,7 @@ def _without_padding(order: Tensor, valid: Tensor) -> Tensor:
         order: (B, D) int64, each image's rows in matching order, real rows first.
         valid: (B, D) bool, real rows.
     """
-    if not _cuts_unmatchable(order.device):
+    if not host_shortcuts.taken(order.device):
         return order
     return order[:, : int(valid.sum(dim=1).max())]
 
@@ -522,7 +517,7 @@ def _require(value: _Field | None, owner: str, kind: str, name: str) -> _Field:
 def _image_overlaps(overlap: Callable[[Tensor, Tensor], Tensor], pairs: Tensor) -> Tensor:
     """(n, m) float64 overlaps of one image at ``pairs``, -1 elsewhere, computed only for the
     prediction rows and target columns that hold a pair (the CPU's path,
-    :func:`_cuts_unmatchable`).
+    :mod:`.host_shortcuts`).
 
     Args:
         overlap: ``overlap(rows, cols)``: the overlaps of those prediction rows with those
@@ -580,19 +575,6 @@ def _check_image(kind: str, pred: ImagePredictions, target: ImageTargets) -> Non
                 f"prediction keypoints are {tuple(p_kpts.shape)!r} and target keypoints "
                 f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
             )
-
-
-def _cuts_unmatchable(device: torch.device) -> bool:
-    """Whether the metric on ``device`` leaves out what cannot match before computing overlaps.
-
-    On the CPU it does, which there costs nothing to find: padding rows (:func:`_without_padding`),
-    the prediction rows and target columns of an image's masks that hold no possible pair
-    (predictions below the confidence cut or past ``max_dets``, classes no target has), and
-    rotated boxes whose circles do not meet (``rotated_overlaps``' ``compact``). Elsewhere every
-    row and pair is computed, because finding them would make the host wait for the device
-    (issue 11); the caller keeps the possible pairs. The metrics are the same either way.
-    """
-    return device.type == "cpu"
 
 
 def _lowest(classes: Tensor, valid: Tensor) -> Tensor:

@@ -17,6 +17,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from lucid_yolo.train.metrics import host_shortcuts
+
 _FLOAT32_EXACT_COUNT = 2**24
 _CHUNK_VALUES = 2**24
 """Mask pixels cast to float at once, in the product and in the counts (at least one mask)."""
@@ -54,13 +56,13 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
 
     Intersections are one matrix product of the flattened masks, a chunk of predictions at a
     time (a float copy of every prediction mask would be 4 bytes per pixel and instance). On the
-    CPU the product runs only on the bounding rectangle of all target pixels, outside which no
-    intersection can occur; elsewhere it runs on the whole frame, because finding that rectangle
-    means reading it back to the host, which would stall a GPU validation loop for less than the
-    product costs there (issue 11). On the whole frame the product also counts each prediction's
-    pixels, against a row of ones beside the targets: the float copy it already made serves,
-    instead of a second pass that would cast the masks again (issue 11, memory); the same exact
-    integers either way.
+    CPU (:mod:`.host_shortcuts`) the product runs only on the bounding rectangle of all target
+    pixels, outside which no intersection can occur; elsewhere it runs on the whole frame,
+    because finding that rectangle means reading it back to the host, which would stall a GPU
+    validation loop for less than the product costs there (issue 11). On the whole frame the
+    product also counts each prediction's pixels, against a row of ones beside the targets: the
+    float copy it already made serves, instead of a second pass that would cast the masks again
+    (issue 11, memory); the same exact integers either way.
 
     Args:
         pred_masks: (n, H, W) bool (or 0/1) masks at source-image resolution.
@@ -101,12 +103,13 @@ def mask_overlaps(pred_masks: Tensor, target_masks: Tensor, crowd: Tensor) -> Te
 
 
 def _target_window(target_masks: Tensor) -> tuple[slice, slice] | None:
-    """(rows, cols) to multiply over: the targets' bounding rectangle on the CPU, else the frame.
+    """(rows, cols) to multiply over: the targets' bounding rectangle where the host's shortcuts
+    are taken (:mod:`.host_shortcuts`), else the frame.
 
-    ``None`` when the CPU masks hold no target pixel (every intersection is 0).
+    ``None`` when the targets then hold no pixel (every intersection is 0).
     """
     height, width = target_masks.shape[1:]
-    if target_masks.device.type != "cpu":
+    if not host_shortcuts.taken(target_masks.device):
         return (slice(0, height), slice(0, width)) if height * width else None
     covered = target_masks.to(torch.bool).any(dim=0)  # (H, W) any target pixel
     rows, cols = torch.nonzero(covered.any(dim=1)), torch.nonzero(covered.any(dim=0))
@@ -116,15 +119,16 @@ def _target_window(target_masks: Tensor) -> tuple[slice, slice] | None:
 
 
 def _count(masks: Tensor) -> Tensor:
-    """(k,) float64 number of set pixels per mask (NumPy on the CPU, where it is much faster).
+    """(k,) float64 number of set pixels per mask (NumPy where the host's shortcuts are taken:
+    much faster on the CPU).
 
-    Off the CPU a few masks at a time: a sum in float64 first casts its whole input, which for
+    Otherwise a few masks at a time: a sum in float64 first casts its whole input, which for
     300 predicted masks of a 640 px image is 983 MB beside a replayed fit's graph pool (issue
     11). Each mask's count is an integer below 2**53, exact whatever the summation order.
     """
     k, pixels = masks.shape[0], masks.shape[1] * masks.shape[2]
     flat = masks.reshape(k, pixels)
-    if flat.device.type == "cpu":
+    if host_shortcuts.taken(flat.device):
         return torch.from_numpy(np.count_nonzero(flat.numpy(), axis=1).astype(np.float64))
     chunk = max(1, _CHUNK_VALUES // max(pixels, 1))
     if k <= chunk:

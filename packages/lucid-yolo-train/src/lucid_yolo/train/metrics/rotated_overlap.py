@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.models.geometry import xywhr_to_corners
+from lucid_yolo.train.metrics import host_shortcuts
 
 
 def polygon_area(vertices: Tensor, count: Tensor) -> Tensor:
@@ -109,8 +110,8 @@ def rotated_overlaps(
         crowd: (..., m) bool, crowd flag per target (intersection over the prediction's area).
         pairs: optional (..., n, m) bool, the pairs to compute (e.g. same class); default all.
         chunk: pairs clipped per pass.
-        compact: clip only the candidates (a host synchronisation off the CPU); default: on
-            the CPU only.
+        compact: clip only the candidates (a host synchronisation off the CPU); default: where
+            the host's shortcuts are taken (:mod:`.host_shortcuts`).
 
     Returns:
         (..., n, m) float64 overlaps in [0, 1].
@@ -129,7 +130,7 @@ def rotated_overlaps(
     shape = candidate.shape  # (..., n, m)
     candidate = candidate.reshape(-1)  # flat pair f: image f // (n·m), rows f // m of p
     if compact is None:
-        compact = dev.type == "cpu"
+        compact = host_shortcuts.taken(dev)
     # flat indices of the pairs to clip: the candidates, or every pair
     everything = candidate.shape[0]
     clipped = (
