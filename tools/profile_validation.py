@@ -52,6 +52,7 @@ A CPU check with small numbers:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import cProfile
 import io
 import json
@@ -347,6 +348,8 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
             enable_checkpointing=False,
         ).fit(module, data)
     trainer = pl.Trainer(**common)
+    if args.mask_scratch == "off":
+        module.evaluator.metric.mask_scratch = contextlib.nullcontext
     if args.replay_evaluation:
         # Each Trainer.validate moves the module to the CPU at its end (Strategy.teardown), and
         # the evaluation graph of the moved network is recorded again at the next pass: kept on
@@ -385,6 +388,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     profiler.disable()
     text = io.StringIO()
     pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    loan = module.replay.evaluation_loan
     return {
         "task": task,
         "images": args.images,
@@ -400,6 +404,9 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "host_syncs": syncs,
         "device_profile": on_device,
         "metrics": metrics,
+        "mask_scratch": args.mask_scratch,
+        "mask_blocks_borrowed": loan.borrowed if loan is not None else None,
+        "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "cprofile": text.getvalue(),
     }
 
@@ -427,6 +434,13 @@ def main() -> None:
         "--replay-training",
         action="store_true",
         help="train with every region replayed, as the benchmark's fits (a faster --train-epochs)",
+    )
+    parser.add_argument(
+        "--mask-scratch",
+        choices=["loan", "off"],
+        default="loan",
+        help="where the metric builds a batch's masks in a replayed fit: the graph pool's loan "
+        "(the module's default) or beside the pool (off), to time what the loan costs",
     )
     parser.add_argument(
         "--device-profile", action="store_true", help="one more pass under torch's profiler (GPU)"

@@ -395,3 +395,73 @@ def test_gpu_lent_block_is_written_again_only_after_the_callers_reads(
     assert total.item() == count
     assert reused
     loan.close()
+
+
+def test_gpu_loan_with_replays_between_serves_each_block_from_the_pool_as_graphs_replay(
+    rng_state_held: None,
+) -> None:
+    """Eager work between replays (a metric's masks after a replayed evaluation forward) borrows
+    the pool's free blocks block by block while the graphs keep replaying: nothing new is
+    reserved, its matrix products' cuBLAS workspace included, and each block's results, read
+    before it ends, have the bits of the same work outside the loan."""
+    recorder, evaluated, x = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool, replays_between=True)
+    with torch.no_grad():
+        expected = evaluated(x).flatten(1) @ evaluated(x).flatten(1).T
+    torch.cuda.synchronize()
+    reserved = torch.cuda.memory_reserved()
+    loan.open()
+    assert not recorder.pool.lent
+    sums = []
+    for _ in range(2):
+        with loan.borrowing(), torch.no_grad():
+            out = evaluated(x).flatten(1)
+            product = out @ out.T
+            pool = _pool_of(product.data_ptr())
+            sums.append(torch.equal(product, expected))
+            del out, product
+        recorder(x).square().mean().backward()  # a replay between the blocks
+        assert pool == tuple(recorder.pool.handle)
+    loan.close()
+    torch.cuda.synchronize()
+    assert sums == [True, True]
+    assert loan.borrowed == 2
+    assert recorder.telemetry.replays == 4
+    assert torch.cuda.memory_reserved() == reserved
+
+
+def test_gpu_loan_with_replays_between_raises_when_a_block_keeps_a_tensor(
+    rng_state_held: None,
+) -> None:
+    """A tensor of a borrowing block still referenced at its end sits in memory the next replay
+    writes: the block refuses to end quietly, before any replay."""
+    recorder, _, _ = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool, replays_between=True)
+    loan.open()
+    with (
+        pytest.raises(PoolLeakError, match="by a borrowing block are still alive"),
+        loan.borrowing(),
+    ):
+        kept = torch.ones(1 << 20, device="cuda")
+    assert kept.shape == (1 << 20,)
+    del kept
+    loan.close()
+
+
+def test_gpu_loan_with_replays_between_ends_quietly_after_a_capture_in_the_pool(
+    rng_state_held: None,
+) -> None:
+    """A graph recorded in the pool while the loan is open (a validation pass's first forward,
+    or its last, smaller batch) leaves blocks of the pool's own alive: not a borrower's leak."""
+    recorder, _, x = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool, replays_between=True)
+    loan.open()
+    captured = recorder.pool.graphs_captured
+    with loan.borrowing():
+        torch.ones(1 << 20, device="cuda").sum()
+    for _ in range(2):  # another signature: a native call, then its recording in the pool
+        recorder(x[:4]).square().mean().backward()
+    assert recorder.telemetry.recordings == 2
+    assert recorder.pool.graphs_captured > captured
+    loan.close()
+    assert not loan.lending

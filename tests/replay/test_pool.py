@@ -217,3 +217,35 @@ def test_scratch_loan_marks_the_pool_lent_while_it_lends() -> None:
     loan.close()
     assert not pool.lent
     assert graphs.static_outputs
+
+
+def test_scratch_loan_with_replays_between_lends_without_marking_the_pool_lent() -> None:
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool, replays_between=True)
+    loan.open()
+    assert loan.lending
+    assert not pool.lent  # its recorders keep replaying between the borrowing blocks
+    loan.close()
+    assert not loan.lending
+    assert graphs.static_outputs
+
+
+@pytest.mark.parametrize("recorded", [False, True])
+def test_scratch_loan_with_replays_between_checks_the_blocks_at_close_unless_a_graph_was_captured(
+    recorded: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 2048)})
+    readings = iter([before, after, after])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool, replays_between=True)
+    loan.open()
+    if recorded:  # a graph captured mid-pass (a new signature's): its blocks are the pool's
+        pool.graphs_captured += 1
+        loan.close()
+    else:
+        with pytest.raises(PoolLeakError, match=r"\(2048 bytes\)"):
+            loan.close()
+    assert graphs.static_outputs

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
-from lucid_yolo.models.decode import assemble_masks, box_region, resample_masks
+from lucid_yolo.models.decode import assemble_masks, box_region, resample_grid, resample_masks
+from lucid_yolo.models.exceptions import ModelError
 
 
 def _inputs(n: int = 5) -> tuple[torch.Tensor, torch.Tensor]:
@@ -70,3 +72,52 @@ def test_resample_masks_after_inference_mode_still_runs_with_gradients() -> None
     coef = torch.randn(1, 3, requires_grad=True)
     again = resample_masks(coef, protos, boxes, (21, 25), scale=1.1, pad=(0.5, 0.25))
     assert first.shape == again.shape == (1, 21, 25)
+
+
+@pytest.mark.gpu
+def test_resample_masks_on_cuda_hold_one_chunk_of_logits_beside_the_masks() -> None:
+    # a validation pass's masks sit beside a replayed fit's graph pool: the result, one chunk's
+    # float logits and its intermediate product, and no boolean temporaries of the chunk
+    g = torch.Generator().manual_seed(3)
+    n, height, width, h, w = 120, 480, 640, 160, 160
+    coef = torch.randn(n, 32, generator=g).cuda()
+    protos = torch.randn(32, h, w, generator=g).cuda()
+    boxes = torch.tensor([[40.0, 30.0, 600.0, 450.0]]).repeat(n, 1).cuda()
+    args = (coef, protos, boxes, (height, width))
+    whole = resample_masks(*args, scale=1.0, pad=(0.0, 80.0), max_values=n * height * width)
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    chunked = resample_masks(*args, scale=1.0, pad=(0.0, 80.0))
+    held = torch.cuda.max_memory_allocated() - before
+    chunk = (1 << 24) // (height * width)
+    assert chunk < n, "a test of nothing: one chunk"
+    result = n * height * width
+    logits, product, combined = (
+        4 * chunk * height * width,
+        4 * chunk * height * w,
+        4 * chunk * h * w,
+    )
+    assert held < result + logits + product + combined + (1 << 20)
+    assert torch.equal(chunked, whole)
+
+
+def test_resample_grid_is_kept_for_the_same_arguments_and_gives_the_same_masks() -> None:
+    coef, protos = _inputs()
+    boxes = torch.tensor([[10.0, 4.0, 60.0, 50.0]]).repeat(5, 1)
+    grid = resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 3.0))
+    assert resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 3.0)) is grid
+    assert resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 4.0)) is not grid
+    found = resample_masks(coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0))
+    given = resample_masks(coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0), grid=grid)
+    assert torch.equal(found, given)
+    assert found.any(), "a test of nothing: empty masks"
+    assert not found.all(), "a test of nothing: full masks"
+
+
+def test_resample_masks_rejects_a_grid_of_another_size() -> None:
+    coef, protos = _inputs()
+    boxes = torch.tensor([[10.0, 4.0, 60.0, 50.0]]).repeat(5, 1)
+    grid = resample_grid((70, 90), protos, boxes)
+    with pytest.raises(ModelError, match=r"made for 70x90 .* asked for 70x91"):
+        resample_masks(coef, protos, boxes, (70, 91), grid=grid)

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import Any
 
@@ -391,6 +393,54 @@ def test_mean_average_precision_update_batch_builds_each_image_masks_once() -> N
     metric.update_batch(batch_preds, batch_targets)
     reference.update(preds, targets)
     assert sorted(asked) == ["p0", "p1", "t0", "t1"]
+    assert metric.compute() == reference.compute()
+
+
+def test_mean_average_precision_holds_one_image_masks_at_a_time() -> None:
+    # a mask batch's images at source size are the largest tensors of a validation pass: the
+    # masks of image 0 must be gone by the time image 1's are built
+    preds, targets = _two_images("mask")
+    built: list[weakref.ref[torch.Tensor]] = []
+    alive_when_asked: list[int] = []
+
+    def masks_of(records: list[Any]) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
+        def image(i: int) -> tuple[torch.Tensor, torch.Tensor]:
+            alive_when_asked.append(sum(ref() is not None for ref in built))
+            mask = records[i].masks
+            assert mask is not None
+            fresh = mask.clone()  # a new tensor, as a producer's masks are
+            built.append(weakref.ref(fresh))
+            return fresh, torch.arange(mask.shape[0])
+
+        return image
+
+    metric = MeanAveragePrecision(kinds=("mask",))
+    metric.update_batch(
+        replace(BatchPredictions.from_images(preds), masks=masks_of(preds)),
+        replace(BatchTargets.from_images(targets), masks=masks_of(targets)),
+    )
+    # image 0: predictions, then targets (the predictions alive); image 1: the same again
+    assert alive_when_asked == [0, 1, 0, 1]
+
+
+def test_mean_average_precision_builds_a_batch_masks_inside_its_scratch() -> None:
+    preds, targets = _two_images("mask")
+    events: list[str] = []
+
+    @contextlib.contextmanager
+    def scratch() -> Iterator[None]:
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    metric = MeanAveragePrecision(kinds=("mask",), mask_scratch=scratch)
+    reference = MeanAveragePrecision(kinds=("mask",))
+    metric.update_batch(
+        replace(BatchPredictions.from_images(preds), masks=_masks_of(preds, "p", events)),
+        replace(BatchTargets.from_images(targets), masks=_masks_of(targets, "t", events)),
+    )
+    reference.update(preds, targets)
+    assert events == ["enter", "p0", "t0", "p1", "t1", "exit"]  # one scratch a batch
     assert metric.compute() == reference.compute()
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -369,11 +370,43 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
     telemetry = recorder.telemetry.as_dict()
     assert (telemetry["recordings"], telemetry["replays"]) == (1, 6)
     assert telemetry["native_calls"] == 0
-    assert replayed.module.replay.evaluation_loan is None  # the graphs take the pool's scratch
+    loan = replayed.module.replay.evaluation_loan  # lent to the metric's masks, none here
+    assert loan is not None
+    assert loan.replays_between
+    assert loan.borrowed == 0
     assert len(replayed.val_outputs) == 2 + 4
     assert replayed.val_outputs == eager.val_outputs
     assert replayed.val == eager.val
     assert replayed.digests == eager.digests
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_replayed_evaluation_builds_the_metric_masks_in_the_loan_between_its_replays(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # Segment with the evaluation replayed: after the sanity check (no training graph yet, so
+    # nothing to lend), each validated batch's masks are built in one borrowing block of the
+    # pool's loan, while the pool is never lent (the evaluation graph replays
+    # between them), and the metrics are those of a fit without the loan. On the CPU the
+    # lending is a no-op: this pins the routing; the gpu tests read the memory.
+    yaml = tiny_dataset("segment")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
+    replay = ReplayConfig(network=True, evaluation=True)
+    lent = fit_digests(yaml, "segment", "32-true", 1, replay=replay, **cpu)
+    apart = fit_digests(
+        yaml, "segment", "32-true", 1, replay=replace(replay, evaluate_in_pool=False), **cpu
+    )
+    binding = lent.module.replay
+    loan, recorder = binding.evaluation_loan, binding.evaluation
+    assert loan is not None
+    assert recorder is not None
+    assert loan.borrowed == 2 * 2  # two passes of two batches
+    assert not binding.shared_pool(torch.device("cpu")).lent
+    assert recorder.telemetry.as_dict()["replays"] == 6
+    assert apart.module.replay.evaluation_loan is None
+    assert len(lent.val) == 2
+    assert lent.val == apart.val
+    assert lent.digests == apart.digests
 
 
 def test_network_replay_evaluates_in_a_pool_of_its_own_when_told() -> None:

@@ -110,7 +110,8 @@ def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
     # check runs before any graph exists, so it borrows nothing; the six forwards after it do.
     # The forwards' outputs are compared as well as the metrics, which a fit this short leaves
     # near zero. In fp32 a segment batch's prototypes stay the forward's own tensor while the
-    # batch waits for its sizes, across the pass's next borrowed forward.
+    # batch waits for its sizes, across the pass's next borrowed forward. Segment's metric also
+    # builds each batch's masks in the loan: six more blocks.
     yaml = tiny_dataset(task)
     native = fit_digests(yaml, task, precision, 1, validate=True)
     replayed = fit_digests(yaml, task, precision, 1, replay=replay, validate=True)
@@ -118,10 +119,15 @@ def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
     native_loan = native.module.replay.evaluation_loan
     assert loan is not None
     assert native_loan is not None
-    assert (loan.borrowed, native_loan.borrowed) == (6, 0)
+    assert (loan.borrowed, native_loan.borrowed) == (6 + _MASK_BLOCKS[task], 0)
     assert not loan.lending
     assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
     _assert_same_validation_and_training(native, replayed)
+
+
+_MASK_BLOCKS = {"detect": 0, "segment": 3 * 2, "pose": 0, "obb": 0}
+"""Borrowing blocks of the metric's masks in a digested fit's passes after the sanity check:
+one a batch, three passes of two."""
 
 
 def _assert_same_validation_and_training(native: Any, replayed: Any) -> None:
@@ -172,7 +178,8 @@ def test_replayed_evaluation_gives_the_native_outputs_and_metrics(
     # replayed at every one of the eight forwards, each output equal to the native forward's.
     # In fp32 a segment batch's prototypes wait for their sizes across the next replay, which
     # rewrites the graph's outputs: the evaluator keeps its own copy. The metrics of so short a
-    # fit are near zero; the outputs' digests carry the comparison.
+    # fit are near zero; the outputs' digests carry the comparison. Segment's masks are built in
+    # the pool's loan between the replays, unless the graphs have a pool of their own.
     yaml = tiny_dataset(task)
     native = fit_digests(yaml, task, precision, 1, validate=True)
     replayed = fit_digests(yaml, task, precision, 1, replay=replay, validate=True)
@@ -183,6 +190,9 @@ def test_replayed_evaluation_gives_the_native_outputs_and_metrics(
     assert telemetry["native_calls"] == 0, telemetry
     in_pool = recorder.pool is replayed.module.replay.shared_pool(torch.device("cuda"))
     assert in_pool == replay.evaluate_in_pool
+    loan = replayed.module.replay.evaluation_loan
+    borrowed = None if loan is None else loan.borrowed
+    assert borrowed == (_MASK_BLOCKS[task] if replay.evaluate_in_pool else None)
     _assert_same_validation_and_training(native, replayed)
 
 

@@ -166,6 +166,7 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
     round-robin from a small per-device set) would be routed into that pool. An outer stream
     context restores them on every exit.
     """
+    pool.graphs_captured += 1
     collecting = gc.isenabled()
     gc.disable()
     try:

@@ -66,6 +66,9 @@ class ReplayPool:
         self.lent = False
         """Whether a :class:`ScratchLoan` lends the pool's free blocks now: its recorders then
         run native, since a replay or a recording would write blocks the borrower may hold."""
+        self.graphs_captured = 0
+        """CUDA graph captures begun in this pool (every capture counts itself), so that a loan
+        can tell the blocks a capture made during it from a borrower's."""
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -322,18 +325,30 @@ class ScratchLoan:
     Lending applies only while graphs hold the pool (:attr:`ReplayPool.holds_graphs`);
     otherwise, and on the CPU stand-in, the body runs as it is.
 
+    With ``replays_between`` the pool's graphs keep replaying while the loan is open, between
+    borrowing blocks (a replayed evaluation forward, then the metric's eager work on its
+    outputs, batch after batch): each block must then free everything it allocated before it
+    ends, because the next replay writes those blocks. :meth:`borrowing` checks that at once,
+    from the allocator's count of allocated bytes (a block that also freed older memory can
+    hide a leak of at most that size from it); :meth:`close` checks the blocks themselves, as
+    without the option, unless a graph was captured in the pool during the loan (its blocks
+    are the pool's own: a new signature's recording).
+
     Args:
         pool: the pool whose free blocks are lent.
+        replays_between: the pool's graphs may replay and record between borrowing blocks.
 
     Attributes:
         borrowed: calls that ran in the pool's blocks, over every pass (a test's evidence that
             the loan was taken).
     """
 
-    def __init__(self, pool: ReplayPool) -> None:
+    def __init__(self, pool: ReplayPool, *, replays_between: bool = False) -> None:
         self.pool = pool
+        self.replays_between = replays_between
         self.borrowed = 0
         self._before: frozenset[tuple[int, int]] | None = None
+        self._captured_at_open = 0
 
     @property
     def lending(self) -> bool:
@@ -342,23 +357,48 @@ class ScratchLoan:
 
     def open(self) -> None:
         """Start lending when graphs hold the pool (otherwise the loan stays closed); until
-        :meth:`close`, the pool's recorders run native (:attr:`ReplayPool.lent`).
+        :meth:`close`, the pool's recorders run native (:attr:`ReplayPool.lent`), unless the
+        loan was made with ``replays_between``.
 
         Each pass opens afresh: what is alive in the pool when it starts is not its own, even
         after a pass that failed before :meth:`close`.
         """
         self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
-        self.pool.lent = self._before is not None
+        self._captured_at_open = self.pool.graphs_captured
+        self.pool.lent = self._before is not None and not self.replays_between
 
     @contextlib.contextmanager
     def borrowing(self) -> Iterator[None]:
-        """Run the body on the side stream with its allocations served from the pool."""
+        """Run the body on the side stream with its allocations served from the pool.
+
+        Raises:
+            PoolLeakError: with ``replays_between``, when the body leaves more bytes allocated
+                than it found (what it allocated is still referenced).
+        """
         if self._before is None:
             yield
             return
+        checked = self.replays_between and self.pool.uses_cuda
+        allocated = self._allocated() if checked else 0
         with self.pool.side_stream_allocates_in_pool(), self.pool.side_stream():
             yield
         self.borrowed += 1
+        if checked:
+            # torch keeps a cuBLAS workspace per handle and stream: one the body made is its
+            # own allocation in the pool, dropped here like any other (the next user makes one)
+            torch._C._cuda_clearCublasWorkspaces()
+            left = self._allocated() - allocated
+            if left > 0:
+                raise PoolLeakError(
+                    f"{left} bytes allocated in the graph pool by a borrowing block are still "
+                    "alive at its end: a tensor computed there is still referenced (kept in a "
+                    "cache or a list, or returned to the caller). The pool's graphs write that "
+                    "memory when they next replay. Copy what must be kept (`.clone()` after the "
+                    "block), or create caches before it"
+                )
+
+    def _allocated(self) -> int:
+        return int(torch.cuda.memory_allocated(self.pool.device))
 
     def close(self) -> None:
         """End the loan (a no-op when it is not open).
@@ -368,6 +408,8 @@ class ScratchLoan:
         """
         before, self._before = self._before, None
         self.pool.lent = False
+        if self.replays_between and self.pool.graphs_captured != self._captured_at_open:
+            return  # a capture's blocks are the pool's; each borrowing block was checked
         if before is not None:
             self.pool._raise_if_left(
                 before,

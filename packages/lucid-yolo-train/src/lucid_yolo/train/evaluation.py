@@ -43,7 +43,9 @@ a bf16 validation step decodes and builds masks in float32 as ``predict`` and a 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -53,6 +55,7 @@ from lucid_yolo.models.decode import (
     Detections,
     decode_dense,
     decode_end2end,
+    resample_grid,
     resample_masks,
     topk_dense,
 )
@@ -100,6 +103,12 @@ class Evaluator:
         replay_matching: on a GPU, replay each batch's matching from CUDA graphs
             (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option): the same
             metrics with a few launches a batch instead of a few hundred.
+        mask_scratch: the context a batch's masks are built and scored in
+            (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option; a replayed fit
+            lends its graph pool's free blocks there). What is kept across batches is made
+            before it: the predictions' sampling tables
+            (:func:`~lucid_yolo.models.decode.resample_grid`); the targets' masks are kept on
+            the host (:class:`~lucid_yolo.train.source_mask_cache.SourceMaskCache`).
 
     OKS sigmas follow the keypoint count of the targets (COCO's for 17 points, see
     :func:`lucid_yolo.train.geometry.keypoint_ops.keypoint_sigmas`).
@@ -113,6 +122,7 @@ class Evaluator:
         conf: float,
         max_det: int,
         replay_matching: bool = False,
+        mask_scratch: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         if task not in TASK_KINDS:
             raise TrainConfigError(f"unknown task {task!r}: expected one of {sorted(TASK_KINDS)!r}")
@@ -120,7 +130,9 @@ class Evaluator:
         self.strides = tuple(strides)
         self.conf = conf
         self.max_det = max_det
-        self.metric = MeanAveragePrecision(kinds=TASK_KINDS[task], replay_matching=replay_matching)
+        self.metric = MeanAveragePrecision(
+            kinds=TASK_KINDS[task], replay_matching=replay_matching, mask_scratch=mask_scratch
+        )
         self._waiting: _WaitingForSizes | None = None
         self._source_masks = SourceMaskCache()  # kept across passes: the set does not change
 
@@ -172,6 +184,16 @@ class Evaluator:
             boxes = predictions.boxes
             assert boxes is not None  # every task's predictions have boxes
             device = boxes.device
+            grids = [
+                resample_grid(
+                    (sizes.heights[i], sizes.widths[i]),
+                    protos[i],
+                    boxes[i],
+                    scale=sizes.scale_pad[i][0],
+                    pad=sizes.scale_pad[i][1:],
+                )
+                for i in range(len(sizes.heights))
+            ]
 
             # only the rows that can pair with a target get masks (above the confidence cut,
             # of a class some target of the image has): the others' masks would never be read.
@@ -187,6 +209,7 @@ class Evaluator:
                     (sizes.heights[i], sizes.widths[i]),
                     scale=scale,
                     pad=(pad_x, pad_y),
+                    grid=grids[i],
                 )
                 return masks, rows
 

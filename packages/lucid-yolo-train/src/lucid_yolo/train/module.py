@@ -169,14 +169,15 @@ class YoloModule(pl.LightningModule):
         if self.task == "pose":
             loss_options["num_keypoints"] = kpt_shape[0]
         self.criterion = build_loss(self.task, num_classes, **loss_options)
+        self.replay = NetworkReplay(self.net, self.task, replay, self.criterion)
         self.evaluator = Evaluator(
             self.task,
             strides=self.net.strides,
             conf=val_conf,
             max_det=max_det,
             replay_matching=replay.evaluation,
+            mask_scratch=self.replay.evaluation_scratch,
         )
-        self.replay = NetworkReplay(self.net, self.task, replay, self.criterion)
         # ProgLoss progress as a device tensor, natively too: a recorded loss reads it from the
         # device, and native and replayed steps must compute the branch weight the same way.
         self.loss_progress: Tensor

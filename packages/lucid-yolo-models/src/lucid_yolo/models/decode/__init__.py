@@ -12,9 +12,11 @@ from lucid_yolo.models.decode.dense import (
     xywhr_to_distances,
 )
 from lucid_yolo.models.decode.masks import (
+    ResampleGrid,
     assemble_masks,
     box_region,
     mask_probabilities,
+    resample_grid,
     resample_masks,
 )
 from lucid_yolo.models.decode.nms import decode_nms, greedy_keep, nms, rotated_nms
@@ -42,8 +44,10 @@ __all__ = [
     "distances_to_xywhr",
     "xywhr_to_distances",
     # masks
+    "ResampleGrid",
     "assemble_masks",
     "box_region",
     "mask_probabilities",
+    "resample_grid",
     "resample_masks",
 ]

@@ -10,10 +10,13 @@ mask is placed to sub-prototype-pixel precision instead of following 4-pixel ste
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from lucid_yolo.models.exceptions import ModelError
 
 
 def box_region(boxes: Tensor, height: int, width: int, scale: float = 1.0) -> Tensor:
@@ -37,14 +40,6 @@ def box_region(boxes: Tensor, height: int, width: int, scale: float = 1.0) -> Te
 def _centres(count: int, scale: float, device: torch.device, dtype: torch.dtype) -> Tensor:
     """(count,) the centres of a grid's cells in input pixels."""
     return (torch.arange(count, device=device, dtype=dtype) + 0.5) * scale
-
-
-@functools.lru_cache(maxsize=32)
-def _kept_centres(count: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-    """:func:`_centres` of a grid in its own pixels, kept for the next image of the same size
-    (as :func:`_weights`)."""
-    with torch.inference_mode(False), torch.no_grad():
-        return _centres(count, 1.0, device, dtype)
 
 
 def _box_spans(boxes: Tensor, ys: Tensor, xs: Tensor) -> tuple[Tensor, Tensor]:
@@ -99,6 +94,44 @@ def assemble_masks(
     return (logits[0] > 0) & box_region(boxes, height, width)
 
 
+@dataclass(frozen=True)
+class ResampleGrid:
+    """The sampling tables of one output grid (:func:`resample_grid`).
+
+    Attributes:
+        rows: (H, h) bilinear weights of the grid's rows over the prototypes' rows.
+        cols_t: (w, W) the same for the columns, transposed.
+        ys: (H,) centres of the grid's rows in its own pixels.
+        xs: (W,) centres of its columns.
+    """
+
+    rows: Tensor
+    cols_t: Tensor
+    ys: Tensor
+    xs: Tensor
+
+
+def resample_grid(
+    size: tuple[int, int],
+    protos: Tensor,
+    boxes: Tensor,
+    *,
+    scale: float = 1.0,
+    pad: tuple[float, float] = (0.0, 0.0),
+) -> ResampleGrid:
+    """The tables :func:`resample_masks` samples with for these arguments.
+
+    The same object for the same arguments (callers must not modify it): the images of a data
+    set often share a size and letterbox, and building the tables is about forty kernel launches
+    an image that a GPU validation pass would otherwise pay (issue 11). A caller whose masks are
+    built where nothing may outlive the call (a replayed fit's validation, in its graph pool's
+    free blocks) makes the grids first and passes them in.
+    """
+    height, width = size
+    _, h, w = protos.shape
+    return _grid(height, width, h, w, scale, pad, protos.device, protos.dtype, boxes.dtype)
+
+
 def resample_masks(
     coef: Tensor,
     protos: Tensor,
@@ -108,6 +141,7 @@ def resample_masks(
     scale: float = 1.0,
     pad: tuple[float, float] = (0.0, 0.0),
     max_values: int = 1 << 24,
+    grid: ResampleGrid | None = None,
 ) -> Tensor:
     """Binary instance masks on a pixel grid related to the network input by an axis scaling.
 
@@ -119,7 +153,9 @@ def resample_masks(
     rounding of the crop), then thresholded at 0 (probability 0.5) and cropped to the box.
 
     Memory stays bounded for large grids: logits are resampled a few instances at a time, at
-    most ``max_values`` floats at once; the result holds one byte per pixel and instance.
+    most ``max_values`` floats at once, and each chunk is thresholded and cropped straight into
+    the result, which holds one byte per pixel and instance (no boolean temporaries beside it:
+    a validation pass's masks sit beside a replayed fit's graph pool, issue 11).
 
     Args:
         coef: (N, M) coefficients.
@@ -129,71 +165,97 @@ def resample_masks(
         scale: input pixels per grid pixel.
         pad: ``(pad_x, pad_y)`` input pixels before the grid's first column and row.
         max_values: float budget of one resampling chunk.
+        grid: :func:`resample_grid` of the same arguments, made ahead; ``None`` finds it here.
 
     Returns:
         (N, H, W) bool.
+
+    Raises:
+        ModelError: ``grid`` was made for another grid or prototype size.
     """
     M, h, w = protos.shape
     height, width = size
     n = coef.shape[0]
     if n == 0 or height == 0 or width == 0:
         return torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
-    stride = 4.0
-    rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, protos)  # (H, h)
-    cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, protos)  # (W, w)
-    cols_t = cols.T  # (w, W)
-    # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk; the
-    # grid's centres kept across images as the weights are (a validation pass on a GPU is bound
-    # by the host's launches, issue 11)
-    ys = _kept_centres(height, boxes.device, boxes.dtype)
-    xs = _kept_centres(width, boxes.device, boxes.dtype)
-    inside_y, inside_x = _box_spans(boxes, ys, xs)
+    if grid is None:
+        grid = resample_grid(size, protos, boxes, scale=scale, pad=pad)
+    elif grid.rows.shape != (height, h) or grid.cols_t.shape != (w, width):
+        raise ModelError(
+            f"the resampling grid was made for {grid.rows.shape[0]}x{grid.cols_t.shape[1]} from "
+            f"{grid.rows.shape[1]}x{grid.cols_t.shape[0]} prototypes, asked for {height}x{width} "
+            f"from {h}x{w}: make it with resample_grid and the same arguments"
+        )
+    # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk
+    inside_y, inside_x = _box_spans(boxes, grid.ys, grid.xs)
     flat_protos = protos.reshape(M, h * w)
     chunk = max(1, max_values // (height * max(width, w)))
+    masks = torch.empty(n, height, width, dtype=torch.bool, device=protos.device)
 
-    def chunk_masks(start: int, end: int) -> Tensor:
-        logits = rows @ (coef[start:end] @ flat_protos).reshape(-1, h, w) @ cols_t  # (c, H, W)
-        return (logits > 0) & inside_x[start:end] & inside_y[start:end]
+    def fill(start: int, end: int) -> None:
+        # one chunk's float logits alive at a time: they die when this returns
+        logits = grid.rows @ (coef[start:end] @ flat_protos).reshape(-1, h, w) @ grid.cols_t
+        part = masks[start:end]
+        torch.gt(logits, 0, out=part)
+        part &= inside_x[start:end]
+        part &= inside_y[start:end]
 
-    if n <= chunk:  # one chunk, the common case: no mask buffer to fill
-        return chunk_masks(0, n)
-    masks = torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     for start in range(0, n, chunk):
-        end = min(start + chunk, n)
-        masks[start:end] = chunk_masks(start, end)
+        fill(start, min(start + chunk, n))
     return masks
 
 
-def _bilinear_weights(count: int, source: int, step: float, offset: float, like: Tensor) -> Tensor:
+@functools.lru_cache(maxsize=16)
+def _grid(
+    height: int,
+    width: int,
+    h: int,
+    w: int,
+    scale: float,
+    pad: tuple[float, float],
+    device: torch.device,
+    weight_dtype: torch.dtype,
+    centre_dtype: torch.dtype,
+) -> ResampleGrid:
+    # ordinary tensors even when first asked for under inference mode (validation, predict)
+    with torch.inference_mode(False), torch.no_grad():
+        stride = 4.0
+        rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, device, weight_dtype)
+        cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, device, weight_dtype)
+        return ResampleGrid(
+            rows=rows,
+            cols_t=cols.T,
+            ys=_centres(height, 1.0, device, centre_dtype),
+            xs=_centres(width, 1.0, device, centre_dtype),
+        )
+
+
+def _bilinear_weights(
+    count: int, source: int, step: float, offset: float, device: torch.device, dtype: torch.dtype
+) -> Tensor:
     """(count, source) weights that sample ``source`` cells at the centres of ``count`` cells.
 
     Output cell ``i`` has its centre at source coordinate ``(i + 0.5) * step + offset`` (in
     source cells, edge-based); the two nearest source centres are blended linearly, and
     positions beyond the first or last centre take that centre's value (border clamping).
-
-    The same tensor for the same arguments (callers must not modify it): the images of a data
-    set often share a size and letterbox, and building the table is about twenty kernel
-    launches per image and axis that a GPU validation pass would otherwise pay (issue 11).
     """
-    return _weights(count, source, step, offset, like.device, like.dtype)
-
-
-@functools.lru_cache(maxsize=32)
-def _weights(
-    count: int, source: int, step: float, offset: float, device: torch.device, dtype: torch.dtype
-) -> Tensor:
-    # an ordinary tensor even when first asked for under inference mode (validation, predict)
-    with torch.inference_mode(False), torch.no_grad():
-        centre = (torch.arange(count, device=device, dtype=dtype) + 0.5) * step + offset
-        position = (centre - 0.5).clamp(0.0, source - 1.0)
-        low = position.floor().clamp(max=source - 1.0)
-        frac = position - low
-        low_index = low.long()
-        high_index = (low_index + 1).clamp(max=source - 1)
-        weights = torch.zeros(count, source, device=device, dtype=dtype)
-        weights.scatter_add_(1, low_index[:, None], (1.0 - frac)[:, None])
-        weights.scatter_add_(1, high_index[:, None], frac[:, None])
+    centre = (torch.arange(count, device=device, dtype=dtype) + 0.5) * step + offset
+    position = (centre - 0.5).clamp(0.0, source - 1.0)
+    low = position.floor().clamp(max=source - 1.0)
+    frac = position - low
+    low_index = low.long()
+    high_index = (low_index + 1).clamp(max=source - 1)
+    weights = torch.zeros(count, source, device=device, dtype=dtype)
+    weights.scatter_add_(1, low_index[:, None], (1.0 - frac)[:, None])
+    weights.scatter_add_(1, high_index[:, None], frac[:, None])
     return weights
 
 
-__all__ = ["assemble_masks", "box_region", "mask_probabilities", "resample_masks"]
+__all__ = [
+    "ResampleGrid",
+    "assemble_masks",
+    "box_region",
+    "mask_probabilities",
+    "resample_grid",
+    "resample_masks",
+]

@@ -38,7 +38,9 @@ Not modelled: COCO's small/medium/large area ranges (only "all" is reported, who
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Final, TypeVar
 
 import torch
@@ -83,6 +85,11 @@ class MeanAveragePrecision:
         replay_matching: on a CUDA device, replay each batch's matching from CUDA graphs
             (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`): the same matches,
             a few launches instead of a few hundred.
+        mask_scratch: the context a batch's masks are built and scored in, image by image
+            (both producers are called inside it): everything allocated there is freed before
+            it ends, so a producer that keeps device tensors makes them before (a replayed fit
+            lends its graph pool's free blocks there, :class:`~lucid_yolo.replay.ScratchLoan`,
+            since those masks are a validation pass's largest tensors).
 
     Raises:
         MetricsInputError: an unknown kind, a non-positive ``max_dets``, or an empty ``kinds``.
@@ -104,6 +111,7 @@ class MeanAveragePrecision:
         max_dets: Mapping[str, int] | None = None,
         sigmas: Sequence[float] | None = None,
         replay_matching: bool = False,
+        mask_scratch: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         unknown = [k for k in kinds if k not in KINDS]
         if unknown or not kinds:
@@ -120,6 +128,7 @@ class MeanAveragePrecision:
         self._pending: dict[str, PendingBatch] = {}
         self._lowest_classes: list[Tensor] = []
         self.replay_matching = replay_matching
+        self.mask_scratch = mask_scratch
         self._match_replays: dict[torch.device, MatchReplay] = {}
 
     @property
@@ -419,12 +428,9 @@ class MeanAveragePrecision:
         overlaps = torch.full((B, D, G), -1.0, dtype=torch.float64, device=possible.device)
         p_masks_of = _require(predictions.masks, "BatchPredictions", kind, "masks")
         t_masks_of = _require(targets.masks, "BatchTargets", kind, "masks")
-        for i in range(B):
-            (p_masks, p_rows), (t_masks, t_rows) = p_masks_of(i), t_masks_of(i)
-            p_rows, t_rows = p_rows.to(possible.device), t_rows.to(possible.device)
-            image_pairs = None if pairs is None else pairs[i][p_rows][:, t_rows]  # (r, s)
-            image = _mask_overlaps(p_masks, t_masks, crowd[i][t_rows], image_pairs)
-            overlaps[i, p_rows[:, None], t_rows[None, :]] = image.to(overlaps.device)
+        with self.mask_scratch():
+            for i in range(B):
+                _put_image_mask_overlaps(overlaps, i, p_masks_of(i), t_masks_of(i), crowd, pairs)
         return _ordered(overlaps, order)
 
     def _sigmas(self, target_keypoints: Tensor) -> Tensor:
@@ -530,6 +536,28 @@ def _image_overlaps(overlap: Callable[[Tensor, Tensor], Tensor], pairs: Tensor) 
     inner = pairs[rows][:, cols]
     out[rows[:, None], cols[None, :]] = torch.where(inner, overlap(rows, cols).cpu(), -1.0)
     return out
+
+
+def _put_image_mask_overlaps(
+    overlaps: Tensor,
+    i: int,
+    predicted: tuple[Tensor, Tensor],
+    target: tuple[Tensor, Tensor],
+    crowd: Tensor,
+    pairs: Tensor | None,
+) -> None:
+    """Write image ``i``'s mask overlaps into ``overlaps[i]`` at the rows and columns its masks
+    were built for (``predicted``, ``target``: masks and rows, :data:`ImageMasks`).
+
+    A function of its own so that the image's masks and every temporary die when it returns;
+    a loop would keep one image's masks alive while the next image's are built (two images'
+    masks at once, 235 MB beside a replayed segment fit's graph pool at 640 px, issue 11).
+    """
+    (p_masks, p_rows), (t_masks, t_rows) = predicted, target
+    p_rows, t_rows = p_rows.to(overlaps.device), t_rows.to(overlaps.device)
+    image_pairs = None if pairs is None else pairs[i][p_rows][:, t_rows]  # (r, s)
+    image = _mask_overlaps(p_masks, t_masks, crowd[i][t_rows], image_pairs)
+    overlaps[i, p_rows[:, None], t_rows[None, :]] = image.to(overlaps.device)
 
 
 def _mask_overlaps(p_masks: Tensor, t_masks: Tensor, crowd: Tensor, pairs: Tensor | None) -> Tensor:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from typing import cast
 
 import torch
@@ -75,9 +76,10 @@ class NetworkReplay:
         self.loss_recorder: RegionRecorder | None = None
         self._pool: ReplayPool | None = None
         self.evaluation_loan: ScratchLoan | None = None
-        """The step pool's free blocks lent to eager evaluation between replayed steps
-        (``config.evaluate_in_pool`` without ``config.evaluation``); ``None`` until the pool
-        exists or when turned off."""
+        """The step pool's free blocks lent to evaluation's eager work between replayed steps
+        (``config.evaluate_in_pool``): the forward without ``config.evaluation``, the metric's
+        masks always (:meth:`evaluation_scratch`); ``None`` until the pool exists or when
+        turned off."""
         self.evaluation: ForwardRecorder | None = None
         """The evaluation forward's recorder (``config.evaluation``), built on the first
         evaluation call and again when the evaluated network's parameters moved."""
@@ -161,6 +163,14 @@ class NetworkReplay:
             )
         return cast(dict[str, Tensor], recorder(raw))
 
+    def evaluation_scratch(self) -> AbstractContextManager[object]:
+        """The context of evaluation's eager work on a batch's outputs (the metric's masks):
+        the pool's free blocks while the loan is open, where a native fit's evaluation reuses
+        what its training step freed. Whatever the work allocates there is freed before it
+        ends, since the evaluation graphs replay between batches."""
+        loan = self.evaluation_loan
+        return loan.borrowing() if loan is not None else contextlib.nullcontext()
+
     def start_evaluation(self) -> None:
         """An evaluation pass starts: open the loan (eager evaluation), or forget an evaluation
         recording whose network's parameters moved since it was made (``Trainer.validate`` ends
@@ -243,8 +253,10 @@ class NetworkReplay:
         """The step's pool, made on first use, with the evaluation loan when it is on."""
         if self._pool is None:
             self._pool = ReplayPool(device)
-            if self.config.evaluate_in_pool and not self.config.evaluation:
-                self.evaluation_loan = ScratchLoan(self._pool)
+            if self.config.evaluate_in_pool:
+                self.evaluation_loan = ScratchLoan(
+                    self._pool, replays_between=self.config.evaluation
+                )
         return self._pool
 
     def _bind(self, device: torch.device) -> ReplayPool:
