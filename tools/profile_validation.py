@@ -356,6 +356,8 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         # the device, as in a fit, every timed pass replays.
         module.cpu = lambda: module  # type: ignore[method-assign]
     trainer.validate(module, data, verbose=False)
+    if cuda:  # the peak of the passes, not of the training before them
+        torch.cuda.reset_peak_memory_stats()
     plain = []
     loops = LoopClock()
     trainer.callbacks.append(loops)
@@ -405,7 +407,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         "device_profile": on_device,
         "metrics": metrics,
         "mask_scratch": args.mask_scratch,
-        "mask_blocks_borrowed": loan.borrowed if loan is not None else None,
+        "loan_blocks": loan.borrowed if loan is not None else None,
         "peak_reserved_gib": torch.cuda.max_memory_reserved() / 2**30 if cuda else None,
         "cprofile": text.getvalue(),
     }
@@ -440,7 +442,8 @@ def main() -> None:
         choices=["loan", "off"],
         default="loan",
         help="where the metric builds a batch's masks in a replayed fit: the graph pool's loan "
-        "(the module's default) or beside the pool (off), to time what the loan costs",
+        "(the module's default) or beside the pool (off), to time what the loan costs; the "
+        "report's loan_blocks counts every borrowing block (the eager forwards' too)",
     )
     parser.add_argument(
         "--device-profile", action="store_true", help="one more pass under torch's profiler (GPU)"

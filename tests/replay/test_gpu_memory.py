@@ -456,12 +456,43 @@ def test_gpu_loan_with_replays_between_ends_quietly_after_a_capture_in_the_pool(
     recorder, _, x = _replayed_with_evaluation_copy()
     loan = ScratchLoan(recorder.pool, replays_between=True)
     loan.open()
-    captured = recorder.pool.graphs_captured
+    captured = set(recorder.pool.captured_blocks)
     with loan.borrowing():
         torch.ones(1 << 20, device="cuda").sum()
     for _ in range(2):  # another signature: a native call, then its recording in the pool
         recorder(x[:4]).square().mean().backward()
     assert recorder.telemetry.recordings == 2
-    assert recorder.pool.graphs_captured > captured
+    assert recorder.pool.captured_blocks > captured
     loan.close()
     assert not loan.lending
+
+
+def test_gpu_loan_with_replays_between_sees_a_leak_beside_a_dropped_workspace(
+    rng_state_held: None,
+) -> None:
+    """The block's count of allocated bytes is taken with every cuBLAS workspace dropped on
+    both sides: the caller's stream's workspace, freed by the drop at the block's end, would
+    otherwise hide a leak up to its 32 MiB."""
+    recorder, _, _ = _replayed_with_evaluation_copy()
+    a = torch.randn(64, 64, device="cuda")
+    (a @ a).sum()  # a workspace on the caller's stream
+    loan = ScratchLoan(recorder.pool, replays_between=True)
+    loan.open()
+    with (
+        pytest.raises(PoolLeakError, match="by a borrowing block are still alive"),
+        loan.borrowing(),
+    ):
+        kept = torch.ones(1 << 20, device="cuda")  # 4 MiB
+    del kept
+    loan.close()
+
+
+def test_gpu_loan_with_replays_between_lets_the_blocks_own_error_through(
+    rng_state_held: None,
+) -> None:
+    recorder, _, _ = _replayed_with_evaluation_copy()
+    loan = ScratchLoan(recorder.pool, replays_between=True)
+    loan.open()
+    with pytest.raises(ValueError, match="the block's own"), loan.borrowing():
+        raise ValueError("the block's own")
+    loan.close()

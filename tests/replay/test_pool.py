@@ -231,21 +231,35 @@ def test_scratch_loan_with_replays_between_lends_without_marking_the_pool_lent()
     assert graphs.static_outputs
 
 
-@pytest.mark.parametrize("recorded", [False, True])
-def test_scratch_loan_with_replays_between_checks_the_blocks_at_close_unless_a_graph_was_captured(
-    recorded: bool, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("replays_between", [False, True])
+@pytest.mark.parametrize("captured", [False, True])
+def test_scratch_loan_close_leaves_out_only_the_blocks_a_capture_made(
+    captured: bool, replays_between: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 2048)})
+    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 2048), (4096, 256)})
     readings = iter([before, after, after])
     monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
     pool = ReplayPool("cpu")
     graphs = _captured(pool)
-    loan = ScratchLoan(pool, replays_between=True)
+    loan = ScratchLoan(pool, replays_between=replays_between)
     loan.open()
-    if recorded:  # a graph captured mid-pass (a new signature's): its blocks are the pool's
-        pool.graphs_captured += 1
+    if captured:  # a graph captured mid-pass (a new signature's): its block is the pool's
+        pool.captured_blocks.add((512, 2048))
+    leaked = r"1 block\(s\) .* \(256 bytes\)" if captured else r"2 block\(s\) .* \(2304 bytes\)"
+    with pytest.raises(PoolLeakError, match=leaked):
         loan.close()
-    else:
-        with pytest.raises(PoolLeakError, match=r"\(2048 bytes\)"):
-            loan.close()
     assert graphs.static_outputs
+
+
+def test_pool_notes_the_blocks_a_capture_leaves_alive_and_none_of_a_failed_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    readings = iter([frozenset({(0, 512)}), frozenset({(512, 1024), (0, 512)}), frozenset()])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    with pool.capturing():
+        pass
+    assert pool.captured_blocks == {(512, 1024)}
+    with pytest.raises(RuntimeError, match="broken"), pool.capturing():
+        raise RuntimeError("broken capture")
+    assert pool.captured_blocks == {(512, 1024)}

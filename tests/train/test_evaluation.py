@@ -9,8 +9,10 @@ as uncompressed RLEs).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from faster_coco_eval import COCO, COCOeval_faster
 from torch import Tensor
 
 from lucid_yolo.models.decode import anchor_grid
+from lucid_yolo.models.decode import masks as decode_masks
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.train import Evaluator, ReplayConfig, YoloModule, source_mask_cache
 from lucid_yolo.train.data.batch import Batch
@@ -256,6 +259,51 @@ def _validate(
         evaluator.update(outputs, batch)
         predictions += evaluator.predictions(outputs, batch)
     return evaluator.compute(), predictions
+
+
+def test_evaluator_makes_what_it_keeps_before_the_metric_scratch(tmp_path: Path) -> None:
+    # a replayed fit's scratch is the graph pool's free memory, which the next replay writes:
+    # the sampling tables, kept across batches, must be made outside it, and nothing changes
+    names = ("a", "b", "c")
+    labels = _segment_labels(tmp_path / "images", crowd=True)
+    data = YoloDataModule(
+        PreparedDataset({"train": labels, "val": labels}, names, "segment"),
+        imgsz=64,
+        batch_size=2,
+        val_batch_size=2,
+        workers=0,
+    )
+    data.setup("validate")
+
+    def tables_made() -> int:
+        return decode_masks._weights.cache_info().misses + (
+            decode_masks._kept_centres.cache_info().misses
+        )
+
+    made_inside: list[int] = []
+
+    @contextlib.contextmanager
+    def scratch() -> Iterator[None]:
+        before = tables_made()
+        yield
+        made_inside.append(tables_made() - before)
+
+    decode_masks._weights.cache_clear()
+    decode_masks._kept_centres.cache_clear()
+    scratched = Evaluator(
+        "segment", strides=(8, 16, 32), conf=0.001, max_det=300, mask_scratch=scratch
+    )
+    plain = Evaluator("segment", strides=(8, 16, 32), conf=0.001, max_det=300)
+    for batch in data.val_dataloader():
+        outputs = _oracle_outputs(batch, len(names), seed=0)
+        scratched.update(outputs, batch)
+        plain.update(outputs, batch)
+    metrics = scratched.compute()
+    assert metrics == plain.compute()
+    assert made_inside, "a test of nothing: no scratch entered"
+    assert set(made_inside) == {0}
+    assert tables_made() > 0
+    assert 0.2 < metrics["mask/mAP50-95"] < 0.9
 
 
 def test_validation_mask_map_equals_faster_coco_eval_segm_with_a_crowd(tmp_path: Path) -> None:

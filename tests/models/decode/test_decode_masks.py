@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -102,22 +104,30 @@ def test_resample_masks_on_cuda_hold_one_chunk_of_logits_beside_the_masks() -> N
     assert torch.equal(chunked, whole)
 
 
-def test_resample_grid_is_kept_for_the_same_arguments_and_gives_the_same_masks() -> None:
+def test_resample_grid_keeps_each_axis_table_and_is_what_the_masks_are_sampled_with() -> None:
     coef, protos = _inputs()
     boxes = torch.tensor([[10.0, 4.0, 60.0, 50.0]]).repeat(5, 1)
-    grid = resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 3.0))
-    assert resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 3.0)) is grid
-    assert resample_grid((70, 90), protos, boxes, scale=1.3, pad=(2.0, 4.0)) is not grid
-    found = resample_masks(coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0))
-    given = resample_masks(coef, protos, boxes, (70, 90), scale=1.3, pad=(2.0, 3.0), grid=grid)
-    assert torch.equal(found, given)
+    grid = resample_grid((70, 90), protos, scale=1.3, pad=(2.0, 3.0))
+    taller = resample_grid((80, 90), protos, scale=1.3, pad=(2.0, 3.0))
+    # the width's table kept for another height (the same storage), the height's made anew
+    assert taller.cols_t.data_ptr() == grid.cols_t.data_ptr()
+    assert taller.rows.data_ptr() != grid.rows.data_ptr()
+    args = (coef, protos, boxes, (70, 90))
+    found = resample_masks(*args, scale=1.3, pad=(2.0, 3.0))
     assert found.any(), "a test of nothing: empty masks"
-    assert not found.all(), "a test of nothing: full masks"
+    assert torch.equal(resample_masks(*args, scale=1.3, pad=(2.0, 3.0), grid=grid), found)
+    blank = replace(grid, rows=torch.zeros_like(grid.rows))  # logits 0 everywhere: no pixel > 0
+    assert not resample_masks(*args, scale=1.3, pad=(2.0, 3.0), grid=blank).any()
 
 
-def test_resample_masks_rejects_a_grid_of_another_size() -> None:
+@pytest.mark.parametrize(
+    ("size", "scale", "pad"), [((70, 91), 1.3, (2.0, 3.0)), ((70, 90), 1.2, (2.0, 3.0))]
+)
+def test_resample_masks_rejects_a_grid_made_for_other_arguments(
+    size: tuple[int, int], scale: float, pad: tuple[float, float]
+) -> None:
     coef, protos = _inputs()
     boxes = torch.tensor([[10.0, 4.0, 60.0, 50.0]]).repeat(5, 1)
-    grid = resample_grid((70, 90), protos, boxes)
-    with pytest.raises(ModelError, match=r"made for 70x90 .* asked for 70x91"):
-        resample_masks(coef, protos, boxes, (70, 91), grid=grid)
+    grid = resample_grid((70, 90), protos, scale=1.3, pad=(2.0, 3.0))
+    with pytest.raises(ModelError, match="the resampling grid was made for"):
+        resample_masks(coef, protos, boxes, size, scale=scale, pad=pad, grid=grid)

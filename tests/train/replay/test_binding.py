@@ -11,8 +11,9 @@ and ``tools/parity_matrix.py`` do.
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -382,17 +383,32 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 def test_replayed_evaluation_builds_the_metric_masks_in_the_loan_between_its_replays(
-    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Segment with the evaluation replayed: after the sanity check (no training graph yet, so
-    # nothing to lend), each validated batch's masks are built in one borrowing block of the
-    # pool's loan, while the pool is never lent (the evaluation graph replays
-    # between them), and the metrics are those of a fit without the loan. On the CPU the
-    # lending is a no-op: this pins the routing; the gpu tests read the memory.
+    # Segment with the evaluation replayed: the sanity check borrows nothing (the loan opens
+    # before any graph holds the pool); after it, each validated batch's masks are built in one
+    # borrowing block of the pool's loan, the pool never lent inside one (the evaluation graph
+    # replays between them), and the metrics are those of a fit without the loan. On the CPU
+    # the lending is a no-op: this pins the routing; the gpu tests read the memory.
+    seen: list[tuple[bool, bool]] = []
+    scratch = NetworkReplay.evaluation_scratch
+
+    @contextlib.contextmanager
+    def noting(self: NetworkReplay) -> Iterator[None]:
+        with scratch(self):
+            loan = self.evaluation_loan
+            assert loan is not None
+            seen.append((loan.lending, loan.pool.lent))
+            yield
+
+    monkeypatch.setattr(NetworkReplay, "evaluation_scratch", noting)
     yaml = tiny_dataset("segment")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
     replay = ReplayConfig(network=True, evaluation=True)
     lent = fit_digests(yaml, "segment", "32-true", 1, replay=replay, **cpu)
+    monkeypatch.undo()
     apart = fit_digests(
         yaml, "segment", "32-true", 1, replay=replace(replay, evaluate_in_pool=False), **cpu
     )
@@ -401,7 +417,8 @@ def test_replayed_evaluation_builds_the_metric_masks_in_the_loan_between_its_rep
     assert loan is not None
     assert recorder is not None
     assert loan.borrowed == 2 * 2  # two passes of two batches
-    assert not binding.shared_pool(torch.device("cpu")).lent
+    assert seen[-4:] == [(True, False)] * 4  # lending, the pool not lent
+    assert not any(pool_lent for _, pool_lent in seen)
     assert recorder.telemetry.as_dict()["replays"] == 6
     assert apart.module.replay.evaluation_loan is None
     assert len(lent.val) == 2

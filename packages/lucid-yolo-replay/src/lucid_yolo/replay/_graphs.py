@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lucid_yolo.replay._capture import capture_with_trail
 from lucid_yolo.replay._copies import copy_grouped
-from lucid_yolo.replay.pool import ReplayPool
+from lucid_yolo.replay.pool import ReplayPool, drop_cublas_workspaces
 
 _T = TypeVar("_T")
 _G = TypeVar("_G")
@@ -166,20 +166,20 @@ def cuda_capture(graph: torch.cuda.CUDAGraph, pool: ReplayPool, body: Callable[[
     round-robin from a small per-device set) would be routed into that pool. An outer stream
     context restores them on every exit.
     """
-    pool.graphs_captured += 1
     collecting = gc.isenabled()
     gc.disable()
     try:
-        torch._C._cuda_clearCublasWorkspaces()
-        # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
-        with (
-            torch.cuda.stream(pool.stream),
-            torch.cuda.graph(
-                graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
-            ),
-        ):
-            result = body()
-        torch._C._cuda_clearCublasWorkspaces()
+        drop_cublas_workspaces()
+        with pool.capturing():
+            # thread_local: the DataLoader's pin-memory thread may call cudaHostAlloc meanwhile.
+            with (
+                torch.cuda.stream(pool.stream),
+                torch.cuda.graph(
+                    graph, pool=pool.handle, stream=pool.stream, capture_error_mode="thread_local"
+                ),
+            ):
+                result = body()
+            drop_cublas_workspaces()
     except BaseException:
         # Best effort: free what the broken capture holds; the caller reports the original error.
         with contextlib.suppress(RuntimeError):

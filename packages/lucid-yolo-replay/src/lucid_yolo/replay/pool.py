@@ -66,9 +66,9 @@ class ReplayPool:
         self.lent = False
         """Whether a :class:`ScratchLoan` lends the pool's free blocks now: its recorders then
         run native, since a replay or a recording would write blocks the borrower may hold."""
-        self.graphs_captured = 0
-        """CUDA graph captures begun in this pool (every capture counts itself), so that a loan
-        can tell the blocks a capture made during it from a borrower's."""
+        self.captured_blocks: set[tuple[int, int]] = set()
+        """The blocks each capture in this pool left alive (:meth:`capturing`): the pool's own,
+        which a loan open meanwhile must not take for a borrower's."""
 
     def next_index(self) -> int:
         """Capture order for a new recording."""
@@ -206,7 +206,7 @@ class ReplayPool:
             PoolLeakError: naming ``during``, ``why`` and ``remedy``.
         """
         if self.uses_cuda:
-            torch._C._cuda_clearCublasWorkspaces()
+            drop_cublas_workspaces()
         left = self.live_blocks() - before
         if left:
             gc.collect()
@@ -281,6 +281,14 @@ class ReplayPool:
                 address += int(block["size"])
         return frozenset(live)
 
+    @contextlib.contextmanager
+    def capturing(self) -> Iterator[None]:
+        """Note the blocks a capture in the body leaves alive (:attr:`captured_blocks`; none
+        when it fails); a snapshot on either side, so only around a capture, never per step."""
+        before = self.live_blocks()
+        yield
+        self.captured_blocks |= self.live_blocks() - before
+
     def release_cached_blocks(self) -> None:
         """Hand the allocator's unused cached blocks back to the device (no-op without CUDA).
 
@@ -313,10 +321,11 @@ class ScratchLoan:
     allocated), hold nothing. Eager work that reserved memory of its own beside them would raise
     the process's peak further above a native run's, whose evaluation reuses the blocks the
     training step freed; run inside :meth:`borrowing`, it allocates from those free blocks first
-    (and grows the pool when they are too few). That is safe only while no graph of the pool
-    replays and nothing allocated during the loan outlives it, because the next replay writes
-    that memory: :meth:`open` notes the pool's live blocks and :meth:`close` raises if any
-    allocated since is still alive.
+    (and grows the pool when they are too few). That is safe only while nothing the borrower
+    allocated is alive when a graph of the pool replays, because the replay writes that memory:
+    by default no graph replays while the loan is open (below for ``replays_between``), and
+    :meth:`open` notes the pool's live blocks and :meth:`close` raises if any allocated since is
+    still alive.
 
     Each call inside :meth:`borrowing` runs on the pool's side stream, ordered after and before
     the caller's stream, which is where the pool's free blocks are (the caching allocator hands
@@ -331,8 +340,8 @@ class ScratchLoan:
     ends, because the next replay writes those blocks. :meth:`borrowing` checks that at once,
     from the allocator's count of allocated bytes (a block that also freed older memory can
     hide a leak of at most that size from it); :meth:`close` checks the blocks themselves, as
-    without the option, unless a graph was captured in the pool during the loan (its blocks
-    are the pool's own: a new signature's recording).
+    without the option, leaving out those a capture in the pool made meanwhile
+    (:attr:`ReplayPool.captured_blocks`: a new signature's recording).
 
     Args:
         pool: the pool whose free blocks are lent.
@@ -348,7 +357,6 @@ class ScratchLoan:
         self.replays_between = replays_between
         self.borrowed = 0
         self._before: frozenset[tuple[int, int]] | None = None
-        self._captured_at_open = 0
 
     @property
     def lending(self) -> bool:
@@ -364,7 +372,6 @@ class ScratchLoan:
         after a pass that failed before :meth:`close`.
         """
         self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
-        self._captured_at_open = self.pool.graphs_captured
         self.pool.lent = self._before is not None and not self.replays_between
 
     @contextlib.contextmanager
@@ -375,8 +382,8 @@ class ScratchLoan:
             PoolLeakError: with ``replays_between``, when the body leaves more bytes allocated
                 than it found (what it allocated is still referenced).
         """
-        if self._before is None:
-            yield
+        if self._before is None or not self.pool.holds_graphs:
+            yield  # routing into a pool that no graph holds would trip the allocator
             return
         checked = self.replays_between and self.pool.uses_cuda
         allocated = self._allocated() if checked else 0
@@ -384,10 +391,10 @@ class ScratchLoan:
             yield
         self.borrowed += 1
         if checked:
-            # torch keeps a cuBLAS workspace per handle and stream: one the body made is its
-            # own allocation in the pool, dropped here like any other (the next user makes one)
-            torch._C._cuda_clearCublasWorkspaces()
             left = self._allocated() - allocated
+            if left > 0:
+                gc.collect()  # a reference cycle may hold a tensor that is otherwise gone
+                left = self._allocated() - allocated
             if left > 0:
                 raise PoolLeakError(
                     f"{left} bytes allocated in the graph pool by a borrowing block are still "
@@ -398,7 +405,12 @@ class ScratchLoan:
                 )
 
     def _allocated(self) -> int:
-        return int(torch.cuda.memory_allocated(self.pool.device))
+        """Bytes allocated on the device, every cuBLAS workspace dropped first: torch keeps one
+        per handle and stream, and one made or dropped inside a block is not the block's."""
+        drop_cublas_workspaces()
+        # the nested counters: ``memory_allocated`` flattens and sorts every statistic first
+        stats = torch.cuda.memory_stats_as_nested_dict(self.pool.device)
+        return int(stats["allocated_bytes"]["all"]["current"])
 
     def close(self) -> None:
         """End the loan (a no-op when it is not open).
@@ -408,17 +420,22 @@ class ScratchLoan:
         """
         before, self._before = self._before, None
         self.pool.lent = False
-        if self.replays_between and self.pool.graphs_captured != self._captured_at_open:
-            return  # a capture's blocks are the pool's; each borrowing block was checked
         if before is not None:
             self.pool._raise_if_left(
-                before,
+                before | self.pool.captured_blocks,
                 during="work lent the pool's free blocks between replayed steps",
                 why="a tensor computed there is still referenced (kept in a cache or a list, "
                 "or returned to a caller that kept it)",
                 remedy="Copy what must be kept (`.clone()` after the borrowed call), or run that "
                 "work without the loan",
             )
+
+
+def drop_cublas_workspaces() -> None:
+    """Free the cuBLAS workspaces torch keeps per handle and stream (32 MiB each with
+    ``CUBLAS_WORKSPACE_CONFIG=:4096:8``): the next matrix product on a stream makes its own
+    again. Where torch's map is per thread, only this thread's go."""
+    torch._C._cuda_clearCublasWorkspaces()
 
 
 def _pool_segments(handle: Any) -> list[dict[str, Any]]:

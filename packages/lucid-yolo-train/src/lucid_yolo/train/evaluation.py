@@ -184,14 +184,18 @@ class Evaluator:
             boxes = predictions.boxes
             assert boxes is not None  # every task's predictions have boxes
             device = boxes.device
+            # made before the metric's scratch, since their tables are kept across batches;
+            # none for an image whose rows cannot pair (it gets no masks)
             grids = [
                 resample_grid(
                     (sizes.heights[i], sizes.widths[i]),
                     protos[i],
-                    boxes[i],
                     scale=sizes.scale_pad[i][0],
                     pad=sizes.scale_pad[i][1:],
+                    centre_dtype=boxes.dtype,
                 )
+                if bool(pairing[i].any())
+                else None
                 for i in range(len(sizes.heights))
             ]
 

@@ -539,8 +539,9 @@ class YoloModule(pl.LightningModule):
         """Take the blocks back once the pass's metrics are computed.
 
         Raises:
-            PoolLeakError: a tensor the pass's forward made is still alive in them (kept by a
-                subclass's evaluation, for example), with the option that turns the loan off.
+            PoolLeakError: a tensor the pass made in them is still alive (an eager forward's
+                output kept by a subclass's evaluation, for example), with the option that
+                turns the loan off.
         """
         if self.replay.evaluation_loan is None:
             return
@@ -548,9 +549,9 @@ class YoloModule(pl.LightningModule):
             self.replay.evaluation_loan.close()
         except PoolLeakError as error:
             raise PoolLeakError(
-                f"{error}. In lucid-yolo the evaluation forward's outputs are lent the graphs' "
-                "memory only for their pass: clone what the pass keeps, or evaluate beside the "
-                "graphs with --model.replay.evaluate_in_pool false"
+                f"{error}. In lucid-yolo an eager evaluation forward's outputs and the metric's "
+                "masks are lent the graphs' memory only for their pass: clone what the pass "
+                "keeps, or evaluate beside the graphs with --model.replay.evaluate_in_pool false"
             ) from error
 
     def _log_replay_telemetry(self) -> None:

@@ -99,12 +99,15 @@ class ResampleGrid:
     """The sampling tables of one output grid (:func:`resample_grid`).
 
     Attributes:
+        key: what it was made for (grid and prototype sizes, scale, pad, device, dtypes), which
+            :func:`resample_masks` checks against its own arguments.
         rows: (H, h) bilinear weights of the grid's rows over the prototypes' rows.
         cols_t: (w, W) the same for the columns, transposed.
         ys: (H,) centres of the grid's rows in its own pixels.
         xs: (W,) centres of its columns.
     """
 
+    key: tuple[object, ...]
     rows: Tensor
     cols_t: Tensor
     ys: Tensor
@@ -114,22 +117,31 @@ class ResampleGrid:
 def resample_grid(
     size: tuple[int, int],
     protos: Tensor,
-    boxes: Tensor,
     *,
     scale: float = 1.0,
     pad: tuple[float, float] = (0.0, 0.0),
+    centre_dtype: torch.dtype = torch.float32,
 ) -> ResampleGrid:
-    """The tables :func:`resample_masks` samples with for these arguments.
+    """The tables :func:`resample_masks` samples with for these arguments (``centre_dtype``:
+    the boxes' dtype).
 
-    The same object for the same arguments (callers must not modify it): the images of a data
-    set often share a size and letterbox, and building the tables is about forty kernel launches
-    an image that a GPU validation pass would otherwise pay (issue 11). A caller whose masks are
-    built where nothing may outlive the call (a replayed fit's validation, in its graph pool's
-    free blocks) makes the grids first and passes them in.
+    Each table is kept across calls, per axis (callers must not modify them): the images of a
+    data set often share a size, a width or a letterbox, and building a table is about twenty
+    kernel launches that a GPU validation pass would otherwise pay per image and axis (issue
+    11). A caller whose masks are built where nothing may outlive the call (a replayed fit's
+    validation, in its graph pool's free blocks) makes the grids first and passes them in.
     """
     height, width = size
     _, h, w = protos.shape
-    return _grid(height, width, h, w, scale, pad, protos.device, protos.dtype, boxes.dtype)
+    stride = 4.0
+    device, dtype = protos.device, protos.dtype
+    return ResampleGrid(
+        key=_grid_key(size, protos, scale, pad, centre_dtype),
+        rows=_weights(height, h, scale / stride, pad[1] / stride, device, dtype),
+        cols_t=_weights(width, w, scale / stride, pad[0] / stride, device, dtype).T,
+        ys=_kept_centres(height, device, centre_dtype),
+        xs=_kept_centres(width, device, centre_dtype),
+    )
 
 
 def resample_masks(
@@ -179,12 +191,12 @@ def resample_masks(
     if n == 0 or height == 0 or width == 0:
         return torch.zeros(n, height, width, dtype=torch.bool, device=protos.device)
     if grid is None:
-        grid = resample_grid(size, protos, boxes, scale=scale, pad=pad)
-    elif grid.rows.shape != (height, h) or grid.cols_t.shape != (w, width):
+        grid = resample_grid(size, protos, scale=scale, pad=pad, centre_dtype=boxes.dtype)
+    elif grid.key != _grid_key(size, protos, scale, pad, boxes.dtype):
         raise ModelError(
-            f"the resampling grid was made for {grid.rows.shape[0]}x{grid.cols_t.shape[1]} from "
-            f"{grid.rows.shape[1]}x{grid.cols_t.shape[0]} prototypes, asked for {height}x{width} "
-            f"from {h}x{w}: make it with resample_grid and the same arguments"
+            f"the resampling grid was made for {grid.key!r}, asked for "
+            f"{_grid_key(size, protos, scale, pad, boxes.dtype)!r} (grid size, prototype size, "
+            "scale, pad, device, dtypes): make it with resample_grid and the same arguments"
         )
     # the box's rows and columns once for every instance (N·(H + W) flags), not per chunk
     inside_y, inside_x = _box_spans(boxes, grid.ys, grid.xs)
@@ -205,29 +217,39 @@ def resample_masks(
     return masks
 
 
-@functools.lru_cache(maxsize=16)
-def _grid(
-    height: int,
-    width: int,
-    h: int,
-    w: int,
+def _grid_key(
+    size: tuple[int, int],
+    protos: Tensor,
     scale: float,
     pad: tuple[float, float],
-    device: torch.device,
-    weight_dtype: torch.dtype,
     centre_dtype: torch.dtype,
-) -> ResampleGrid:
-    # ordinary tensors even when first asked for under inference mode (validation, predict)
+) -> tuple[object, ...]:
+    _, h, w = protos.shape
+    return (
+        (int(size[0]), int(size[1])),
+        (h, w),
+        float(scale),
+        (float(pad[0]), float(pad[1])),
+        protos.device,
+        protos.dtype,
+        centre_dtype,
+    )
+
+
+@functools.lru_cache(maxsize=32)
+def _weights(
+    count: int, source: int, step: float, offset: float, device: torch.device, dtype: torch.dtype
+) -> Tensor:
+    # an ordinary tensor even when first asked for under inference mode (validation, predict)
     with torch.inference_mode(False), torch.no_grad():
-        stride = 4.0
-        rows = _bilinear_weights(height, h, scale / stride, pad[1] / stride, device, weight_dtype)
-        cols = _bilinear_weights(width, w, scale / stride, pad[0] / stride, device, weight_dtype)
-        return ResampleGrid(
-            rows=rows,
-            cols_t=cols.T,
-            ys=_centres(height, 1.0, device, centre_dtype),
-            xs=_centres(width, 1.0, device, centre_dtype),
-        )
+        return _bilinear_weights(count, source, step, offset, device, dtype)
+
+
+@functools.lru_cache(maxsize=32)
+def _kept_centres(count: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    """:func:`_centres` of a grid in its own pixels, kept for the next image of the same size."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _centres(count, 1.0, device, dtype)
 
 
 def _bilinear_weights(

@@ -10,8 +10,7 @@ too unless ``evaluate_in_pool`` is off. With no region enabled the network runs 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
 from typing import cast
 
 import torch
@@ -20,6 +19,7 @@ from torch import Tensor, nn
 from lucid_yolo.models import YOLO26
 from lucid_yolo.replay import (
     ForwardRecorder,
+    PoolLeakError,
     RegionRecorder,
     ReplayPool,
     RetireReason,
@@ -163,26 +163,45 @@ class NetworkReplay:
             )
         return cast(dict[str, Tensor], recorder(raw))
 
-    def evaluation_scratch(self) -> AbstractContextManager[object]:
+    @contextlib.contextmanager
+    def evaluation_scratch(self) -> Iterator[None]:
         """The context of evaluation's eager work on a batch's outputs (the metric's masks):
         the pool's free blocks while the loan is open, where a native fit's evaluation reuses
         what its training step freed. Whatever the work allocates there is freed before it
-        ends, since the evaluation graphs replay between batches."""
+        ends, since the evaluation graphs replay between batches.
+
+        Raises:
+            PoolLeakError: the work kept a tensor it made there, with the option that turns
+                the loan off.
+        """
         loan = self.evaluation_loan
-        return loan.borrowing() if loan is not None else contextlib.nullcontext()
+        if loan is None:
+            yield
+            return
+        try:
+            with loan.borrowing():
+                yield
+        except PoolLeakError as error:
+            raise PoolLeakError(
+                f"{error}. In lucid-yolo the metric builds each validation batch's masks in the "
+                "graphs' free memory and must let them go: evaluate beside the graphs with "
+                "--model.replay.evaluate_in_pool false"
+            ) from error
 
     def start_evaluation(self) -> None:
-        """An evaluation pass starts: open the loan (eager evaluation), or forget an evaluation
-        recording whose network's parameters moved since it was made (``Trainer.validate`` ends
-        by moving the module to the CPU): the pass records the moved network afresh instead of
-        retiring. Checked once a pass, where a move can happen, not at every batch."""
-        if self.evaluation_loan is not None:
-            self.evaluation_loan.open()
+        """An evaluation pass starts: forget an evaluation recording whose network's
+        parameters moved since it was made (``Trainer.validate`` ends by moving the module to
+        the CPU; the pass records the moved network afresh instead of retiring), then open the
+        loan (the eager forward's, or the metric's masks' between replays). Checked once a
+        pass, where a move can happen, not at every batch; forgotten first, so that the loan
+        sees which graphs still hold the pool."""
         recorder = self.evaluation
         if recorder is not None:
             problem = recorder.binding.check()
             if problem is not None and problem[0] is RetireReason.PARAMETER_REPLACED:
                 self._forget_evaluation()
+        if self.evaluation_loan is not None:
+            self.evaluation_loan.open()
 
     def _forget_evaluation(self) -> None:
         """Drop the evaluation recorder (its graphs go with it), keeping its counters."""
