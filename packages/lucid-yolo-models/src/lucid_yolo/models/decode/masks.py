@@ -183,7 +183,7 @@ def resample_masks(
         (N, H, W) bool.
 
     Raises:
-        ModelError: ``grid`` was made for another grid or prototype size.
+        ModelError: ``grid`` was made for other arguments (:attr:`ResampleGrid.key`).
     """
     M, h, w = protos.shape
     height, width = size
@@ -224,6 +224,7 @@ def _grid_key(
     pad: tuple[float, float],
     centre_dtype: torch.dtype,
 ) -> tuple[object, ...]:
+    """What a grid's tables depend on, so that a grid made ahead is only used where it fits."""
     _, h, w = protos.shape
     return (
         (int(size[0]), int(size[1])),
