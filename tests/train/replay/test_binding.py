@@ -371,10 +371,8 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
     telemetry = recorder.telemetry.as_dict()
     assert (telemetry["recordings"], telemetry["replays"]) == (1, 6)
     assert telemetry["native_calls"] == 0
-    loan = replayed.module.replay.evaluation_loan  # lent to the metric's masks, none here
-    assert loan is not None
-    assert loan.replays_between
-    assert loan.borrowed == 0
+    # the graphs take the pool's scratch, and a detect network has no masks to lend to
+    assert replayed.module.replay.evaluation_loan is None
     assert len(replayed.val_outputs) == 2 + 4
     assert replayed.val_outputs == eager.val_outputs
     assert replayed.val == eager.val

@@ -77,9 +77,9 @@ class NetworkReplay:
         self._pool: ReplayPool | None = None
         self.evaluation_loan: ScratchLoan | None = None
         """The step pool's free blocks lent to evaluation's eager work between replayed steps
-        (``config.evaluate_in_pool``): the forward without ``config.evaluation``, the metric's
-        masks always (:meth:`evaluation_scratch`); ``None`` until the pool exists or when
-        turned off."""
+        (``config.evaluate_in_pool``): the forward without ``config.evaluation``, a segment
+        network's masks always (:meth:`evaluation_scratch`); ``None`` until the pool exists,
+        when turned off, or with the forward replayed for a network without masks."""
         self.evaluation: ForwardRecorder | None = None
         """The evaluation forward's recorder (``config.evaluation``), built on the first
         evaluation call and again when the evaluated network's parameters moved."""
@@ -272,7 +272,10 @@ class NetworkReplay:
         """The step's pool, made on first use, with the evaluation loan when it is on."""
         if self._pool is None:
             self._pool = ReplayPool(device)
-            if self.config.evaluate_in_pool:
+            # with the forward replayed, only a segment network's masks have work to lend to;
+            # an idle loan would still read the allocator's snapshot twice a pass
+            borrower = not self.config.evaluation or self.net.protos is not None
+            if self.config.evaluate_in_pool and borrower:
                 self.evaluation_loan = ScratchLoan(
                     self._pool, replays_between=self.config.evaluation
                 )

@@ -53,9 +53,9 @@ class ReplayConfig:
             is for a subclass whose evaluation keeps the forward's outputs beyond its pass (the
             loan raises ``PoolLeakError`` at the pass's end). With ``evaluation`` the evaluation
             graphs take the pool's scratch instead, and the loan (``replays_between``) serves
-            the metric's masks only, batch by batch between the graphs' replays. Either way a
-            segment fit's metric builds and scores each batch's masks, a pass's largest
-            tensors, in the loan (issue 11, session 27).
+            a segment network's metric masks only, batch by batch between the graphs'
+            replays. Either way a segment fit's metric builds and scores each batch's masks, a
+            pass's largest tensors, in the loan (issue 11, session 27).
 
     Raises:
         TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
