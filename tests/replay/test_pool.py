@@ -263,3 +263,24 @@ def test_pool_notes_the_blocks_a_capture_leaves_alive_and_none_of_a_failed_one(
     with pytest.raises(RuntimeError, match="broken"), pool.capturing():
         raise RuntimeError("broken capture")
     assert pool.captured_blocks == {(512, 1024)}
+
+
+def test_scratch_loan_stops_lending_once_no_graph_holds_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a pass that forgets the pool's only recording (its network moved) must not route into a
+    # pool nothing holds: the allocator would assert
+    events = _count_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool, replays_between=True)
+    loan.open()
+    with loan.borrowing():
+        events.append("body")
+    del graphs
+    gc.collect()
+    with loan.borrowing():
+        events.append("body")
+    loan.close()
+    assert events == ["route", "body", "unroute", "body"]
+    assert loan.borrowed == 1

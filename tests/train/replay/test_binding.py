@@ -26,7 +26,9 @@ from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
 from lucid_yolo.models import create_model
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import (
+    PoolLeakError,
     ReplayRetiredWarning,
+    ScratchLoan,
     TensorSpec,
     first_difference,
     grads_of,
@@ -350,6 +352,41 @@ def test_evaluation_loan_follows_the_option() -> None:
     assert lent.evaluation_loan is not None
     assert lent.evaluation_loan.pool is pool
     assert kept.evaluation_loan is None
+
+
+@pytest.mark.parametrize(
+    ("model", "task", "lends"), [("yolo26n", "detect", False), ("yolo26n-seg", "segment", True)]
+)
+def test_replayed_evaluation_loan_is_made_only_for_a_network_with_masks(
+    model: str, task: str, lends: bool
+) -> None:
+    # with the forward replayed only the metric's masks borrow; an idle loan would still read
+    # the allocator's snapshot twice a pass
+    net = create_model(model, num_classes=3)
+    replay = NetworkReplay(net, task, ReplayConfig(network=True, evaluation=True))
+    replay.shared_pool(torch.device("cpu"))
+    loan = replay.evaluation_loan
+    assert (loan is not None) == lends
+    assert loan is None or loan.replays_between
+
+
+def test_evaluation_scratch_names_the_option_when_a_block_keeps_a_tensor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @contextlib.contextmanager
+    def leaking(self: ScratchLoan) -> Iterator[None]:
+        yield
+        raise PoolLeakError("1 bytes allocated in the graph pool by a borrowing block")
+
+    monkeypatch.setattr(ScratchLoan, "borrowing", leaking)
+    net = create_model("yolo26n-seg", num_classes=3)
+    replay = NetworkReplay(net, "segment", ReplayConfig(network=True, evaluation=True))
+    replay.shared_pool(torch.device("cpu"))
+    with (
+        pytest.raises(PoolLeakError, match="evaluate_in_pool false"),
+        replay.evaluation_scratch(),
+    ):
+        pass
 
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
