@@ -376,7 +376,7 @@ def test_evaluation_scratch_names_the_option_when_a_block_keeps_a_tensor(
     @contextlib.contextmanager
     def leaking(self: ScratchLoan) -> Iterator[None]:
         yield
-        raise PoolLeakError("1 bytes allocated in the graph pool by a borrowing block")
+        raise PoolLeakError("1 block(s) allocated during a borrowing block in the graph pool")
 
     monkeypatch.setattr(ScratchLoan, "borrowing", leaking)
     net = create_model("yolo26n-seg", num_classes=3)

@@ -337,10 +337,11 @@ class ScratchLoan:
     With ``replays_between`` the pool's graphs keep replaying while the loan is open, between
     borrowing blocks (a replayed evaluation forward, then the metric's eager work on its
     outputs, batch after batch): each block must then free everything it allocated before it
-    ends, because the next replay writes those blocks. :meth:`borrowing` checks that at once,
-    from the allocator's count of allocated bytes (a block that also freed older memory can
-    hide a leak of at most that size from it); :meth:`close` checks the blocks themselves, as
-    without the option, leaving out those a capture in the pool made meanwhile
+    ends, because the next replay writes those blocks. :meth:`borrowing` checks that at once:
+    the allocator's count of allocated bytes on either side, and the pool's blocks when the
+    count has grown (a block that also freed older memory can hide a leak of at most that size
+    from the count); :meth:`close` checks the blocks themselves, as without the option. Both
+    leave out the blocks a capture in the pool made meanwhile
     (:attr:`ReplayPool.captured_blocks`: a new signature's recording).
 
     Args:
@@ -378,9 +379,14 @@ class ScratchLoan:
     def borrowing(self) -> Iterator[None]:
         """Run the body on the side stream with its allocations served from the pool.
 
+        With ``replays_between`` the allocator's count of allocated bytes is read on either
+        side, which costs nothing; only when the body left more than it found are the pool's
+        blocks compared with the loan's start (a memory snapshot, after a cycle collection): a
+        count alone would let the collection's freeing of older garbage hide the leak.
+
         Raises:
-            PoolLeakError: with ``replays_between``, when the body leaves more bytes allocated
-                than it found (what it allocated is still referenced).
+            PoolLeakError: with ``replays_between``, when a block the body allocated in the pool
+                is still alive at its end (what it allocated is still referenced).
         """
         if self._before is None or not self.pool.holds_graphs:
             yield  # routing into a pool that no graph holds would trip the allocator
@@ -390,19 +396,15 @@ class ScratchLoan:
         with self.pool.side_stream_allocates_in_pool(), self.pool.side_stream():
             yield
         self.borrowed += 1
-        if checked:
-            left = self._allocated() - allocated
-            if left > 0:
-                gc.collect()  # a reference cycle may hold a tensor that is otherwise gone
-                left = self._allocated() - allocated
-            if left > 0:
-                raise PoolLeakError(
-                    f"{left} bytes allocated in the graph pool by a borrowing block are still "
-                    "alive at its end: a tensor computed there is still referenced (kept in a "
-                    "cache or a list, or returned to the caller). The pool's graphs write that "
-                    "memory when they next replay. Copy what must be kept (`.clone()` after the "
-                    "block), or create caches before it"
-                )
+        if checked and self._allocated() > allocated and self._before is not None:
+            self.pool._raise_if_left(
+                self._before | self.pool.captured_blocks,
+                during="a borrowing block",
+                why="a tensor computed there is still referenced at the block's end (kept in a "
+                "cache or a list, or returned to the caller)",
+                remedy="Copy what must be kept (`.clone()` after the block), or create caches "
+                "before it",
+            )
 
     def _allocated(self) -> int:
         """Bytes allocated on the device, every cuBLAS workspace dropped first: torch keeps one
