@@ -22,6 +22,13 @@ Each lucid-yolo record's ``memory_marks`` says where its peak reserved memory wa
 (:class:`bench_probe.FitProbe`); ``--memory-history N`` adds ``memory_peaks``, the blocks alive
 at the peaks by allocation site, and voids the times (such a call's runs merge with no other).
 
+``--own-environments DIR`` runs each tool from a virtual environment of its own dependency
+closure (``dependency_closure.py``: lucid-yolo's packages' requirements, or Ultralytics'), linked
+from the machine's installed libraries, as a user who installs the tool into a fresh environment
+would have it: the GPU image's other libraries (transformers, scipy, torchvision, which
+torchmetrics imports whenever it finds them) no longer load into either tool's process. Each
+environment's record (distributions, versions, what was missing) goes into the report.
+
 Before the first timed fit the tool warms the machine for both tools alike (``--no-warm-up`` skips
 it): one untimed process imports torch, initialises CUDA and imports both trainers, so the first
 fit of a call does not pay alone for reading the libraries from a cold disk. With
@@ -65,6 +72,8 @@ from pathlib import Path
 from typing import Any
 
 TOOLS_DIR = Path(__file__).resolve().parent
+SOURCES = sorted((TOOLS_DIR.parent / "packages").glob("*/src"))
+"""lucid-yolo's packages, run from source."""
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 REPLAY_FLAGS = [
     "--model.replay.network=true",
@@ -220,7 +229,7 @@ def _lucid_command(
     task: str, tool: str, data: Path, args: argparse.Namespace, run_dir: Path
 ) -> list[str]:
     command = [
-        sys.executable, "-m", "lucid_yolo.cli", "fit",
+        tool_python(tool, args), "-m", "lucid_yolo.cli", "fit",
         *lucid_fit_arguments(
             task, data, run_dir, batch=args.batch, imgsz=args.imgsz, epochs=args.epochs,
             replay=tool == "replay", cpu=args.device == "cpu",
@@ -280,10 +289,45 @@ def _epoch_metrics(task: str, tool: str, run_dir: Path, epochs_file: Path) -> li
     return rows
 
 
-def child_environment(args: argparse.Namespace) -> dict[str, str]:
-    """The environment of every process the tool starts: tools on the path, the bytecode cache."""
+ENVIRONMENTS = {"ultralytics": "ultralytics", "replay": "lucid", "native": "lucid"}
+"""The dependency closure each tool runs in under ``--own-environments``."""
+
+
+def own_environments(tools: list[str], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Build the closure environment of every tool of the run; their records by name."""
+    from dependency_closure import environment_for
+
+    substitutes = dict(text.split("=", 1) for text in args.substitute)
+    records: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(ENVIRONMENTS[tool] for tool in tools):
+        roots, projects = (
+            (["ultralytics"], [])
+            if name == "ultralytics"
+            else ([], [source.parent for source in SOURCES])
+        )
+        records[name] = environment_for(args.own_environments / name, roots, projects, substitutes)
+    return records
+
+
+def tool_python(tool: str, args: argparse.Namespace) -> str:
+    """The interpreter a tool's processes run: its own environment's, or this one."""
+    if args.own_environments is None:
+        return sys.executable
+    return str(args.environments[ENVIRONMENTS[tool]]["python"])
+
+
+def child_environment(args: argparse.Namespace, tool: str) -> dict[str, str]:
+    """The environment of a tool's processes: tools on the path, the bytecode cache.
+
+    In a tool's own environment the path holds only the tools and, for lucid-yolo, its sources:
+    nothing of the libraries this process found through ``PYTHONPATH``.
+    """
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), env.get("PYTHONPATH")]))
+    if args.own_environments is None:
+        inherited = [env.get("PYTHONPATH", "")]
+    else:
+        inherited = [] if tool == "ultralytics" else [str(source) for source in SOURCES]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(TOOLS_DIR), *inherited]))
     if args.bytecode_cache is not None:
         env["PYTHONPYCACHEPREFIX"] = str(args.bytecode_cache)
         env.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -307,21 +351,42 @@ def warm_up(tools: list[str], args: argparse.Namespace) -> float:
     cache.
     """
     started = time.time()
-    env = child_environment(args)
-    if args.bytecode_cache is not None:
-        paths = subprocess.run(
-            [sys.executable, "-c", "import sys; print('\\n'.join(sys.path))"],
-            env=env, capture_output=True, text=True, check=True,
-        ).stdout.split()  # fmt: skip
-        folders = [p for p in dict.fromkeys(paths) if Path(p).is_dir()]
-        subprocess.run(
-            [sys.executable, "-m", "compileall", "-q", "-j", "0", *folders],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
-        )  # fmt: skip
     cuda = "torch.zeros(1, device='cuda')" if args.device == "cuda" else "None"
-    imports = "; ".join(dict.fromkeys(WARM_UP_IMPORTS[t] for t in tools if t in WARM_UP_IMPORTS))
-    subprocess.run([sys.executable, "-c", f"import torch; {cuda}; {imports}"], env=env, check=True)
+    by_python: dict[tuple[str, str], list[str]] = {}
+    for tool in tools:
+        key = (tool_python(tool, args), ENVIRONMENTS.get(tool, tool))
+        by_python.setdefault(key, []).append(tool)
+    for (python, _), group in by_python.items():
+        env = child_environment(args, group[0])
+        if args.bytecode_cache is not None:
+            paths = subprocess.run(
+                [python, "-c", "import sys; print('\\n'.join(sys.path))"],
+                env=env, capture_output=True, text=True, check=True,
+            ).stdout.split()  # fmt: skip
+            subprocess.run(
+                [python, "-m", "compileall", "-q", "-j", "0", *compile_folders(paths)],
+                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+            )  # fmt: skip
+        imports = "; ".join(dict.fromkeys(WARM_UP_IMPORTS[t] for t in group))
+        subprocess.run([python, "-c", f"import torch; {cuda}; {imports}"], env=env, check=True)
     return time.time() - started
+
+
+def compile_folders(paths: list[str]) -> list[str]:
+    """The folders of an import path, and every linked folder inside them.
+
+    ``compileall`` does not descend into a symbolic link, and a closure environment's
+    site-packages holds nothing else; given each link itself, it compiles under the path the
+    importer will use, which is the one the bytecode cache is keyed by.
+    """
+    folders: list[str] = []
+    for path in dict.fromkeys(paths):
+        folder = Path(path)
+        if not folder.is_dir():
+            continue
+        folders.append(path)
+        folders += sorted(str(e) for e in folder.iterdir() if e.is_symlink() and e.is_dir())
+    return folders
 
 
 def run_one(
@@ -334,7 +399,7 @@ def run_one(
     run_dir.mkdir(parents=True, exist_ok=True)
     epochs_file.unlink(missing_ok=True)
     spawned = time.time()
-    env = child_environment(args)
+    env = child_environment(args, tool)
     env.update(LUCID_BENCH_PROBE=str(probe), LUCID_BENCH_SPAWN=repr(spawned))
     env["LUCID_EPOCH_METRICS"] = str(epochs_file)
     env.pop("LUCID_BENCH_MEMORY_HISTORY", None)
@@ -350,7 +415,7 @@ def run_one(
             "cache": args.ultralytics_cache, "workers": args.workers,
         }  # fmt: skip
         command = [
-            sys.executable,
+            tool_python(tool, args),
             str(Path(__file__).resolve()),
             "--ultralytics-worker",
             json.dumps(spec),
@@ -449,6 +514,11 @@ def table(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             "; **times void**: the lucid-yolo fits recorded the allocator's history"
             if getattr(args, "memory_history", 0)
             else ""
+        )
+        + (
+            "; each tool in a fresh environment of its own dependency closure"
+            if getattr(args, "own_environments", None) is not None
+            else "; both tools in the machine's environment"
         ),
         "",
         "| task | tool | runs | whole fit s (range) | × Ultralytics | train img/s | val s "
@@ -574,6 +644,7 @@ SAME_SETTINGS = (
     "workers",
     "ultralytics_cache",
     "lucid_args",
+    "own_environments",
 )
 """Settings that must match for runs of two calls to share one report (``--merge``)."""
 
@@ -596,7 +667,7 @@ def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, A
                 "merge only runs without it"
             )
         for key in SAME_SETTINGS:
-            mine, theirs = str(getattr(args, key)), earlier["args"].get(key)
+            mine, theirs = str(getattr(args, key)), earlier["args"].get(key, "None")
             if theirs != mine:
                 raise SystemExit(
                     f"--merge {path}: {key} was {theirs!r} there and is {mine!r} here; "
@@ -677,6 +748,21 @@ def main() -> None:
         help="keep every process's compiled bytecode here (compiled first by the warm-up)",
     )
     parser.add_argument(
+        "--own-environments",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="run each tool from a fresh environment of its own dependency closure, built "
+        "under DIR from the installed libraries (dependency_closure.py)",
+    )
+    parser.add_argument(
+        "--substitute",
+        action="append",
+        default=[],
+        metavar="NAME=DIST",
+        help="with --own-environments: resolve requirement NAME to installed distribution DIST",
+    )
+    parser.add_argument(
         "--no-warm-up",
         dest="warm_up",
         action="store_false",
@@ -691,6 +777,9 @@ def main() -> None:
     if args.memory_history < 0:
         parser.error(f"--memory-history {args.memory_history}: give 0 (off) or more entries")
     args.runs_dir = args.runs_dir or args.out / "runs"
+    bad = [text for text in args.substitute if not all(text.partition("=")[::2])]
+    if bad:
+        parser.error(f"--substitute {bad[0]!r}: give NAME=DIST")
 
     import torch
 
@@ -713,6 +802,16 @@ def main() -> None:
         for i in range(len(tools))
     ]
     records = merged_runs(args.merge, args)
+    args.environments = {}
+    if args.own_environments is not None:
+        args.environments = own_environments(tools, args)
+        for name, environment in args.environments.items():
+            lacking = len(environment["missing"]) + len(environment["unsatisfied"])
+            print(
+                f"environment {name}: {len(environment['distributions'])} distributions, "
+                f"{lacking} requirements missing or unsatisfied",
+                flush=True,
+            )
     result = args.out / "side_by_side.json"
     if args.warm_up:
         print(f"warm-up: {warm_up(tools, args):.1f} s (untimed)", flush=True)
@@ -721,7 +820,12 @@ def main() -> None:
         rows = summarise(records)
         result.write_text(
             json.dumps(
-                {"args": {k: str(v) for k, v in vars(args).items()}, "runs": records, "rows": rows},
+                {
+                    "args": {k: str(v) for k, v in vars(args).items() if k != "environments"},
+                    "environments": args.environments,
+                    "runs": records,
+                    "rows": rows,
+                },
                 indent=2,
             )
         )

@@ -21,6 +21,12 @@
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds
 #   WARM_UP=0        skip the warm-up below: for a later row of the same call, whose machine the
 #                    first row already warmed (saves its 16-23 s)
+#   ENVIRONMENTS=own each tool runs from a fresh environment of its own dependency closure, linked
+#                    from the machine's libraries under /tmp/lucid-envs (dependency_closure.py),
+#                    as a user installing it into a new environment has it; default: the
+#                    machine's environment, whose other libraries load into both tools
+#   SUBSTITUTE="name=dist ..."   with ENVIRONMENTS=own: a requirement the machine satisfies
+#                    under another distribution's name (opencv-python-headless=opencv-python)
 #   FIT_TIMEOUT=<s>  cut each fit after this many seconds (default 3600): set it below the call's
 #                    own limit, so that a fit too long for the call is cut by the tool, which then
 #                    still writes the report with the cut fit's finished epochs, instead of the
@@ -45,7 +51,14 @@ merge=()
 [ -n "${MERGE:-}" ] && read -r -a merge <<< "--merge $MERGE"
 warm=()
 [ "${WARM_UP:-1}" = 0 ] && warm=(--no-warm-up)
+environments=()
+if [ "${ENVIRONMENTS:-machine}" = own ]; then
+    environments=(--own-environments /tmp/lucid-envs)
+    for pair in ${SUBSTITUTE:-}; do environments+=(--substitute "$pair"); done
+elif [ "${ENVIRONMENTS:-machine}" != machine ]; then
+    echo "ENVIRONMENTS=$ENVIRONMENTS: use own or machine" >&2; exit 2
+fi
 python3 tools/bench_side_by_side.py "${row[@]}" --imgsz 640 --images 512 --val-images 128 \
-    --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" "${warm[@]}" \
+    --tools "${TOOLS:-ultralytics,replay,native}" --first-round "${ROUND:-0}" "${merge[@]}" "${warm[@]}" "${environments[@]}" \
     --timeout "${FIT_TIMEOUT:-3600}" \
     --bytecode-cache /tmp/lucid-bench-pyc --out "$OUT/$ROW" --runs-dir "/tmp/speed-runs-$ROW"

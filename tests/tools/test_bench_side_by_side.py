@@ -89,6 +89,7 @@ def _settings(**changes: object) -> argparse.Namespace:
     settings: dict[str, object] = {
         "batch": 16, "epochs": 30, "imgsz": 640, "images": 512, "val_images": 128,
         "device": "cuda", "workers": None, "ultralytics_cache": False, "lucid_args": "",
+        "own_environments": None,
     }  # fmt: skip
     settings.update(changes)
     return argparse.Namespace(**settings)
@@ -139,7 +140,8 @@ def test_bytecode_cache_is_shared_by_every_child_and_overrides_dont_write(
     tmp_path: Path, tool: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
-    env = tool.child_environment(argparse.Namespace(bytecode_cache=tmp_path / "pyc"))
+    args = argparse.Namespace(bytecode_cache=tmp_path / "pyc", own_environments=None)
+    env = tool.child_environment(args, "replay")
     assert env["PYTHONPYCACHEPREFIX"] == str(tmp_path / "pyc")
     assert "PYTHONDONTWRITEBYTECODE" not in env
     assert env["PYTHONPATH"].split(":")[0] == str(tool.TOOLS_DIR)
@@ -150,7 +152,9 @@ def test_without_a_bytecode_cache_children_keep_the_callers_bytecode_settings(
 ) -> None:
     monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
     monkeypatch.delenv("PYTHONPYCACHEPREFIX", raising=False)
-    env = tool.child_environment(argparse.Namespace(bytecode_cache=None))
+    env = tool.child_environment(
+        argparse.Namespace(bytecode_cache=None, own_environments=None), "replay"
+    )
     assert env["PYTHONDONTWRITEBYTECODE"] == "1"
     assert "PYTHONPYCACHEPREFIX" not in env
 
@@ -175,3 +179,67 @@ def test_table_says_when_the_allocator_history_voids_the_times(
 ) -> None:
     heading = tool.table([], _settings(memory_history=entries)).splitlines()[0]
     assert ("times void" in heading) == bool(entries)
+
+
+def test_merge_refuses_runs_of_the_other_environment(tmp_path: Path, tool: ModuleType) -> None:
+    path = _earlier_call(tmp_path / "a.json", _settings(), [])
+    with pytest.raises(SystemExit, match="own_environments was 'None' there"):
+        tool.merged_runs([path], _settings(own_environments=tmp_path / "envs"))
+
+
+def test_a_report_from_before_own_environments_merges_as_the_machines_environment(
+    tmp_path: Path, tool: ModuleType
+) -> None:
+    saved = {k: str(v) for k, v in vars(_settings()).items() if k != "own_environments"}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"args": saved, "runs": [{"tool": "replay"}], "rows": []}))
+    assert tool.merged_runs([path], _settings()) == [{"tool": "replay"}]
+
+
+@pytest.mark.parametrize("tool_name", ["replay", "native", "ultralytics"])
+def test_in_its_own_environment_a_tool_sees_no_library_of_the_callers_path(
+    tmp_path: Path, tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tool_name: str
+) -> None:
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site:/image/extras")
+    environments = {
+        name: {"python": str(tmp_path / name / "bin" / "python")}
+        for name in ("lucid", "ultralytics")
+    }
+    args = argparse.Namespace(
+        bytecode_cache=None, own_environments=tmp_path, environments=environments
+    )
+    path = tool.child_environment(args, tool_name)["PYTHONPATH"].split(":")
+    sources = [str(s) for s in tool.SOURCES]
+    assert path == [str(tool.TOOLS_DIR), *([] if tool_name == "ultralytics" else sources)]
+    assert len(sources) == 4
+    expected = "ultralytics" if tool_name == "ultralytics" else "lucid"
+    assert tool.tool_python(tool_name, args) == str(tmp_path / expected / "bin" / "python")
+
+
+def test_without_own_environments_every_tool_runs_this_interpreter(tool: ModuleType) -> None:
+    import sys
+
+    args = argparse.Namespace(own_environments=None)
+    assert {tool.tool_python(t, args) for t in ("replay", "ultralytics")} == {sys.executable}
+
+
+def test_compile_folders_name_each_linked_folder_for_compileall(
+    tmp_path: Path, tool: ModuleType
+) -> None:
+    real = tmp_path / "real" / "torch"
+    real.mkdir(parents=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "torch").symlink_to(real)
+    (site / "module.py").write_text("")
+    (site / "plain").mkdir()
+    folders = tool.compile_folders([str(site), str(tmp_path / "absent"), str(site)])
+    assert folders == [str(site), str(site / "torch")]
+
+
+@pytest.mark.parametrize(("own", "words"), [(True, "own dependency closure"), (False, "machine's")])
+def test_table_says_which_environment_the_tools_ran_in(
+    tmp_path: Path, tool: ModuleType, own: bool, words: str
+) -> None:
+    heading = tool.table([], _settings(own_environments=tmp_path if own else None)).splitlines()[0]
+    assert words in heading
