@@ -295,9 +295,8 @@ ENVIRONMENTS = {"ultralytics": "ultralytics", "replay": "lucid", "native": "luci
 
 def own_environments(tools: list[str], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Build the closure environment of every tool of the run; their records by name."""
-    from dependency_closure import environment_for
+    from dependency_closure import ClosureError, environment_for
 
-    substitutes = dict(text.split("=", 1) for text in args.substitute)
     records: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(ENVIRONMENTS[tool] for tool in tools):
         roots, projects = (
@@ -305,7 +304,12 @@ def own_environments(tools: list[str], args: argparse.Namespace) -> dict[str, di
             if name == "ultralytics"
             else ([], [source.parent for source in SOURCES])
         )
-        records[name] = environment_for(args.own_environments / name, roots, projects, substitutes)
+        try:
+            records[name] = environment_for(
+                args.own_environments / name, roots, projects, dict(args.substitute)
+            )
+        except ClosureError as error:
+            raise SystemExit(f"--own-environments: the {name} environment: {error}") from error
     return records
 
 
@@ -681,6 +685,8 @@ def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--ultralytics-worker":
         ultralytics_worker(json.loads(sys.argv[2]))
         return
+    from dependency_closure import substitute_pair  # the worker needs only Ultralytics
+
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -757,6 +763,7 @@ def main() -> None:
     )
     parser.add_argument(
         "--substitute",
+        type=substitute_pair,
         action="append",
         default=[],
         metavar="NAME=DIST",
@@ -777,9 +784,6 @@ def main() -> None:
     if args.memory_history < 0:
         parser.error(f"--memory-history {args.memory_history}: give 0 (off) or more entries")
     args.runs_dir = args.runs_dir or args.out / "runs"
-    bad = [text for text in args.substitute if not all(text.partition("=")[::2])]
-    if bad:
-        parser.error(f"--substitute {bad[0]!r}: give NAME=DIST")
 
     import torch
 

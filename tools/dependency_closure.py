@@ -233,7 +233,8 @@ def environment_for(
     return build(environment, closure)
 
 
-def _substitute(text: str) -> tuple[str, str]:
+def substitute_pair(text: str) -> tuple[str, str]:
+    """``NAME=DIST`` as a pair (an ``argparse`` type)."""
     name, sep, dist = text.partition("=")
     if not sep or not name or not dist:
         raise argparse.ArgumentTypeError(
@@ -259,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="a local project folder, run from source",
     )
-    parser.add_argument("--substitute", type=_substitute, action="append", default=[])
+    parser.add_argument("--substitute", type=substitute_pair, action="append", default=[])
     parser.add_argument("--json", type=Path, default=None, help="write the record here too")
     args = parser.parse_args(argv)
     if not args.root and not args.project:

@@ -243,3 +243,17 @@ def test_table_says_which_environment_the_tools_ran_in(
 ) -> None:
     heading = tool.table([], _settings(own_environments=tmp_path if own else None)).splitlines()[0]
     assert words in heading
+
+
+def test_an_environment_that_cannot_be_built_stops_the_run_with_its_reason(
+    tmp_path: Path, tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import dependency_closure
+
+    def refuse(*_: object) -> None:
+        raise dependency_closure.ClosureError("lcz 1.0: no RECORD of its files")
+
+    monkeypatch.setattr(dependency_closure, "environment_for", refuse)
+    args = argparse.Namespace(own_environments=tmp_path, substitute=[])
+    with pytest.raises(SystemExit, match=r"the lucid environment: lcz 1\.0: no RECORD"):
+        tool.own_environments(["replay", "ultralytics"], args)
