@@ -131,8 +131,7 @@ def resolve(
                 followed[name] = extras
             continue
         if (
-            seen is None
-            and installed_name == name
+            installed_name == name
             and requirement.specifier
             and not requirement.specifier.contains(dist.version, prereleases=True)
         ):

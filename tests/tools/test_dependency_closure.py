@@ -83,6 +83,13 @@ def test_missing_and_unsatisfied_requirements_are_reported_with_who_asked(
     assert sorted(closure.distributions) == ["lcz-base", "lcz-core"]
 
 
+def test_each_requirement_is_checked_against_the_installed_version_not_only_the_first(
+    tool: ModuleType, site: Path
+) -> None:
+    closure = tool.resolve(_requirements(tool, "lcz-core>=2", "lcz-core<2.1"), {}, {})
+    assert closure.unsatisfied == ["lcz-core<2.1: installed 2.5 (required by the roots)"]
+
+
 def test_projects_from_source_are_followed_not_looked_up(tool: ModuleType, site: Path) -> None:
     projects = {
         "lcz-cli": _requirements(tool, "lcz-lib", "lcz-app"),
