@@ -356,11 +356,10 @@ def warm_up(tools: list[str], args: argparse.Namespace) -> float:
     """
     started = time.time()
     cuda = "torch.zeros(1, device='cuda')" if args.device == "cuda" else "None"
-    by_python: dict[tuple[str, str], list[str]] = {}
-    for tool in tools:
-        key = (tool_python(tool, args), ENVIRONMENTS.get(tool, tool))
-        by_python.setdefault(key, []).append(tool)
-    for (python, _), group in by_python.items():
+    by_python: dict[str, list[str]] = {}
+    for tool in (t for t in tools if t in WARM_UP_IMPORTS):
+        by_python.setdefault(tool_python(tool, args), []).append(tool)
+    for python, group in by_python.items():
         env = child_environment(args, group[0])
         if args.bytecode_cache is not None:
             paths = subprocess.run(
@@ -649,8 +648,11 @@ SAME_SETTINGS = (
     "ultralytics_cache",
     "lucid_args",
     "own_environments",
+    "substitute",
 )
 """Settings that must match for runs of two calls to share one report (``--merge``)."""
+SETTINGS_BEFORE_THEY_EXISTED = {"own_environments": "None", "substitute": "[]"}
+"""What a report written before a setting existed ran with (the option's absence)."""
 
 
 def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -671,7 +673,10 @@ def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, A
                 "merge only runs without it"
             )
         for key in SAME_SETTINGS:
-            mine, theirs = str(getattr(args, key)), earlier["args"].get(key, "None")
+            mine, theirs = (
+                str(getattr(args, key)),
+                earlier["args"].get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key)),
+            )
             if theirs != mine:
                 raise SystemExit(
                     f"--merge {path}: {key} was {theirs!r} there and is {mine!r} here; "
@@ -810,12 +815,13 @@ def main() -> None:
     if args.own_environments is not None:
         args.environments = own_environments(tools, args)
         for name, environment in args.environments.items():
-            lacking = len(environment["missing"]) + len(environment["unsatisfied"])
             print(
-                f"environment {name}: {len(environment['distributions'])} distributions, "
-                f"{lacking} requirements missing or unsatisfied",
+                f"environment {name}: {len(environment['distributions'])} distributions",
                 flush=True,
             )
+            for key in ("missing", "unsatisfied", "clashes"):
+                for line in environment[key]:
+                    print(f"  {key}: {line}", flush=True)
     result = args.out / "side_by_side.json"
     if args.warm_up:
         print(f"warm-up: {warm_up(tools, args):.1f} s (untimed)", flush=True)

@@ -130,13 +130,12 @@ def resolve(
                 closure.missing.append(f"{requirement} (required by {parent})")
                 followed[name] = extras
             continue
-        if (
-            installed_name == name
-            and requirement.specifier
-            and not requirement.specifier.contains(dist.version, prereleases=True)
+        if requirement.specifier and not requirement.specifier.contains(
+            dist.version, prereleases=True
         ):
+            stand_in = "" if installed_name == name else f" as {installed_name}"
             closure.unsatisfied.append(
-                f"{requirement}: installed {dist.version} (required by {parent})"
+                f"{requirement}: installed {dist.version}{stand_in} (required by {parent})"
             )
         if seen is not None and extras <= seen:
             continue
@@ -166,6 +165,11 @@ def top_level_entries(dist: metadata.Distribution) -> tuple[Path, set[str]]:
             "cannot be linked; reinstall it with pip or leave it out of the roots"
         )
     location = Path(str(dist.locate_file("")))
+    if any(Path(file).is_absolute() for file in files):
+        raise ClosureError(
+            f"{dist.metadata['Name']} {dist.version}: its RECORD names files by absolute path, "
+            "so what it put in its folder is unknown; reinstall it with pip"
+        )
     names = {
         file.parts[0] for file in files if file.parts and not _TOP_LEVEL_SKIP.match(file.parts[0])
     }
@@ -174,9 +178,8 @@ def top_level_entries(dist: metadata.Distribution) -> tuple[Path, set[str]]:
 
 def site_packages(environment: Path) -> Path:
     """The environment's ``purelib`` folder, as its own interpreter will see it."""
-    return Path(
-        sysconfig.get_path("purelib", vars={"base": str(environment), "platbase": str(environment)})
-    )
+    folders = {"base": str(environment), "platbase": str(environment)}
+    return Path(sysconfig.get_path("purelib", scheme="venv", vars=folders))
 
 
 def build(environment: Path, closure: Closure) -> dict[str, Any]:

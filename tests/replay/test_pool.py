@@ -251,6 +251,25 @@ def test_scratch_loan_close_leaves_out_only_the_blocks_a_capture_made(
     assert graphs.static_outputs
 
 
+@pytest.mark.parametrize("replays_between", [False, True])
+def test_scratch_loan_close_does_not_leave_out_a_block_an_older_capture_had(
+    replays_between: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A capture's block from before the loan, freed since and now a borrower's leak at the
+    same address and size, is the borrower's."""
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)  # held: a loan lends only while a graph holds the pool
+    pool.captured_blocks.add((512, 2048))
+    before, after = frozenset({(0, 512)}), frozenset({(0, 512), (512, 2048)})
+    readings = iter([before, after, after])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    loan = ScratchLoan(pool, replays_between=replays_between)
+    loan.open()
+    with pytest.raises(PoolLeakError, match=r"1 block\(s\) .* \(2048 bytes\)"):
+        loan.close()
+    assert graphs.static_outputs
+
+
 def test_pool_notes_the_blocks_a_capture_leaves_alive_and_none_of_a_failed_one(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -89,7 +89,7 @@ def _settings(**changes: object) -> argparse.Namespace:
     settings: dict[str, object] = {
         "batch": 16, "epochs": 30, "imgsz": 640, "images": 512, "val_images": 128,
         "device": "cuda", "workers": None, "ultralytics_cache": False, "lucid_args": "",
-        "own_environments": None,
+        "own_environments": None, "substitute": [],
     }  # fmt: skip
     settings.update(changes)
     return argparse.Namespace(**settings)
@@ -190,7 +190,11 @@ def test_merge_refuses_runs_of_the_other_environment(tmp_path: Path, tool: Modul
 def test_a_report_from_before_own_environments_merges_as_the_machines_environment(
     tmp_path: Path, tool: ModuleType
 ) -> None:
-    saved = {k: str(v) for k, v in vars(_settings()).items() if k != "own_environments"}
+    saved = {
+        k: str(v)
+        for k, v in vars(_settings()).items()
+        if k not in ("own_environments", "substitute")
+    }
     path = tmp_path / "old.json"
     path.write_text(json.dumps({"args": saved, "runs": [{"tool": "replay"}], "rows": []}))
     assert tool.merged_runs([path], _settings()) == [{"tool": "replay"}]

@@ -340,8 +340,9 @@ class ScratchLoan:
     ends, because the next replay writes those blocks. :meth:`borrowing` checks that at once:
     the allocator's count of allocated bytes on either side, and the pool's blocks when the
     count has grown (a block that also freed older memory can hide a leak of at most that size
-    from the count); :meth:`close` checks the blocks themselves, as without the option. Both
-    leave out the blocks a capture in the pool made meanwhile
+    from the count, and so can a cycle collection during the block that frees older memory);
+    :meth:`close` checks the blocks themselves, as without the option. Both leave out the
+    blocks a capture in the pool made since the loan opened
     (:attr:`ReplayPool.captured_blocks`: a new signature's recording).
 
     Args:
@@ -358,6 +359,7 @@ class ScratchLoan:
         self.replays_between = replays_between
         self.borrowed = 0
         self._before: frozenset[tuple[int, int]] | None = None
+        self._captured_before: frozenset[tuple[int, int]] = frozenset()
 
     @property
     def lending(self) -> bool:
@@ -373,6 +375,7 @@ class ScratchLoan:
         after a pass that failed before :meth:`close`.
         """
         self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
+        self._captured_before = frozenset(self.pool.captured_blocks)
         self.pool.lent = self._before is not None and not self.replays_between
 
     @contextlib.contextmanager
@@ -382,11 +385,14 @@ class ScratchLoan:
         With ``replays_between`` the allocator's count of allocated bytes is read on either
         side, which costs nothing; only when the body left more than it found are the pool's
         blocks compared with the loan's start (a memory snapshot, after a cycle collection): a
-        count alone would let the collection's freeing of older garbage hide the leak.
+        count taken again after that collection would let its freeing of older garbage hide the
+        leak. An automatic collection inside the body that frees older memory can still keep
+        the count from growing; :meth:`close` then sees the block.
 
         Raises:
-            PoolLeakError: with ``replays_between``, when a block the body allocated in the pool
-                is still alive at its end (what it allocated is still referenced).
+            PoolLeakError: with ``replays_between``, when a block allocated in the pool since
+                the loan opened (by this body, or an earlier one the count missed) is still
+                alive at the body's end.
         """
         if self._before is None or not self.pool.holds_graphs:
             yield  # routing into a pool that no graph holds would trip the allocator
@@ -398,13 +404,18 @@ class ScratchLoan:
         self.borrowed += 1
         if checked and self._allocated() > allocated and self._before is not None:
             self.pool._raise_if_left(
-                self._before | self.pool.captured_blocks,
+                self._accounted(self._before),
                 during="a borrowing block",
                 why="a tensor computed there is still referenced at the block's end (kept in a "
                 "cache or a list, or returned to the caller)",
                 remedy="Copy what must be kept (`.clone()` after the block), or create caches "
                 "before it",
             )
+
+    def _accounted(self, before: frozenset[tuple[int, int]]) -> frozenset[tuple[int, int]]:
+        """The pool's blocks no borrower made: alive at the loan's open, or left by a capture
+        since (an older capture's block, freed since, may now hold a borrower's leak)."""
+        return before | (frozenset(self.pool.captured_blocks) - self._captured_before)
 
     def _allocated(self) -> int:
         """Bytes allocated on the device, every cuBLAS workspace dropped first: torch keeps one
@@ -424,7 +435,7 @@ class ScratchLoan:
         self.pool.lent = False
         if before is not None:
             self.pool._raise_if_left(
-                before | self.pool.captured_blocks,
+                self._accounted(before),
                 during="work lent the pool's free blocks between replayed steps",
                 why="a tensor computed there is still referenced (kept in a cache or a list, "
                 "or returned to a caller that kept it)",
