@@ -177,3 +177,16 @@ def test_the_command_prints_what_is_missing_and_refuses_bad_input(
     assert "give --project a folder" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         tool.main(["--into", str(tmp_path / "env"), "--substitute", "no-equals"])
+
+
+def test_a_record_with_absolute_paths_is_refused_by_name(
+    tool: ModuleType, site: Path, tmp_path: Path
+) -> None:
+    _install(site, "lcz-abs", "1.0", [])
+    record = site / "lcz_abs-1.0.dist-info" / "RECORD"
+    record.write_text(record.read_text() + f"{site / 'lcz_abs' / '__init__.py'},,\n")
+    closure = tool.resolve(_requirements(tool, "lcz-abs"), {}, {})
+    with pytest.raises(
+        tool.ClosureError, match=r"lcz-abs 1\.0: its RECORD names files by absolute"
+    ):
+        tool.build(tmp_path / "env", closure)
