@@ -464,7 +464,7 @@ def test_evaluation_loan_leak_names_the_option_that_turns_the_loan_off(
 
     monkeypatch.setattr(ScratchLoan, "close", leaked)
     with pytest.raises(PoolLeakError, match=r"--model\.replay\.evaluate_in_pool false") as caught:
-        module._end_evaluation_loan()
+        module.replay.end_evaluation()
     assert isinstance(caught.value.__cause__, PoolLeakError)
 
 

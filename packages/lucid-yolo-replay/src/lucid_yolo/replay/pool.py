@@ -394,7 +394,8 @@ class ScratchLoan:
                 the loan opened (by this body, or an earlier one the count missed) is still
                 alive at the body's end.
         """
-        if self._before is None or not self.pool.holds_graphs:
+        before = self._before
+        if before is None or not self.pool.holds_graphs:
             yield  # routing into a pool that no graph holds would trip the allocator
             return
         checked = self.replays_between and self.pool.uses_cuda
@@ -402,9 +403,9 @@ class ScratchLoan:
         with self.pool.side_stream_allocates_in_pool(), self.pool.side_stream():
             yield
         self.borrowed += 1
-        if checked and self._allocated() > allocated and self._before is not None:
+        if checked and self._allocated() > allocated:
             self.pool._raise_if_left(
-                self._accounted(self._before),
+                self._accounted(before),
                 during="a borrowing block",
                 why="a tensor computed there is still referenced at the block's end (kept in a "
                 "cache or a list, or returned to the caller)",

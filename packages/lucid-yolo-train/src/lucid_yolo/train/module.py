@@ -19,7 +19,6 @@ from typing_extensions import override
 
 from lucid_yolo.models import create_model, load_weights, model_spec, read_weights
 from lucid_yolo.replay import (
-    PoolLeakError,
     RegionRecorder,
     Telemetry,
     UpdateRecorder,
@@ -469,7 +468,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_end(self) -> None:
         self._log_metrics("val")
-        self._end_evaluation_loan()
+        self.replay.end_evaluation()
         if not self.trainer.sanity_checking:
             self._log_replay_telemetry()
         if self.loss_guard.policy == "skip" and not self.trainer.sanity_checking:
@@ -489,7 +488,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_test_epoch_end(self) -> None:
         self._log_metrics("test")
-        self._end_evaluation_loan()
+        self.replay.end_evaluation()
         self._log_replay_telemetry()
 
     @override
@@ -534,25 +533,6 @@ class YoloModule(pl.LightningModule):
     def _evaluate(self, batch: Batch) -> None:
         outputs = self.replay.evaluate(self.ema_net, batch["images"], self.memory_format)
         self.evaluator.update(outputs, batch)
-
-    def _end_evaluation_loan(self) -> None:
-        """Take the blocks back once the pass's metrics are computed.
-
-        Raises:
-            PoolLeakError: a tensor the pass made in them is still alive (an eager forward's
-                output kept by a subclass's evaluation, for example), with the option that
-                turns the loan off.
-        """
-        if self.replay.evaluation_loan is None:
-            return
-        try:
-            self.replay.evaluation_loan.close()
-        except PoolLeakError as error:
-            raise PoolLeakError(
-                f"{error}. In lucid-yolo an eager evaluation forward's outputs and the metric's "
-                "masks are lent the graphs' memory only for their pass: clone what the pass "
-                "keeps, or evaluate beside the graphs with --model.replay.evaluate_in_pool false"
-            ) from error
 
     def _log_replay_telemetry(self) -> None:
         """Log the replay counters (``replay/*``) when anything records CUDA graphs."""

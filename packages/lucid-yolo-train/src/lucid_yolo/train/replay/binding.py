@@ -182,10 +182,10 @@ class NetworkReplay:
             with loan.borrowing():
                 yield
         except PoolLeakError as error:
-            raise PoolLeakError(
-                f"{error}. In lucid-yolo the metric builds each validation batch's masks in the "
-                "graphs' free memory and must let them go: evaluate beside the graphs with "
-                "--model.replay.evaluate_in_pool false"
+            raise _naming_the_option(
+                error,
+                "the metric builds each validation batch's masks in the graphs' free memory and "
+                "must let them go: copy what a batch keeps",
             ) from error
 
     def start_evaluation(self) -> None:
@@ -202,6 +202,25 @@ class NetworkReplay:
                 self._forget_evaluation()
         if self.evaluation_loan is not None:
             self.evaluation_loan.open()
+
+    def end_evaluation(self) -> None:
+        """An evaluation pass ends, its metrics computed: take the loan's blocks back.
+
+        Raises:
+            PoolLeakError: a tensor the pass made in them is still alive (an eager forward's
+                output kept by a subclass's evaluation, for example), with the option that
+                turns the loan off.
+        """
+        if self.evaluation_loan is None:
+            return
+        try:
+            self.evaluation_loan.close()
+        except PoolLeakError as error:
+            raise _naming_the_option(
+                error,
+                "an eager evaluation forward's outputs and the metric's masks are lent the "
+                "graphs' memory only for their pass: clone what the pass keeps",
+            ) from error
 
     def _forget_evaluation(self) -> None:
         """Drop the evaluation recorder (its graphs go with it), keeping its counters."""
@@ -330,6 +349,15 @@ def _evaluates(
         isinstance(region, EvaluationRegion)
         and region.net is net
         and region.memory_format == memory_format
+    )
+
+
+def _naming_the_option(error: PoolLeakError, lent: str) -> PoolLeakError:
+    """``error`` with what lucid-yolo lent the pool's blocks to and the option that turns the
+    loan off."""
+    return PoolLeakError(
+        f"{error}. In lucid-yolo {lent}, or evaluate beside the graphs with "
+        "--model.replay.evaluate_in_pool false"
     )
 
 
