@@ -28,7 +28,12 @@ autocast, channels-last, in the variant's shape:
 * ``exact-weight-grad``: the fit's shapes, the input without a gradient (the weight's alone);
 * ``small``: one image of 16×16, the convolution's own channels;
 * ``other-channels``: one image of 16×16 and 32 channels, one per kernel, stride, padding and
-  whether the input takes a gradient.
+  whether the input takes a gradient;
+* ``exact-ops``: the fit's shapes, each convolution's forward and backward called as ATen
+  operators on this thread, not through autograd (whose backward runs on the device's one
+  worker thread, whichever thread calls it);
+* ``exact-parallel``: the same calls, one thread per configuration, all started at once: does
+  cuDNN compile several configurations' engines at the same time (session 29)?
 
 Then the main thread joins the thread and times the whole network's first and second
 forward+backward at the fit's batch and size (bf16 autocast, channels-last, a sum of the raw
@@ -51,6 +56,11 @@ Whether cuDNN's deterministic engines avoid the compilation (``cold`` with the f
 
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 --variants cold \
         --cudnn-deterministic
+
+Whether the compilation runs faster on several threads at once (session 29)::
+
+    python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 \
+        --variants cold exact exact-ops exact-parallel
 
 CPU smoke run (timings meaningless; the thread runs on the CPU)::
 
@@ -85,7 +95,11 @@ VARIANTS = (
     "exact-weight-grad",
     "small",
     "other-channels",
+    "exact-ops",
+    "exact-parallel",
 )
+OPERATOR_VARIANTS = ("exact-ops", "exact-parallel")
+"""The variants whose calls go to ATen's operators directly (:func:`run_operator_calls`)."""
 SMALL_SIDE = 16
 """The side of a ``small`` or ``other-channels`` warm-up input."""
 OTHER_CHANNELS = 32
@@ -109,7 +123,7 @@ def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
     small = {"height": SMALL_SIDE, "width": SMALL_SIDE}
     if variant == "cold":
         return []
-    if variant == "exact":
+    if variant in ("exact", *OPERATOR_VARIANTS):
         return [WarmCall(c, 0) for c in depthwise]
     if variant == "exact-one-image":
         return [WarmCall(c, 1) for c in depthwise]
@@ -148,7 +162,72 @@ def run_warm_calls(
             torch.autograd.backward(y, torch.ones_like(y))
 
 
-def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -> None:
+def operator_call(
+    call: WarmCall,
+    batch: int,
+    where: torch.device,
+    memory_format: torch.memory_format = torch.channels_last,
+) -> tuple[torch.Tensor | None, ...]:
+    """``call`` as the bf16 convolution autocast runs, and its backward as autograd asks for it
+    (the input's gradient where the input takes one, the weight's, the bias's where there is
+    one), through ATen's operators on the calling thread. Inputs, weights and output gradients
+    are ones: no random numbers are drawn. Returns the output, then the gradients
+    (``None`` for those not asked for; none at all without a backward)."""
+    config = call.config
+    bf16 = {"device": where, "dtype": torch.bfloat16}
+    shape = (call.batch or batch, config.in_channels, config.height, config.width)
+    x = torch.ones(shape, **bf16).to(memory_format=memory_format)
+    weight_shape = (config.out_channels, config.in_channels // config.groups, *config.kernel)
+    if config.transposed:
+        weight_shape = (config.in_channels, config.out_channels // config.groups, *config.kernel)
+    weight = torch.ones(weight_shape, **bf16).to(memory_format=memory_format)
+    bias = torch.ones(config.out_channels, **bf16) if config.bias else None
+    geometry = (config.stride, config.padding, config.dilation, config.transposed)
+    y = torch.ops.aten.convolution(x, weight, bias, *geometry, config.output_padding, config.groups)
+    if not call.backward:
+        return (y,)
+    grads = torch.ops.aten.convolution_backward(
+        torch.ones_like(y),
+        x,
+        weight,
+        [config.out_channels] if config.bias else None,
+        *geometry,
+        config.output_padding,
+        config.groups,
+        [config.input_requires_grad, True, config.bias],
+    )
+    return (y, *grads)
+
+
+def run_operator_calls(
+    calls: list[WarmCall], batch: int, where: torch.device, *, parallel: bool
+) -> None:
+    """Every call through :func:`operator_call`, in order on this thread, or ``parallel``: one
+    thread each, all started before any is joined; a thread's error is raised here."""
+    if not parallel:
+        for call in calls:
+            operator_call(call, batch, where)
+        return
+    errors: list[BaseException] = []
+
+    def one(call: WarmCall) -> None:
+        try:
+            operator_call(call, batch, where)
+        except BaseException as error:  # raised below, on the caller's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=one, args=(call,)) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
+
+
+def _warm(
+    calls: list[WarmCall], variant: str, batch: int, device: str, out: dict[str, Any]
+) -> None:
     """The thread's work: the device, then each call forward (and backward)."""
     began = time.perf_counter()
     try:
@@ -156,7 +235,10 @@ def _warm(calls: list[WarmCall], batch: int, device: str, out: dict[str, Any]) -
         torch.zeros(1, device=where)
         _sync(where)
         out["thread_device_s"] = time.perf_counter() - began
-        run_warm_calls(calls, batch, where)
+        if variant in OPERATOR_VARIANTS:
+            run_operator_calls(calls, batch, where, parallel=variant == "exact-parallel")
+        else:
+            run_warm_calls(calls, batch, where)
         _sync(where)
     except BaseException as error:  # reported by the main thread
         out["thread_error"] = repr(error)
@@ -169,7 +251,9 @@ def run_child(variant: str, configs: list[ConvConfig], args: argparse.Namespace)
     began = time.perf_counter()
     warm = warm_calls(configs, variant)
     thread_out: dict[str, Any] = {}
-    thread = threading.Thread(target=_warm, args=(warm, args.batch, args.device, thread_out))
+    thread = threading.Thread(
+        target=_warm, args=(warm, variant, args.batch, args.device, thread_out)
+    )
     if warm:
         thread.start()
     import lightning.pytorch  # noqa: F401  (the import the thread runs beside)

@@ -58,6 +58,77 @@ def test_other_channels_keeps_one_call_per_kernel_stride_and_gradient(tool: Modu
     assert {c.config.input_requires_grad for c in calls} == {True, False}
 
 
+def test_operator_variants_run_the_exact_calls(tool: ModuleType) -> None:
+    configs = _configs(tool)
+    exact = tool.warm_calls(configs, "exact")
+    assert tool.warm_calls(configs, "exact-ops") == exact
+    assert tool.warm_calls(configs, "exact-parallel") == exact
+
+
+@pytest.mark.parametrize("input_requires_grad", [True, False])
+@pytest.mark.parametrize("bias", [True, False])
+def test_operator_call_gives_autograds_output_and_gradients(
+    tool: ModuleType, input_requires_grad: bool, bias: bool
+) -> None:
+    import torch
+    import torch.nn.functional as F
+
+    config = conv_config(
+        tool.ConvConfig, groups=8, bias=bias, input_requires_grad=input_requires_grad
+    )
+    call = tool.WarmCall(config, 0)
+    y, *grads = tool.operator_call(call, 2, torch.device("cpu"), torch.contiguous_format)
+    ones = {"dtype": torch.bfloat16}
+    x = torch.ones(2, 8, 16, 16, **ones).requires_grad_(input_requires_grad)
+    weight = torch.ones(8, 1, 3, 3, **ones).requires_grad_()
+    bias_tensor = torch.ones(8, **ones).requires_grad_() if bias else None
+    expected = F.conv2d(x, weight, bias_tensor, padding=1, groups=8)
+    expected.backward(torch.ones_like(expected))
+    assert torch.equal(y, expected)
+    expected_grads = [x.grad, weight.grad, None if bias_tensor is None else bias_tensor.grad]
+    for got, want in zip(grads, expected_grads, strict=True):
+        assert (got is None) == (want is None)
+        if want is not None:
+            assert torch.equal(got, want)
+
+
+def test_operator_call_without_backward_gives_the_output_alone(tool: ModuleType) -> None:
+    import torch
+
+    call = tool.WarmCall(conv_config(tool.ConvConfig, groups=8), 1, backward=False)
+    outputs = tool.operator_call(call, 2, torch.device("cpu"), torch.contiguous_format)
+    assert len(outputs) == 1
+    assert outputs[0].shape == (1, 8, 16, 16)
+
+
+def test_parallel_operator_calls_run_each_call_once_and_raise_a_threads_error(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    import torch
+
+    calls = [tool.WarmCall(config, 0) for config in _configs(tool)[1:]]
+    seen: list[Any] = []
+    all_running = threading.Barrier(len(calls), timeout=10)
+
+    def recorded(call: Any, batch: int, where: torch.device) -> None:
+        assert threading.current_thread() is not threading.main_thread()
+        seen.append(call)
+        all_running.wait()  # calls run one after another would break it
+
+    monkeypatch.setattr(tool, "operator_call", recorded)
+    tool.run_operator_calls(calls, 2, torch.device("cpu"), parallel=True)
+    assert sorted(map(id, seen)) == sorted(map(id, calls))
+
+    def failing(call: Any, batch: int, where: torch.device) -> None:
+        raise RuntimeError(f"no plan for {call.config.in_channels}")
+
+    monkeypatch.setattr(tool, "operator_call", failing)
+    with pytest.raises(RuntimeError, match="no plan for"):
+        tool.run_operator_calls(calls, 2, torch.device("cpu"), parallel=True)
+
+
 def test_unknown_variant_is_refused(tool: ModuleType) -> None:
     with pytest.raises(ValueError, match="not one of"):
         tool.warm_calls(_configs(tool), "lukewarm")
