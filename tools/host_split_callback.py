@@ -1,0 +1,178 @@
+"""A Lightning callback that splits a real fit's training steps by the host's wall clock.
+
+Why (issue 11, docs/engineering/whole-fit-speed.md, session 29): a replayed detect step took
+about 26-27 ms at batch 4 and at batch 16 alike in sessions 20-28's fits, while its GPU work is
+about 14 ms at batch 4 and 22 ms at batch 16 (``tools/profile_step.py``), so at batch 4 the
+step waits for the host. cProfile ranks the host's work but inflates small calls and, on
+CPython 3.12, mixes the loader's pin-memory thread into the training thread's stack; the
+bare-step tools leave out the CLI's callbacks. This callback wraps chosen functions of
+Lightning's loop, the trainer's callbacks and lucid-yolo's replay with ``time.perf_counter``
+(``host_split.HostSplit``: inclusive seconds of the calling thread, about a microsecond a
+call) inside a real ``lucid-yolo fit``, from the second training epoch on (the first records
+the graphs), and writes milliseconds a training step per function.
+
+``_TrainingEpochLoop.advance`` is one whole step as the host runs it (fetching the batch,
+moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
+counted inside their callers as well. A host-bound step has ``advance`` near the step's
+period; where it is not, the host waits in a call that synchronises.
+
+Usage (``tools/`` on ``PYTHONPATH``; the file named by ``LUCID_HOST_SPLIT`` receives the
+table)::
+
+    LUCID_HOST_SPLIT=$OUT/host_split.json python3 tools/bench_side_by_side.py --tasks detect \\
+        --batch 4 --epochs 3 --tools replay \\
+        --lucid-args=--trainer.callbacks+=host_split_callback.HostSplitCallback
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from host_split import HostSplit
+
+RESULT_ENV = "LUCID_HOST_SPLIT"
+"""Environment variable naming the JSON file the callback writes."""
+
+TARGETS = (
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "advance"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "on_advance_end"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "update_lr_schedulers"),
+    ("lightning.pytorch.loops.fetchers", "_PrefetchDataFetcher", "__next__"),
+    ("lightning.pytorch.loops.optimization.automatic", "_AutomaticOptimization", "run"),
+    ("lightning.pytorch.loops.optimization.automatic", "Closure", "closure"),
+    (
+        "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+        "_LoggerConnector",
+        "update_train_step_metrics",
+    ),
+    (
+        "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+        "_LoggerConnector",
+        "on_batch_end",
+    ),
+    (
+        "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+        "_LoggerConnector",
+        "on_batch_start",
+    ),
+    ("lightning.pytorch.core.module", "LightningModule", "log"),
+    ("lightning.pytorch.core.module", "LightningModule", "log_dict"),
+    ("lucid_yolo.train.module", "YoloModule", "training_step"),
+    ("lucid_yolo.train.module", "YoloModule", "on_train_batch_start"),
+    ("lucid_yolo.train.module", "YoloModule", "optimizer_step"),
+    ("lucid_yolo.train.module", "YoloModule", "_loss"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "images"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "__call__"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "loss"),
+    ("lucid_yolo.replay.recorder", "RegionRecorder", "__call__"),
+    ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_forward"),
+    ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_backward"),
+    ("lucid_yolo.replay.recorder", None, "route"),
+    ("lucid_yolo.replay.signature", "Binding", "check"),
+    ("lucid_yolo.replay.signature", "Binding", "signature"),
+    ("lucid_yolo.replay.update", "UpdateRecorder", "__call__"),
+    ("lucid_yolo.replay.update", "GraphedOptimizer", "step"),
+    ("lucid_yolo.replay.update", "GraphedOptimizer", "zero_grad"),
+    ("lucid_yolo.train.optim.musgd", "MuSGD", "step"),
+    ("torch.cuda", "CUDAGraph", "replay"),
+    ("torch", "autograd", "backward"),
+)
+"""``(module, class or None for a module function, name)`` of each function timed, where it
+exists (a missing one is listed under ``missing``, not an error: the loop's internals move
+between Lightning releases)."""
+
+HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward")
+"""Hooks timed on each of the trainer's callbacks' classes."""
+
+
+def resolve(module_name: str, owner_name: str | None, name: str) -> Any | None:
+    """The class or module that holds ``name``, or ``None`` where it does not exist."""
+    try:
+        owner: Any = importlib.import_module(module_name)
+    except ImportError:
+        return None
+    if owner_name is not None:
+        owner = getattr(owner, owner_name, None)
+    return owner if owner is not None and hasattr(owner, name) else None
+
+
+class HostSplitCallback(pl.Callback):
+    """Wraps :data:`TARGETS` and the callbacks' :data:`HOOKS` from the second training epoch
+    to the fit's end; writes milliseconds a step to the file ``$LUCID_HOST_SPLIT`` names."""
+
+    def __init__(self, first_epoch: int = 1) -> None:
+        self.first_epoch = first_epoch
+        self.split: HostSplit | None = None
+        self.missing: list[str] = []
+        self.steps = 0
+        self.began = 0.0
+        self.seconds = 0.0
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.current_epoch != self.first_epoch or self.split is not None:
+            return
+        self.split = HostSplit()
+        for module_name, owner_name, name in TARGETS:
+            owner = resolve(module_name, owner_name, name)
+            label = f"{owner_name or module_name}.{name}"
+            if owner is None:
+                self.missing.append(label)
+            else:
+                self.split.wrap(owner, name)
+        classes = {type(c) for c in trainer.callbacks if c is not self}  # type: ignore[attr-defined]
+        for kind in sorted(classes, key=lambda k: k.__name__):
+            for hook in HOOKS:
+                self.split.wrap(kind, hook)
+        self.began = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self.split is not None:
+            self.steps += 1
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.split is None:
+            return
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+        self.seconds = time.perf_counter() - self.began
+        self.split.restore()
+        self.write(self.report())
+        self.split = None
+
+    def report(self) -> dict[str, Any]:
+        """Milliseconds a step per function (inclusive), calls a step, most expensive first."""
+        assert self.split is not None
+        steps = max(self.steps, 1)
+        rows = [
+            {
+                "function": label,
+                "ms_per_step": round(seconds * 1000.0 / steps, 4),
+                "calls_per_step": round(self.split.calls[label] / steps, 3),
+            }
+            for label, seconds in self.split.seconds.items()
+        ]
+        rows.sort(key=lambda row: row["ms_per_step"], reverse=True)
+        return {
+            "steps": self.steps,
+            "from_epoch": self.first_epoch,
+            "wall_ms_per_step": round(self.seconds * 1000.0 / steps, 3),
+            "rows": rows,
+            "missing": self.missing,
+        }
+
+    @staticmethod
+    def write(report: dict[str, Any]) -> None:
+        target = os.environ.get(RESULT_ENV)
+        if target:
+            Path(target).write_text(json.dumps(report, indent=1) + "\n")
+
+
+__all__ = ["HOOKS", "RESULT_ENV", "TARGETS", "HostSplitCallback", "resolve"]
