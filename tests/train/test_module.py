@@ -6,7 +6,6 @@ import contextlib
 import csv
 from collections.abc import Callable
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 from unittest.mock import patch
 
@@ -173,23 +172,6 @@ def test_module_logs_losses_on_logging_steps_and_epoch_ends_only(
         rows = list(csv.DictReader(metrics))
     written = [int(row["step"]) + 1 for row in rows if row.get("train/loss")]
     assert written == [2]
-
-
-@pytest.mark.parametrize(
-    ("step", "batch_idx", "logged"),
-    [(4, 0, True), (5, 1, False), (6, 9, True), (7, 2, True)],
-    ids=["logging-step", "other", "epoch-end", "last-step"],
-)
-def test_module_logs_losses_rule(step: int, batch_idx: int, logged: bool) -> None:
-    module = YoloModule("yolo26n", num_classes=2)
-    trainer = SimpleNamespace(
-        log_every_n_steps=4, num_training_batches=10, max_steps=7, global_step=step - 1
-    )
-    with (
-        patch.object(YoloModule, "trainer", trainer),
-        patch.object(YoloModule, "global_step", step - 1),
-    ):
-        assert module._logs_losses(batch_idx) is logged
 
 
 @pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])

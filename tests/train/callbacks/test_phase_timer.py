@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -52,3 +53,45 @@ def test_phase_timer_times_every_phase_of_a_fit(
     assert float(trainer.callback_metrics["img_s"]) > 0.0
     assert "time/loss_ms" in trainer.callback_metrics
     assert module.phase_marker is None  # detached again at teardown
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_phase_means_are_logged_only_where_they_reach_the_loggers(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data = YoloDataModule(
+        tiny_dataset("detect"), task="detect", imgsz=64, batch_size=2, workers=0, max_instances=48
+    )
+    module = YoloModule("yolo26n", num_classes=data.num_classes)
+    means_at: list[int] = []
+    rate_at: list[int] = []
+    log, log_dict = module.log, module.log_dict
+
+    def recording_log(name: str, value: Any, **kwargs: Any) -> None:
+        if name == "img_s":
+            rate_at.append(module.global_step)
+        log(name, value, **kwargs)
+
+    def recording_log_dict(values: dict[str, Any], **kwargs: Any) -> None:
+        if any(name.startswith("time/") for name in values):
+            means_at.append(module.global_step)
+        log_dict(values, **kwargs)
+
+    module.log = recording_log  # type: ignore[method-assign]
+    module.log_dict = recording_log_dict  # type: ignore[method-assign]
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=3,
+        limit_train_batches=3,
+        limit_val_batches=0,
+        log_every_n_steps=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        default_root_dir=tmp_path,
+        callbacks=[PhaseTimer(log_every_n_steps=1)],
+    )
+    trainer.fit(module, data)
+    assert rate_at == [1, 2, 3]  # the bar's rate at the timer's own interval
+    assert means_at == [2, 3]  # the loggers' step, then the epoch's (and fit's) last batch

@@ -29,6 +29,7 @@ from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.log_cadence import reaches_loggers
 from lucid_yolo.train.losses import build_loss, epoch_fraction
 from lucid_yolo.train.memory_format import (
     MemoryFormat,
@@ -238,7 +239,10 @@ class YoloModule(pl.LightningModule):
         if self._scaler() is None:
             # fp16's GradScaler skips non-finite steps itself (and backs off its scale)
             self.loss_guard.observe(total, terms)
-        if self._logs_losses(batch_idx):
+        # The losses stay off the progress bar: a bar reads its metrics after every batch, and
+        # reading a value on the GPU makes the host wait for the step (the CLI's bar shows the
+        # loss, read at most once a second).
+        if reaches_loggers(self.trainer, self.global_step + 1, batch_idx):
             batch_size = batch["images"].shape[0]
             self.log("train/loss", total.detach() / batch_size, batch_size=batch_size)
             self.log_dict(
@@ -246,27 +250,6 @@ class YoloModule(pl.LightningModule):
                 batch_size=batch_size,
             )
         return total
-
-    def _logs_losses(self, batch_idx: int) -> bool:
-        """Whether this micro-batch's losses are logged: on logging steps, an epoch's last batch
-        and the fit's last step.
-
-        Lightning hands step metrics to the loggers only every ``log_every_n_steps`` optimizer
-        steps, and the epoch's summary reads the last value logged; other steps' losses reached
-        only the progress bar. Logging every step costs host time every step (Lightning's
-        bookkeeping for each value), which a replayed step, whose GPU work is shorter than the
-        host's, pays in full. The losses stay off the progress bar: a bar reads its metrics after
-        every batch, and reading a value on the GPU makes the host wait for the step (the CLI's
-        bar shows the loss, read at most once a second).
-        """
-        trainer = self.trainer
-        step = self.global_step + 1
-        every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set at run time
-        return (
-            step % every == 0
-            or batch_idx + 1 >= trainer.num_training_batches
-            or step == trainer.max_steps
-        )
 
     def _loss(self, batch: Batch) -> tuple[Tensor, dict[str, Tensor]]:
         """Forward and loss of one micro-batch: ``(total, terms)``."""

@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from lucid_yolo.train.callbacks.device_clock import DeviceClock
 from lucid_yolo.train.exceptions import TrainConfigError
+from lucid_yolo.train.log_cadence import reaches_loggers
 
 PHASES = ("data", "network", "loss", "backward", "update")
 """Phase names in step order; logged as ``time/<phase>_ms``."""
@@ -43,11 +44,13 @@ class PhaseTimer(Callback):
     zero on accumulation micro-batches). A step whose boundaries are not all reached (for instance a
     skipped backward) is dropped from the means.
 
-    The means run over the epoch so far; ``img_s`` (images per second of step time, data wait
-    included) and, on CUDA, ``mem_gib`` (reserved memory) are shown in the progress bar.
+    The means run over the epoch so far. ``img_s`` (images per second of step time, data wait
+    included) and, on CUDA, ``mem_gib`` (reserved memory) are shown in the progress bar every
+    ``log_every_n_steps`` batches; the phase means, which no bar shows, only when they reach the
+    loggers or the epoch's summary (:func:`~lucid_yolo.train.log_cadence.reaches_loggers`).
 
     Args:
-        log_every_n_steps: how often the running means are logged.
+        log_every_n_steps: how often, in batches, the progress bar's rate and memory are logged.
 
     Example:
         ``Trainer(callbacks=[PhaseTimer()])``, or ``--trainer.callbacks+=PhaseTimer`` on the CLI.
@@ -123,11 +126,12 @@ class PhaseTimer(Callback):
             self._pending.append(self._current)
             self._current = None
         self._collect()
-        if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
-            # Host tensors: Lightning would copy a Python float to the module's device (a
-            # host sync), and the progress bar reads its values back at every batch (another).
+        # Host tensors: Lightning would copy a Python float to the module's device (a host
+        # sync), and the progress bar reads its values back at every batch (another).
+        if self._count and reaches_loggers(trainer, trainer.global_step, batch_idx):
             means = {f"time/{p}_ms": torch.tensor(self._sums[p] / self._count) for p in PHASES}
             pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
+        if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
             total_ms = sum(self._sums.values())
             if total_ms > 0.0:
                 rate = torch.tensor(self._images * 1000.0 / total_ms)

@@ -1,0 +1,22 @@
+"""Values logged during training are logged where they reach the loggers or the epoch's end."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from lucid_yolo.train.log_cadence import reaches_loggers
+
+
+@pytest.mark.parametrize(
+    ("step", "batch_idx", "reached"),
+    [(4, 0, True), (5, 1, False), (6, 9, True), (7, 2, True), (8, 3, True), (3, 8, False)],
+    ids=["logging-step", "other", "epoch-end", "last-step", "next-logging-step", "before-end"],
+)
+def test_a_value_reaches_loggers_on_logging_steps_epoch_ends_and_the_last_step(
+    step: int, batch_idx: int, reached: bool
+) -> None:
+    trainer: Any = SimpleNamespace(log_every_n_steps=4, num_training_batches=10, max_steps=7)
+    assert reaches_loggers(trainer, step, batch_idx) is reached
