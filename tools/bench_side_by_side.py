@@ -60,6 +60,7 @@ The accuracy table on a two-GPU machine (four tasks, both tools, 320 px, 30 epoc
 from __future__ import annotations
 
 import argparse
+import ast
 import csv
 import json
 import os
@@ -655,6 +656,15 @@ SETTINGS_BEFORE_THEY_EXISTED = {"own_environments": "None", "substitute": "[]"}
 """What a report written before a setting existed ran with (the option's absence)."""
 
 
+def compared_setting(key: str, value: str | None) -> str | None:
+    """A report's setting in the form two reports compare: ``--substitute`` as ``NAME=DIST``
+    strings, which reports wrote until session 29 while later ones wrote the parsed pairs."""
+    if key != "substitute" or value is None or not value.startswith("["):
+        return value
+    items = ast.literal_eval(value)
+    return str(["=".join(item) if isinstance(item, tuple) else item for item in items])
+
+
 def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, Any]]:
     """The runs of earlier calls' ``side_by_side.json`` files, refused if a setting differs.
 
@@ -677,7 +687,7 @@ def merged_runs(paths: list[Path], args: argparse.Namespace) -> list[dict[str, A
                 str(getattr(args, key)),
                 earlier["args"].get(key, SETTINGS_BEFORE_THEY_EXISTED.get(key)),
             )
-            if theirs != mine:
+            if compared_setting(key, theirs) != compared_setting(key, mine):
                 raise SystemExit(
                     f"--merge {path}: {key} was {theirs!r} there and is {mine!r} here; "
                     "merge only runs of the same settings"

@@ -200,6 +200,21 @@ def test_a_report_from_before_own_environments_merges_as_the_machines_environmen
     assert tool.merged_runs([path], _settings()) == [{"tool": "replay"}]
 
 
+def test_substitutes_saved_as_given_merge_with_substitutes_parsed_into_pairs(
+    tmp_path: Path, tool: ModuleType
+) -> None:
+    envs = tmp_path / "envs"
+    given = _settings(own_environments=envs, substitute=["opencv-python=opencv-python-headless"])
+    path = _earlier_call(tmp_path / "a.json", given, [{"tool": "replay"}])
+    parsed = _settings(
+        own_environments=envs, substitute=[("opencv-python", "opencv-python-headless")]
+    )
+    assert tool.merged_runs([path], parsed) == [{"tool": "replay"}]
+    other = _settings(own_environments=envs, substitute=[("opencv-python", "opencv-contrib")])
+    with pytest.raises(SystemExit, match="substitute was"):
+        tool.merged_runs([path], other)
+
+
 @pytest.mark.parametrize("tool_name", ["replay", "native", "ultralytics"])
 def test_in_its_own_environment_a_tool_sees_no_library_of_the_callers_path(
     tmp_path: Path, tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tool_name: str
