@@ -13,6 +13,30 @@ from lucid_yolo.train import YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import PHASES, PhaseTimer
 
 
+def _detect(tiny_dataset: Callable[[str], Path]) -> tuple[YoloDataModule, YoloModule]:
+    """A tiny detect set at 64 px and a YOLO26n for it."""
+    data = YoloDataModule(
+        tiny_dataset("detect"), task="detect", imgsz=64, batch_size=2, workers=0, max_instances=48
+    )
+    return data, YoloModule("yolo26n", num_classes=data.num_classes)
+
+
+def _cpu_trainer(tmp_path: Path, timer: PhaseTimer, **changes: Any) -> pl.Trainer:
+    """Three CPU steps without validation, logger, checkpoints or bar, timed by ``timer``."""
+    settings: dict[str, Any] = {
+        "accelerator": "cpu",
+        "max_steps": 3,
+        "limit_val_batches": 0,
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+        "default_root_dir": tmp_path,
+        "callbacks": [timer],
+    }
+    return pl.Trainer(**{**settings, **changes})
+
+
 def test_phase_timer_rejects_zero_interval() -> None:
     with pytest.raises(ValueError, match="log_every_n_steps must be >= 1"):
         PhaseTimer(log_every_n_steps=0)
@@ -28,22 +52,9 @@ def test_phase_timer_marks_are_ignored_outside_a_step() -> None:
 def test_phase_timer_times_every_phase_of_a_fit(
     tiny_dataset: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    data = YoloDataModule(
-        tiny_dataset("detect"), task="detect", imgsz=64, batch_size=2, workers=0, max_instances=48
-    )
-    module = YoloModule("yolo26n", num_classes=data.num_classes)
+    data, module = _detect(tiny_dataset)
     timer = PhaseTimer(log_every_n_steps=1)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=3,
-        limit_val_batches=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[timer],
-    )
+    trainer = _cpu_trainer(tmp_path, timer)
     trainer.fit(module, data)
     summary = timer.summary()
     assert sorted(summary) == sorted(PHASES)
@@ -59,10 +70,7 @@ def test_phase_timer_times_every_phase_of_a_fit(
 def test_phase_means_are_logged_only_where_they_reach_the_loggers(
     tiny_dataset: Callable[[str], Path], tmp_path: Path
 ) -> None:
-    data = YoloDataModule(
-        tiny_dataset("detect"), task="detect", imgsz=64, batch_size=2, workers=0, max_instances=48
-    )
-    module = YoloModule("yolo26n", num_classes=data.num_classes)
+    data, module = _detect(tiny_dataset)
     means_at: list[int] = []
     rate_at: list[int] = []
     log, log_dict = module.log, module.log_dict
@@ -79,18 +87,8 @@ def test_phase_means_are_logged_only_where_they_reach_the_loggers(
 
     module.log = recording_log  # type: ignore[method-assign]
     module.log_dict = recording_log_dict  # type: ignore[method-assign]
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        max_steps=3,
-        limit_train_batches=3,
-        limit_val_batches=0,
-        log_every_n_steps=2,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        default_root_dir=tmp_path,
-        callbacks=[PhaseTimer(log_every_n_steps=1)],
+    trainer = _cpu_trainer(
+        tmp_path, PhaseTimer(log_every_n_steps=1), limit_train_batches=3, log_every_n_steps=2
     )
     trainer.fit(module, data)
     assert rate_at == [1, 2, 3]  # the bar's rate at the timer's own interval
