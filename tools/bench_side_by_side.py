@@ -661,7 +661,10 @@ def compared_setting(key: str, value: str | None) -> str | None:
     strings, which reports wrote until session 29 while later ones wrote the parsed pairs."""
     if key != "substitute" or value is None or not value.startswith("["):
         return value
-    items = ast.literal_eval(value)
+    try:
+        items = ast.literal_eval(value)
+    except (SyntaxError, ValueError) as error:
+        raise SystemExit(f"--merge: a report's substitute {value!r} is not a list") from error
     return str(["=".join(item) if isinstance(item, tuple) else item for item in items])
 
 

@@ -8,7 +8,8 @@ functions with ``time.perf_counter`` instead measures the main thread's wall tim
 waits for the interpreter lock included, at about a microsecond a call; nested wrapped
 functions are counted inside their callers as well (inclusive seconds).
 
-Used by ``profile_validation.py --host-split``.
+Used by ``profile_validation.py --host-split`` (a validation pass) and ``host_split_callback.py``
+(a real fit's training steps).
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
+
+
+def label_of(owner_name: str, name: str) -> str:
+    """How a function is named in a split: the last part of its owner's name, then its own."""
+    return f"{owner_name.rsplit('.', 1)[-1]}.{name}"
 
 
 class HostSplit:
@@ -31,7 +37,7 @@ class HostSplit:
     def wrap(self, owner: Any, name: str) -> None:
         """Time ``owner.name`` (a module's function, or a class's method, classmethod or
         staticmethod, its own or inherited) under the label ``<owner>.<name>``."""
-        label = f"{getattr(owner, '__name__', type(owner).__name__).rsplit('.', 1)[-1]}.{name}"
+        label = label_of(getattr(owner, "__name__", type(owner).__name__), name)
         raw = inspect.getattr_static(owner, name)
         own = name in vars(owner)
         kind = type(raw) if isinstance(raw, (classmethod, staticmethod)) else None
@@ -61,13 +67,17 @@ class HostSplit:
             undo()
         self._restore.clear()
 
-    def table(self, passes: int) -> list[dict[str, Any]]:
-        """Per label, seconds and calls per pass, the costliest first."""
+    def table(
+        self, count: int, per: str = "pass", *, milliseconds: bool = False
+    ) -> list[dict[str, Any]]:
+        """Per label, seconds (or milliseconds) and calls per ``per`` over ``count`` of them
+        (passes, steps), the costliest first."""
+        unit, scale = ("ms", 1000.0) if milliseconds else ("seconds", 1.0)
         return [
             {
                 "function": label,
-                "seconds_per_pass": round(seconds / passes, 4),
-                "calls_per_pass": self.calls[label] / passes,
+                f"{unit}_per_{per}": round(seconds * scale / count, 4),
+                f"calls_per_{per}": self.calls[label] / count,
             }
             for label, seconds in sorted(self.seconds.items(), key=lambda item: -item[1])
         ]

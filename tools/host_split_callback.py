@@ -11,7 +11,7 @@ Lightning's loop, the trainer's callbacks and lucid-yolo's replay with ``time.pe
 call) inside a real ``lucid-yolo fit``, from the second training epoch on (the first records
 the graphs), and writes milliseconds a training step per function.
 
-``_TrainingEpochLoop.advance`` is one whole step as the host runs it (fetching the batch,
+``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the batch,
 moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
 counted inside their callers as well. A host-bound step has ``advance`` near the step's
 period; where it is not, the host waits in a call that synchronises.
@@ -36,7 +36,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 
-from host_split import HostSplit
+from host_split import HostSplit, label_of
 
 RESULT_ENV = "LUCID_HOST_SPLIT"
 """Environment variable naming the JSON file the callback writes."""
@@ -105,8 +105,14 @@ def resolve(module_name: str, owner_name: str | None, name: str) -> Any | None:
 
 
 class HostSplitCallback(pl.Callback):
-    """Wraps :data:`TARGETS` and the callbacks' :data:`HOOKS` from the second training epoch
-    to the fit's end; writes milliseconds a step to the file ``$LUCID_HOST_SPLIT`` names."""
+    """Wraps :data:`TARGETS` and the callbacks' :data:`HOOKS` from ``first_epoch`` on and puts
+    them back when training ends or fails; writes milliseconds a step to the file
+    ``$LUCID_HOST_SPLIT`` names.
+
+    ``steps`` counts training batches (micro-batches under accumulation); ``wall_ms_per_step``
+    is the wall time from the first timed epoch's start to training's end over those batches,
+    validation, checkpoints and epoch turnover included.
+    """
 
     def __init__(self, first_epoch: int = 1) -> None:
         self.first_epoch = first_epoch
@@ -114,21 +120,21 @@ class HostSplitCallback(pl.Callback):
         self.missing: list[str] = []
         self.steps = 0
         self.began = 0.0
-        self.seconds = 0.0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.current_epoch != self.first_epoch or self.split is not None:
+        if trainer.current_epoch < self.first_epoch or self.split is not None:
             return
         self.split = HostSplit()
         for module_name, owner_name, name in TARGETS:
             owner = resolve(module_name, owner_name, name)
-            label = f"{owner_name or module_name}.{name}"
             if owner is None:
-                self.missing.append(label)
+                self.missing.append(label_of(owner_name or module_name, name))
             else:
                 self.split.wrap(owner, name)
         classes = {type(c) for c in trainer.callbacks if c is not self}  # type: ignore[attr-defined]
-        for kind in sorted(classes, key=lambda k: k.__name__):
+        # a subclass before its bases: wrapped after a base, it would inherit the base's wrapper
+        # and count each call under both names
+        for kind in sorted(classes, key=lambda k: (-len(k.__mro__), k.__name__)):
             for hook in HOOKS:
                 self.split.wrap(kind, hook)
         self.began = time.perf_counter()
@@ -142,28 +148,33 @@ class HostSplitCallback(pl.Callback):
             return
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        self.seconds = time.perf_counter() - self.began
-        self.split.restore()
-        self.write(self.report())
-        self.split = None
+        seconds = time.perf_counter() - self.began
+        self.write(self.report(seconds))
+        self._restore()
 
-    def report(self) -> dict[str, Any]:
-        """Milliseconds a step per function (inclusive), calls a step, most expensive first."""
+    def on_exception(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException
+    ) -> None:
+        self._restore()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._restore()
+
+    def _restore(self) -> None:
+        """Put every wrapped function back (the wrappers are process-wide)."""
+        if self.split is not None:
+            self.split.restore()
+            self.split = None
+
+    def report(self, seconds: float) -> dict[str, Any]:
+        """Milliseconds and calls a step per function (inclusive), the costliest first; no rows
+        when no step ended in the timed epochs."""
         assert self.split is not None
-        steps = max(self.steps, 1)
-        rows = [
-            {
-                "function": label,
-                "ms_per_step": round(seconds * 1000.0 / steps, 4),
-                "calls_per_step": round(self.split.calls[label] / steps, 3),
-            }
-            for label, seconds in self.split.seconds.items()
-        ]
-        rows.sort(key=lambda row: row["ms_per_step"], reverse=True)
+        rows = self.split.table(self.steps, "step", milliseconds=True) if self.steps else []
         return {
             "steps": self.steps,
             "from_epoch": self.first_epoch,
-            "wall_ms_per_step": round(self.seconds * 1000.0 / steps, 3),
+            "wall_ms_per_step": round(seconds * 1000.0 / self.steps, 3) if self.steps else None,
             "rows": rows,
             "missing": self.missing,
         }

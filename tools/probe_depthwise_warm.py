@@ -174,12 +174,10 @@ def operator_call(
     are ones: no random numbers are drawn. Returns the output, then the gradients
     (``None`` for those not asked for; none at all without a backward)."""
     config = call.config
-    bf16 = {"device": where, "dtype": torch.bfloat16}
+    bf16: dict[str, Any] = {"device": where, "dtype": torch.bfloat16}
     shape = (call.batch or batch, config.in_channels, config.height, config.width)
     x = torch.ones(shape, **bf16).to(memory_format=memory_format)
-    weight_shape = (config.out_channels, config.in_channels // config.groups, *config.kernel)
-    if config.transposed:
-        weight_shape = (config.in_channels, config.out_channels // config.groups, *config.kernel)
+    weight_shape = config.standalone(initialised=False).weight.shape
     weight = torch.ones(weight_shape, **bf16).to(memory_format=memory_format)
     bias = torch.ones(config.out_channels, **bf16) if config.bias else None
     geometry = (config.stride, config.padding, config.dilation, config.transposed)

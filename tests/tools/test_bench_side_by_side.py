@@ -213,6 +213,11 @@ def test_substitutes_saved_as_given_merge_with_substitutes_parsed_into_pairs(
     other = _settings(own_environments=envs, substitute=[("opencv-python", "opencv-contrib")])
     with pytest.raises(SystemExit, match="substitute was"):
         tool.merged_runs([path], other)
+    broken = json.loads(path.read_text())
+    broken["args"]["substitute"] = "[opencv-python=opencv"
+    path.write_text(json.dumps(broken))
+    with pytest.raises(SystemExit, match="is not a list"):
+        tool.merged_runs([path], parsed)
 
 
 @pytest.mark.parametrize("tool_name", ["replay", "native", "ultralytics"])

@@ -77,7 +77,7 @@ def test_host_split_counts_nested_calls_inside_their_callers(
         module.outer(0.5)
     split.restore()
     assert module.inner is inner
-    rows = {row["function"]: row for row in split.table(passes=2)}
+    rows = {row["function"]: row for row in split.table(2)}
     assert rows["mod.inner"] == {
         "function": "mod.inner",
         "seconds_per_pass": 2,
@@ -88,7 +88,9 @@ def test_host_split_counts_nested_calls_inside_their_callers(
         "seconds_per_pass": 5,
         "calls_per_pass": 1,
     }
-    assert split.table(passes=2)[0]["function"] == "mod.outer"
+    assert split.table(2)[0]["function"] == "mod.outer"
+    per_step = split.table(4, "step", milliseconds=True)
+    assert per_step[0] == {"function": "mod.outer", "ms_per_step": 2500.0, "calls_per_step": 0.5}
 
 
 def test_host_split_counts_a_call_that_raises(tool: ModuleType) -> None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -20,11 +22,14 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 class _Tiny(pl.LightningModule):
-    def __init__(self) -> None:
+    def __init__(self, fail_in_epoch: int | None = None) -> None:
         super().__init__()
         self.layer = nn.Linear(4, 1)
+        self.fail_in_epoch = fail_in_epoch
 
     def training_step(self, batch: list[Tensor], batch_idx: int) -> Tensor:
+        if self.current_epoch == self.fail_in_epoch:
+            raise RuntimeError("a step that fails")
         return self.layer(batch[0]).square().mean()
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
@@ -39,13 +44,16 @@ class _Counting(pl.Callback):
         self.batches += 1
 
 
-def _fit(tool: ModuleType, tmp_path: Path, epochs: int) -> tuple[object, _Counting]:
-    split = tool.HostSplitCallback()
+class _CountingToo(_Counting):
+    """Inherits its hook: wrapped after its base, it would count each call under both names."""
+
+
+def _fit(tool: ModuleType, tmp_path: Path, epochs: int, module: _Tiny | None = None) -> _Counting:
     counting = _Counting()
     data = DataLoader(TensorDataset(torch.ones(12, 4)), batch_size=4)
     trainer = pl.Trainer(
         max_epochs=epochs,
-        callbacks=[split, counting],
+        callbacks=[tool.HostSplitCallback(), counting, _CountingToo()],
         accelerator="cpu",
         logger=False,
         enable_checkpointing=False,
@@ -53,32 +61,48 @@ def _fit(tool: ModuleType, tmp_path: Path, epochs: int) -> tuple[object, _Counti
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    trainer.fit(_Tiny(), data)
-    return split, counting
+    trainer.fit(module or _Tiny(), data)
+    return counting
+
+
+def _wrappable(tool: ModuleType) -> dict[tuple[Any, str], tuple[Any, bool]]:
+    """Each target's (owner, name): what the owner holds under the name, and whether as its own."""
+    found = {}
+    for module_name, owner_name, name in tool.TARGETS:
+        owner = tool.resolve(module_name, owner_name, name)
+        if owner is not None:
+            found[owner, name] = (inspect.getattr_static(owner, name), name in vars(owner))
+    for kind in (_Counting, _CountingToo):
+        for hook in tool.HOOKS:
+            found[kind, hook] = (inspect.getattr_static(kind, hook), hook in vars(kind))
+    return found
 
 
 def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from lightning.pytorch.loops.training_epoch_loop import _TrainingEpochLoop
-
-    advance = _TrainingEpochLoop.advance
-    hook = vars(_Counting)["on_train_batch_end"]
+    before = _wrappable(tool)
     out = tmp_path / "split.json"
     monkeypatch.setenv(tool.RESULT_ENV, str(out))
-    _, counting = _fit(tool, tmp_path, epochs=3)
+    counting = _fit(tool, tmp_path, epochs=3)
     report = json.loads(out.read_text())
     assert report["steps"] == 6  # epochs 1 and 2, three batches each
     rows = {row["function"]: row for row in report["rows"]}
     assert rows["_TrainingEpochLoop.advance"]["calls_per_step"] == 1.0
-    assert rows["_Counting.on_train_batch_end"]["calls_per_step"] == 1.0
     assert rows["_TrainingEpochLoop.advance"]["ms_per_step"] > 0.0
+    assert rows["_Counting.on_train_batch_end"]["calls_per_step"] == 1.0
+    assert rows["_CountingToo.on_train_batch_end"]["calls_per_step"] == 1.0
     assert "HostSplitCallback.on_train_batch_end" not in rows
     assert report["missing"] == []  # every target exists in this Lightning and lucid-yolo
-    assert _TrainingEpochLoop.advance is advance
-    assert vars(_Counting)["on_train_batch_end"] is hook
-    assert "on_before_backward" not in vars(_Counting)
+    assert _wrappable(tool) == before
     assert counting.batches == 9
+
+
+def test_a_failing_fit_puts_everything_back(tool: ModuleType, tmp_path: Path) -> None:
+    before = _wrappable(tool)
+    with pytest.raises(RuntimeError, match="a step that fails"):
+        _fit(tool, tmp_path, epochs=3, module=_Tiny(fail_in_epoch=2))
+    assert _wrappable(tool) == before
 
 
 def test_a_fit_shorter_than_the_first_timed_epoch_writes_nothing(
@@ -88,6 +112,13 @@ def test_a_fit_shorter_than_the_first_timed_epoch_writes_nothing(
     monkeypatch.setenv(tool.RESULT_ENV, str(out))
     _fit(tool, tmp_path, epochs=1)
     assert not out.exists()
+
+
+def test_without_a_step_the_report_has_no_rows(tool: ModuleType) -> None:
+    callback = tool.HostSplitCallback()
+    callback.split = tool.HostSplit()
+    report = callback.report(1.0)
+    assert (report["steps"], report["rows"], report["wall_ms_per_step"]) == (0, [], None)
 
 
 def test_a_missing_function_is_named_not_raised(tool: ModuleType) -> None:

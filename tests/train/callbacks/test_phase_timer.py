@@ -66,11 +66,8 @@ def test_phase_timer_times_every_phase_of_a_fit(
     assert module.phase_marker is None  # detached again at teardown
 
 
-@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
-def test_phase_means_are_logged_only_where_they_reach_the_loggers(
-    tiny_dataset: Callable[[str], Path], tmp_path: Path
-) -> None:
-    data, module = _detect(tiny_dataset)
+def _recorded_logs(module: YoloModule) -> tuple[list[int], list[int]]:
+    """The module's global step at each log of the phase means and of the rate, as they come."""
     means_at: list[int] = []
     rate_at: list[int] = []
     log, log_dict = module.log, module.log_dict
@@ -87,9 +84,38 @@ def test_phase_means_are_logged_only_where_they_reach_the_loggers(
 
     module.log = recording_log  # type: ignore[method-assign]
     module.log_dict = recording_log_dict  # type: ignore[method-assign]
+    return means_at, rate_at
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_phase_means_are_logged_only_where_they_reach_the_loggers(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data, module = _detect(tiny_dataset)
+    means_at, rate_at = _recorded_logs(module)
     trainer = _cpu_trainer(
         tmp_path, PhaseTimer(log_every_n_steps=1), limit_train_batches=3, log_every_n_steps=2
     )
     trainer.fit(module, data)
     assert rate_at == [1, 2, 3]  # the bar's rate at the timer's own interval
     assert means_at == [2, 3]  # the loggers' step, then the epoch's (and fit's) last batch
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_phase_means_under_accumulation_go_by_the_step_each_batch_belongs_to(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    data, module = _detect(tiny_dataset)
+    means_at, _ = _recorded_logs(module)
+    trainer = _cpu_trainer(
+        tmp_path,
+        PhaseTimer(log_every_n_steps=1),
+        max_steps=2,
+        limit_train_batches=4,
+        accumulate_grad_batches=2,
+        log_every_n_steps=2,
+    )
+    trainer.fit(module, data)
+    # batches 2 and 3 make step 2, the logging step: the first ends before the step is counted;
+    # batches 0 and 1 make step 1, which no logger takes
+    assert means_at == [1, 2]

@@ -13,12 +13,14 @@ import lightning.pytorch as pl
 
 
 def reaches_loggers(trainer: pl.Trainer, step: int, batch_idx: int) -> bool:
-    """Whether a value logged at optimizer step ``step`` (counted from 1) and batch
-    ``batch_idx`` of the epoch reaches the loggers or the epoch's summary: a logging step, the
-    epoch's last batch or the fit's last step."""
+    """Whether a value logged by a batch of optimizer step ``step`` (counted from 1; every
+    micro-batch of a step has its number) and batch ``batch_idx`` of the epoch reaches the loggers
+    or the epoch's summary: a logging step (none when ``log_every_n_steps`` is 0, as Lightning
+    has it), a stopping trainer, the epoch's last batch or the fit's last step."""
     every: int = trainer.log_every_n_steps  # type: ignore[attr-defined]  # set at run time
     return (
-        step % every == 0
+        (every > 0 and step % every == 0)
+        or trainer.should_stop
         or batch_idx + 1 >= trainer.num_training_batches
         or step == trainer.max_steps
     )

@@ -62,6 +62,7 @@ class PhaseTimer(Callback):
         self.log_every_n_steps = log_every_n_steps
         self._cuda = False
         self._last_end: float | None = None
+        self._step_of_batch = 0
         self._current: _Step | None = None
         self._pending: deque[_Step] = deque()
         self._sums = dict.fromkeys(PHASES, 0.0)
@@ -97,6 +98,9 @@ class PhaseTimer(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         now = time.perf_counter()
+        # the optimizer step this batch belongs to: at its end the trainer has counted it only
+        # if the batch stepped (under accumulation most batches do not)
+        self._step_of_batch = trainer.global_step + 1
         data_ms = 0.0 if self._last_end is None else (now - self._last_end) * 1000.0
         images = batch["images"] if isinstance(batch, dict) and "images" in batch else None
         self._current = _Step(data_ms=data_ms, images=0 if images is None else len(images))
@@ -128,7 +132,7 @@ class PhaseTimer(Callback):
         self._collect()
         # Host tensors: Lightning would copy a Python float to the module's device (a host
         # sync), and the progress bar reads its values back at every batch (another).
-        if self._count and reaches_loggers(trainer, trainer.global_step, batch_idx):
+        if self._count and reaches_loggers(trainer, self._step_of_batch, batch_idx):
             means = {f"time/{p}_ms": torch.tensor(self._sums[p] / self._count) for p in PHASES}
             pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
         if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
