@@ -658,7 +658,8 @@ SETTINGS_BEFORE_THEY_EXISTED = {"own_environments": "None", "substitute": "[]"}
 
 def compared_setting(key: str, value: str | None) -> str | None:
     """A report's setting in the form two reports compare: ``--substitute`` as ``NAME=DIST``
-    strings, which reports wrote until session 29 while later ones wrote the parsed pairs."""
+    strings. Reports written before the option's values were parsed into pairs (session 28's
+    first calls) saved the strings given; later ones save the pairs."""
     if key != "substitute" or value is None or not value.startswith("["):
         return value
     try:
