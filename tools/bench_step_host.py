@@ -15,7 +15,11 @@ step of a YOLO26 model, without running the network:
 * ``route_first_micro_batch``: handing gradients to every parameter after
   ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: private tensors
   plus one grouped copy; on the CPU the copy moves the bytes, on CUDA it is only queued);
-  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``).
+  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``);
+* ``grouped_copy``: :func:`lucid_yolo.replay.copy_grouped` over as many one-element float32
+  tensors as the model has parameters, the host's part of the copies a replayed step makes of
+  every parameter or gradient (the private gradients', the update's copy-in and copy-out, its
+  backup), the bytes left out.
 
 ``--ops`` adds, per model, the operators that launch work in each graph of a replayed step, as
 dispatched on the CPU (views left out; a CUDA graph holds about one kernel node per operator,
@@ -46,7 +50,7 @@ import torch
 
 from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
-from lucid_yolo.replay import RegionRecorder
+from lucid_yolo.replay import RegionRecorder, copy_grouped
 from lucid_yolo.replay._autograd import route
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.replay import UpdateStep
@@ -92,6 +96,9 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
     with DispatchCount(ignore=VIEW_OPS) as count:
         route_after_zero_grad()
 
+    copy_targets = [torch.zeros(1, device=device) for _ in params]
+    copy_sources = [torch.ones(1, device=device) for _ in params]
+
     def timed(call: Callable[[], object]) -> float:
         return _time_us(call, repeat, rounds, device)
 
@@ -104,6 +111,7 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
         "update_key_us": timed(lambda: update_keys.get(update.key())),
         "route_first_micro_batch_us": timed(route_after_zero_grad),
         "route_allocations": count.ops["empty"] + count.ops["empty_strided"],
+        "grouped_copy_us": timed(lambda: copy_grouped(copy_targets, copy_sources)),
     }
 
 

@@ -40,10 +40,43 @@ def test_copy_grouped_dispatches_one_foreach_copy_per_dtype() -> None:
     assert seen.ops == Counter({"_foreach_copy_": 3})
 
 
-def test_copy_grouped_rejects_sequences_of_different_lengths() -> None:
-    destinations, sources = _mixed()
-    with pytest.raises(ValueError, match=r"shorter|longer"):
-        copy_grouped(destinations[:-1], sources)
+def test_copy_grouped_copies_one_dtype_in_one_call_with_the_pairs_in_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sources = [torch.randn(5), torch.randn(2, 3).t(), torch.tensor([-0.0, float("nan")])]
+    destinations = [torch.empty_like(s) for s in sources]
+    calls: list[tuple[list[torch.Tensor], list[torch.Tensor]]] = []
+    foreach_copy = torch._foreach_copy_
+
+    def recorded(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        calls.append((targets, values))
+        foreach_copy(targets, values)
+
+    monkeypatch.setattr(torch, "_foreach_copy_", recorded)
+    copy_grouped(tuple(destinations), tuple(sources))
+    assert len(calls) == 1
+    targets, values = calls[0]
+    assert list(map(id, targets)) == list(map(id, destinations))
+    assert list(map(id, values)) == list(map(id, sources))
+    for destination, source in zip(destinations, sources, strict=True):
+        assert torch.equal(destination.view(torch.int32), source.view(torch.int32))
+
+
+@pytest.mark.parametrize("cut", ["destinations", "sources"])
+def test_copy_grouped_rejects_sequences_of_different_lengths(cut: str) -> None:
+    for destinations, sources in (_mixed(), ([torch.empty(2)] * 3, [torch.ones(2)] * 3)):
+        if cut == "destinations":
+            destinations = destinations[:-1]
+        else:
+            sources = sources[:-1]
+        with pytest.raises(ValueError, match="one source each"):
+            copy_grouped(destinations, sources)
+
+
+def test_copy_grouped_with_nothing_to_copy_launches_nothing() -> None:
+    with DispatchedOps() as seen:
+        copy_grouped([], [])
+    assert not seen.ops
 
 
 @pytest.mark.parametrize("mode", ["grad", "no_grad", "inference"])
