@@ -62,6 +62,23 @@ def test_copy_grouped_copies_one_dtype_in_one_call_with_the_pairs_in_order(
         assert torch.equal(destination.view(torch.int32), source.view(torch.int32))
 
 
+def test_copy_grouped_keeps_destinations_of_two_devices_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    destinations = [torch.empty(2), torch.empty(2, device="meta"), torch.empty(3)]
+    sources = [torch.ones(2), torch.ones(2, device="meta"), torch.ones(3)]
+    devices: list[list[str]] = []
+    foreach_copy = torch._foreach_copy_
+
+    def recorded(targets: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        devices.append([t.device.type for t in targets])
+        foreach_copy(targets, values)
+
+    monkeypatch.setattr(torch, "_foreach_copy_", recorded)
+    copy_grouped(destinations, sources)
+    assert sorted(devices) == [["cpu", "cpu"], ["meta"]]
+
+
 @pytest.mark.parametrize("cut", ["destinations", "sources"])
 def test_copy_grouped_rejects_sequences_of_different_lengths(cut: str) -> None:
     for destinations, sources in (_mixed(), ([torch.empty(2)] * 3, [torch.ones(2)] * 3)):
