@@ -11,8 +11,8 @@ Lightning's loop, the trainer's callbacks and lucid-yolo's replay with ``time.pe
 call) inside a real ``lucid-yolo fit``, from the second training epoch on (the first records
 the graphs), and writes milliseconds a training step per function.
 
-``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the batch,
-moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
+``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the
+batch, moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
 counted inside their callers as well. A host-bound step has ``advance`` near the step's
 period; where it is not, the host waits in a call that synchronises.
 
@@ -131,7 +131,8 @@ class HostSplitCallback(pl.Callback):
                 self.missing.append(label_of(owner_name or module_name, name))
             else:
                 self.split.wrap(owner, name)
-        classes = {type(c) for c in trainer.callbacks if c is not self}  # type: ignore[attr-defined]
+        callbacks: list[pl.Callback] = trainer.callbacks  # type: ignore[attr-defined]
+        classes = {type(c) for c in callbacks if c is not self}
         # a subclass before its bases: wrapped after a base, it would inherit the base's wrapper
         # and count each call under both names
         for kind in sorted(classes, key=lambda k: (-len(k.__mro__), k.__name__)):

@@ -62,6 +62,10 @@ Whether the compilation runs faster on several threads at once (session 29)::
     python3 tools/probe_depthwise_warm.py --batch 16 --rounds 2 \
         --variants cold exact exact-ops exact-parallel
 
+Session 29 found that plans built on other threads spare the network nothing (PyTorch keeps
+cuDNN's plans per thread, and autograd runs the backward on the device's worker thread), and
+that nine threads took longer than one.
+
 CPU smoke run (timings meaningless; the thread runs on the CPU)::
 
     python3 tools/probe_depthwise_warm.py --device cpu --imgsz 64 --batch 2 --rounds 1
