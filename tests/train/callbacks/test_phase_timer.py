@@ -88,34 +88,34 @@ def _recorded_logs(module: YoloModule) -> tuple[list[int], list[int]]:
 
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+@pytest.mark.parametrize(
+    ("changes", "rate_at_expected", "means_at_expected"),
+    [
+        # the rate at the timer's own interval; the means at the loggers' step (2), then the
+        # epoch's (and fit's) last batch
+        ({"limit_train_batches": 3}, [1, 2, 3], [2, 3]),
+        # batches 2 and 3 make step 2, the logging step (the first ends before the trainer
+        # counts the step); batches 0 and 1 make step 1, which no logger takes
+        (
+            {"max_steps": 2, "limit_train_batches": 4, "accumulate_grad_batches": 2},
+            [0, 1, 1, 2],
+            [1, 2],
+        ),
+    ],
+    ids=["one-batch-a-step", "accumulation"],
+)
 def test_phase_means_are_logged_only_where_they_reach_the_loggers(
-    tiny_dataset: Callable[[str], Path], tmp_path: Path
+    tiny_dataset: Callable[[str], Path],
+    tmp_path: Path,
+    changes: dict[str, int],
+    rate_at_expected: list[int],
+    means_at_expected: list[int],
 ) -> None:
     data, module = _detect(tiny_dataset)
     means_at, rate_at = _recorded_logs(module)
     trainer = _cpu_trainer(
-        tmp_path, PhaseTimer(log_every_n_steps=1), limit_train_batches=3, log_every_n_steps=2
+        tmp_path, PhaseTimer(log_every_n_steps=1), log_every_n_steps=2, **changes
     )
     trainer.fit(module, data)
-    assert rate_at == [1, 2, 3]  # the bar's rate at the timer's own interval
-    assert means_at == [2, 3]  # the loggers' step, then the epoch's (and fit's) last batch
-
-
-@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
-def test_phase_means_under_accumulation_go_by_the_step_each_batch_belongs_to(
-    tiny_dataset: Callable[[str], Path], tmp_path: Path
-) -> None:
-    data, module = _detect(tiny_dataset)
-    means_at, _ = _recorded_logs(module)
-    trainer = _cpu_trainer(
-        tmp_path,
-        PhaseTimer(log_every_n_steps=1),
-        max_steps=2,
-        limit_train_batches=4,
-        accumulate_grad_batches=2,
-        log_every_n_steps=2,
-    )
-    trainer.fit(module, data)
-    # batches 2 and 3 make step 2, the logging step: the first ends before the step is counted;
-    # batches 0 and 1 make step 1, which no logger takes
-    assert means_at == [1, 2]
+    assert rate_at == rate_at_expected
+    assert means_at == means_at_expected
