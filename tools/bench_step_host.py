@@ -13,9 +13,11 @@ step of a YOLO26 model, without running the network:
   layout, every group's hyperparameters, the optimizer state's identity) and its lookup, once
   per replayed update;
 * ``route_first_micro_batch``: handing gradients to every parameter after
-  ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: private tensors
-  plus one grouped copy; on the CPU the copy moves the bytes, on CUDA it is only queued);
-  ``route_allocations`` counts the tensors it allocates (``empty``/``empty_strided``);
+  ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: one private
+  tensor each, holding the static gradient's bits; on the CPU the copies move the bytes, on CUDA
+  they are only queued); ``route_dispatches`` counts the operators it calls into torch (one
+  ``_foreach_clone`` since session 30, an ``empty_strided`` per parameter and a grouped copy
+  before), and on CUDA ``route_kernels`` the kernels they launch (torch's profiler);
 * ``grouped_copy``: :func:`lucid_yolo.replay.copy_grouped` over as many one-element float32
   tensors as the model has parameters, the host's part of the copies a replayed step makes of
   every parameter or gradient (the private gradients', the update's copy-in and copy-out, its
@@ -47,6 +49,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
 
 from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
@@ -67,6 +71,15 @@ def _time_us(call: Callable[[], object], repeat: int, rounds: int, device: str) 
             call()
         samples.append((time.perf_counter() - start) * 1e6 / repeat)
     return round(min(samples), 1)
+
+
+def _cuda_kernels(call: Callable[[], object]) -> int:
+    """Kernels (and device copies) that ``call`` launches on the GPU."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiled:
+        call()
+        torch.cuda.synchronize()
+    return sum(1 for event in profiled.events() if event.device_type == DeviceType.CUDA)
 
 
 def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
@@ -110,7 +123,8 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
         "region_signature_us": timed(lambda: known.get(binding.signature((images,), device))),
         "update_key_us": timed(lambda: update_keys.get(update.key())),
         "route_first_micro_batch_us": timed(route_after_zero_grad),
-        "route_allocations": count.ops["empty"] + count.ops["empty_strided"],
+        "route_dispatches": sum(count.ops.values()),
+        "route_kernels": _cuda_kernels(route_after_zero_grad) if device == "cuda" else None,
         "grouped_copy_us": timed(lambda: copy_grouped(copy_targets, copy_sources)),
     }
 

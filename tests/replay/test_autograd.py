@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from dispatched_ops import DispatchedOps
 from torch import nn
 
+from lucid_yolo.replay import _autograd
 from lucid_yolo.replay._autograd import reached_targets, route
 
 
@@ -44,7 +46,7 @@ def test_route_non_leaf_gradient_keeps_the_recorded_layout() -> None:
     assert torch.equal(handed, static)
 
 
-def test_route_copies_every_private_gradient_in_one_foreach_call_per_dtype() -> None:
+def test_route_makes_every_private_gradient_in_one_foreach_clone() -> None:
     weights = [
         nn.Parameter(torch.ones(2, 3)),
         nn.Parameter(torch.ones(4)),
@@ -53,14 +55,102 @@ def test_route_copies_every_private_gradient_in_one_foreach_call_per_dtype() -> 
     weights[2].grad = torch.zeros(1)  # a later micro-batch: handed the static buffer, no copy
     statics = [torch.randn(2, 3), torch.randn(4), torch.randn(1)]
     with DispatchedOps() as seen:
-        handed = route(weights, [*statics[:2], statics[2]], private=False)
-    assert seen.ops["_foreach_copy_"] == 1
-    assert seen.ops["copy_"] == 0
+        handed = route(weights, statics, private=False)
+    assert seen.ops == {"_foreach_clone": 1}
     assert handed[2] is statics[2]
     for h, s in zip(handed[:2], statics[:2], strict=True):
         assert h is not None
         assert h.data_ptr() != s.data_ptr()
         assert torch.equal(h.view(torch.int32), s.view(torch.int32))
+
+
+def test_route_restrides_only_the_parameters_whose_layout_the_clone_misses() -> None:
+    # The clone takes the static's layout: a transposed parameter gets its own strides, copied in
+    # one grouped call; the parameter whose strides match keeps its clone.
+    transposed, plain = nn.Parameter(torch.ones(3, 2).t()), nn.Parameter(torch.ones(2, 3))
+    statics = [torch.randn(2, 3), torch.randn(2, 3)]
+    with DispatchedOps() as seen:
+        handed = route([transposed, plain], statics, private=False)
+    assert seen.ops["_foreach_clone"] == 1
+    assert seen.ops["_foreach_copy_"] == 1
+    for h, live, s in zip(handed, [transposed, plain], statics, strict=True):
+        assert h is not None
+        assert h.stride() == live.stride()
+        assert torch.equal(h, s)
+
+
+def test_route_without_foreach_clone_hands_the_same_layouts_and_bits(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # torch releases before _foreach_clone: an empty_like each and one grouped copy.
+    def hand_off() -> list[torch.Tensor | None]:
+        torch.manual_seed(0)
+        features = torch.ones(2, 4, 3, requires_grad=True) * 1.0
+        weights = [nn.Parameter(torch.ones(3, 2).t()), nn.Parameter(torch.ones(5))]
+        statics = [torch.randn(2, 3, 4).transpose(1, 2), torch.randn(2, 3), torch.randn(5)]
+        statics[2][0] = -0.0
+        return list(route([features, *weights], statics, private=False))
+
+    with_clone = hand_off()
+    monkeypatch.setattr(_autograd, "_FOREACH_CLONE", None)
+    with DispatchedOps() as seen:
+        without = hand_off()
+    assert seen.ops["_foreach_clone"] == 0
+    for a, b in zip(with_clone, without, strict=True):
+        assert a is not None
+        assert b is not None
+        assert a.stride() == b.stride()
+        assert torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+def test_route_private_copies_for_parameters_that_hold_a_gradient() -> None:
+    weight = nn.Parameter(torch.ones(2, 3))
+    weight.grad = torch.zeros(2, 3)
+    static = torch.randn(2, 3)
+    (handed,) = route([weight], [static], private=True)
+    assert handed is not None
+    assert handed.data_ptr() != static.data_ptr()
+    assert torch.equal(handed, static)
+
+
+@pytest.mark.gpu
+def test_route_on_cuda_hands_adoptable_copies_in_the_parameters_layouts() -> None:
+    # Channels-last and plain parameters, as a fit's network has them, and a later-micro-batch
+    # parameter: the copies keep each parameter's strides and the statics' bits, and
+    # AccumulateGrad adopts them without a copy of its own.
+    conv = nn.Parameter(
+        torch.randn(8, 4, 3, 3, device="cuda").to(memory_format=torch.channels_last)
+    )
+    bias, held = (
+        nn.Parameter(torch.randn(8, device="cuda")),
+        nn.Parameter(torch.randn(5, device="cuda")),
+    )
+    held.grad = torch.ones(5, device="cuda")
+    statics = [torch.randn_like(conv), torch.randn(8, device="cuda"), torch.randn(5, device="cuda")]
+    statics[1][0] = -0.0
+    handed_ptrs: list[int] = []
+
+    class Region(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx: object, *params: torch.Tensor) -> torch.Tensor:
+            return sum(p.sum() for p in params).detach()  # type: ignore[return-value]
+
+        @staticmethod
+        def backward(ctx: object, grad: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+            handed = route([conv, bias, held], statics, private=False)
+            handed_ptrs.extend(h.data_ptr() for h in handed[:2] if h is not None)
+            return handed
+
+    Region.apply(conv, bias, held).backward()
+    assert conv.grad is not None
+    assert bias.grad is not None
+    assert held.grad is not None
+    assert conv.grad.stride() == conv.stride()
+    assert [conv.grad.data_ptr(), bias.grad.data_ptr()] == handed_ptrs
+    for grad, static in ((conv.grad, statics[0]), (bias.grad, statics[1])):
+        assert grad.data_ptr() != static.data_ptr()
+        assert torch.equal(grad.view(torch.int32), static.view(torch.int32))
+    assert torch.equal(held.grad, 1.0 + statics[2])
 
 
 def test_route_hands_none_where_the_backward_gave_none() -> None:

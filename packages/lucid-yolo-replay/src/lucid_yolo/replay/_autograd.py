@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
 
 from lucid_yolo.replay._copies import copy_grouped
 from lucid_yolo.replay._graphs import Pattern
+
+_FOREACH_CLONE: Callable[[list[Tensor]], list[Tensor]] | None = getattr(
+    torch, "_foreach_clone", None
+)
+"""``torch._foreach_clone``, which torch's oldest supported releases may lack."""
 
 _ANCESTRY_LIMIT = 256
 """Autograd nodes walked to prove that a forward depends on an open one (then it is nested)."""
@@ -63,36 +68,56 @@ def route(
     the static buffer itself, which AccumulateGrad adds in place, prev + new (invariant 4).
     Non-leaf inputs pass their gradient on to an upstream node: always a private copy, laid out
     as the recorded backward produced it, which is how native autograd hands it on (a region
-    before this one learned that layout on its warm-up, :mod:`._grad_layout`). The private
-    copies of all targets are made together (:func:`~._copies.copy_grouped`): a few kernels
-    instead of one launch per parameter.
+    before this one learned that layout on its warm-up, :mod:`._grad_layout`).
+
+    The private copies are made together, allocation included, by one ``_foreach_clone``
+    (:func:`cloned`): a Python ``empty_strided`` per parameter cost more host time than the
+    rest of the hand-off, and at small batch the replayed step is bound by the host's work
+    (session 30). A clone has its source's layout; a parameter whose strides differ from its
+    static gradient's gets its own ``empty_strided`` and a grouped copy instead.
 
     Args:
         lives: the targets (inputs, then parameters).
         statics: per target, the static gradient the backward graph wrote, or ``None`` for none.
         private: hand private copies even to targets that already hold a gradient.
     """
-    handed: list[Tensor | None] = []
-    fresh: list[Tensor] = []
+    handed: list[Tensor | None] = list(statics)
+    wanted = [
+        k
+        for k, (live, static) in enumerate(zip(lives, statics, strict=True))
+        if static is not None and (private or not live.is_leaf or live.grad is None)
+    ]
+    copies = cloned([statics[k] for k in wanted])  # type: ignore[misc]
+    restrided: list[Tensor] = []
     sources: list[Tensor] = []
-    for live, static in zip(lives, statics, strict=True):
-        if static is None:
-            handed.append(None)
-            continue
-        if not live.is_leaf:
-            copy = torch.empty_like(static)
-        elif private or live.grad is None:
+    for k, copy in zip(wanted, copies, strict=True):
+        live = lives[k]
+        if live.is_leaf and copy.stride() != live.stride():
             copy = torch.empty_strided(
-                live.shape, live.stride(), dtype=static.dtype, device=static.device
+                live.shape, live.stride(), dtype=copy.dtype, device=copy.device
             )
-        else:
-            handed.append(static)
-            continue
-        handed.append(copy)
-        fresh.append(copy)
-        sources.append(static)
-    copy_grouped(fresh, sources)
+            restrided.append(copy)
+            sources.append(statics[k])  # type: ignore[arg-type]
+        handed[k] = copy
+    copy_grouped(restrided, sources)
     return tuple(handed)
+
+
+def cloned(tensors: Sequence[Tensor]) -> list[Tensor]:
+    """New tensors holding ``tensors``' bits, each laid out as ``Tensor.clone`` lays it out.
+
+    One ``torch._foreach_clone`` where the installed torch has it (allocations and copies in
+    C++, the copies in a few kernels); before that, an ``empty_like`` each and one grouped copy,
+    the same layouts and bits.
+    """
+    if not tensors:
+        return []
+    if _FOREACH_CLONE is not None:
+        copies: list[Tensor] = _FOREACH_CLONE(list(tensors))
+        return copies
+    copies = [torch.empty_like(t) for t in tensors]
+    copy_grouped(copies, tensors)
+    return copies
 
 
 def reached_targets(
