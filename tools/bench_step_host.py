@@ -18,6 +18,9 @@ step of a YOLO26 model, without running the network:
   they are only queued); ``route_dispatches`` counts the operators it calls into torch (one
   ``_foreach_clone`` since session 30, an ``empty_strided`` per parameter and a grouped copy
   before), and on CUDA ``route_kernels`` the kernels they launch (torch's profiler);
+  ``route_reusing`` is the same hand-off with every parameter given a spare to overwrite (the
+  gradients kept from the backward before, :mod:`lucid_yolo.replay._recycling`), and
+  ``spare_check`` the reference counts read to tell that nothing else holds the spares;
 * ``grouped_copy``: :func:`lucid_yolo.replay.copy_grouped` over as many one-element float32
   tensors as the model has parameters, the host's part of the copies a replayed step makes of
   every parameter or gradient (the private gradients', the update's copy-in and copy-out, its
@@ -56,6 +59,7 @@ from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
 from lucid_yolo.replay import RegionRecorder, copy_grouped
 from lucid_yolo.replay._autograd import route
+from lucid_yolo.replay._recycling import _owner_counts
 from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.replay import UpdateStep
 from lucid_yolo.train.replay.regions import NetworkRegion
@@ -106,6 +110,12 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
     def route_after_zero_grad() -> None:
         route(fresh, statics, False)
 
+    spares = [torch.empty_like(p) for p in params]
+
+    @torch.no_grad()
+    def route_reusing() -> None:
+        route(fresh, statics, False, spares)
+
     with DispatchCount(ignore=VIEW_OPS) as count:
         route_after_zero_grad()
 
@@ -125,6 +135,8 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
         "route_first_micro_batch_us": timed(route_after_zero_grad),
         "route_dispatches": sum(count.ops.values()),
         "route_kernels": _cuda_kernels(route_after_zero_grad) if device == "cuda" else None,
+        "route_reusing_us": timed(route_reusing),
+        "spare_check_us": timed(lambda: _owner_counts(spares)),
         "grouped_copy_us": timed(lambda: copy_grouped(copy_targets, copy_sources)),
     }
 

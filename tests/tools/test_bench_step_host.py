@@ -21,7 +21,7 @@ def test_measure_reports_the_bookkeeping_of_yolo26n(bench: ModuleType) -> None:
     assert measured["route_dispatches"] == 1
     assert measured["route_kernels"] is None
     timed = [key for key in measured if key.endswith("_us")]
-    assert len(timed) == 5
+    assert len(timed) == 7
     assert all(measured[key] > 0 for key in timed)
 
 

@@ -58,7 +58,10 @@ def gradient_patterns(
 
 
 def route(
-    lives: Sequence[Tensor], statics: Sequence[Tensor | None], private: bool
+    lives: Sequence[Tensor],
+    statics: Sequence[Tensor | None],
+    private: bool,
+    spares: Sequence[Tensor | None] | None = None,
 ) -> tuple[Tensor | None, ...]:
     """The gradients to hand autograd for the targets, as AccumulateGrad expects them.
 
@@ -70,36 +73,53 @@ def route(
     as the recorded backward produced it, which is how native autograd hands it on (a region
     before this one learned that layout on its warm-up, :mod:`._grad_layout`).
 
-    The private copies are made together, allocation included, by one ``_foreach_clone``
-    (:func:`cloned`): a Python ``empty_strided`` per parameter cost more host time than the
-    rest of the hand-off, and at small batch the replayed step is bound by the host's work
-    (session 30). A clone has its source's layout; a parameter whose strides differ from its
-    static gradient's gets its own ``empty_strided`` and a grouped copy instead.
+    A parameter's private tensor is its spare where it has one of its layout (a tensor of an
+    earlier backward that nothing else holds, :mod:`._recycling`), overwritten; the others are
+    made together, allocation included, by :func:`cloned`, which takes each static's layout,
+    and a parameter whose strides differ from its static gradient's gets its own
+    ``empty_strided``. Every copy into an existing tensor is one grouped call: a Python
+    allocation per parameter cost more host time than the rest of the hand-off, and at small
+    batch the replayed step is bound by the host's work (session 30).
 
     Args:
         lives: the targets (inputs, then parameters).
         statics: per target, the static gradient the backward graph wrote, or ``None`` for none.
         private: hand private copies even to targets that already hold a gradient.
+        spares: per target, a tensor it may be handed with the static's bits written into it,
+            or ``None``; ``None`` for no spares at all.
     """
     handed: list[Tensor | None] = list(statics)
-    wanted = [
-        k
-        for k, (live, static) in enumerate(zip(lives, statics, strict=True))
-        if static is not None and (private or not live.is_leaf or live.grad is None)
-    ]
-    copies = cloned([statics[k] for k in wanted])  # type: ignore[misc]
-    restrided: list[Tensor] = []
+    destinations: list[Tensor] = []
     sources: list[Tensor] = []
-    for k, copy in zip(wanted, copies, strict=True):
+    fresh: list[int] = []
+    for k, (live, static) in enumerate(zip(lives, statics, strict=True)):
+        if static is None:
+            continue
+        if live.is_leaf:
+            if not private and live.grad is not None:
+                continue
+            spare = None if spares is None else spares[k]
+            if (
+                spare is not None
+                and spare.dtype == static.dtype
+                and spare.stride() == live.stride()
+            ):
+                handed[k] = spare
+                destinations.append(spare)
+                sources.append(static)
+                continue
+        fresh.append(k)
+    copies = cloned([statics[k] for k in fresh])  # type: ignore[misc]
+    for k, copy in zip(fresh, copies, strict=True):
         live = lives[k]
         if live.is_leaf and copy.stride() != live.stride():
             copy = torch.empty_strided(
                 live.shape, live.stride(), dtype=copy.dtype, device=copy.device
             )
-            restrided.append(copy)
+            destinations.append(copy)
             sources.append(statics[k])  # type: ignore[arg-type]
         handed[k] = copy
-    copy_grouped(restrided, sources)
+    copy_grouped(destinations, sources)
     return tuple(handed)
 
 

@@ -30,6 +30,7 @@ from lucid_yolo.replay._copies import fresh_copy
 from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
+from lucid_yolo.replay._recycling import GradientRecycler
 from lucid_yolo.replay._sharing import SharingProbe
 from lucid_yolo.replay._signature_recorder import SignatureRecorder
 from lucid_yolo.replay.exceptions import ReplayConfigError
@@ -54,6 +55,8 @@ class _Recording:
     params: tuple[nn.Parameter, ...]
     groups: dict[str, tuple[int, ...]]
     reach: dict[int, frozenset[int]]
+    recycler: GradientRecycler
+    """The private gradients of ``params`` kept from one backward to the next."""
     replays: int = 0
 
 
@@ -175,6 +178,13 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             )
             return self.region(*args)
         return self._replay(recording, tensors)
+
+    def retire(self, reason: RetireReason, detail: str) -> None:
+        """Stop replaying for good (:meth:`SignatureRecorder.retire`), and let the gradients
+        kept for reuse go: later backwards are native."""
+        super().retire(reason, detail)
+        for recording in self._recordings.values():
+            recording.recycler.stop()
 
     def reset(self) -> None:
         """Forget every recording (its graph memory is freed once no output references it)."""
@@ -341,6 +351,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             params=params,
             groups=groups,
             reach=reach,
+            recycler=GradientRecycler(len(params)),
         )
 
     # ------------------------------------------------------------------ replay
@@ -447,11 +458,16 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
         )
         static_grads = recording.graphs.static_grads[graded]
+        spares = (*(None for _ in call.inputs), *recording.recycler.take())
         with torch.no_grad():
             routed = route(
-                live, [g if k in reached else None for k, g in enumerate(static_grads)], private
+                live,
+                [g if k in reached else None for k, g in enumerate(static_grads)],
+                private,
+                spares,
             )
         self._sharing.arm(ctx.next_functions, routed, recording.params)
+        recording.recycler.keep_after_backward(recording.params, routed[len(call.inputs) :])
         return routed
 
 
