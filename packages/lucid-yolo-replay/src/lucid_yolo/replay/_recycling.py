@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from operator import attrgetter
+from itertools import repeat
+from operator import attrgetter, is_not
 
 import torch
 from torch import Tensor
@@ -78,7 +79,9 @@ class GradientRecycler:
         recycler (the caller overwrites it and hands it on), or ``None``."""
         kept = self._kept
         taken: list[Tensor | None] = [None] * len(kept)
-        if _SOLE is None or self._stopped or kept.count(None) == len(kept):
+        # by identity: list.count(None) compares each tensor with ==, which torch answers by
+        # raising and catching a TypeError (about 11 ms for 366 tensors on the dev CPU)
+        if _SOLE is None or self._stopped or not any(map(is_not, kept, repeat(None))):
             return taken
         for k, counts in enumerate(_owner_counts(kept)):
             if counts == _SOLE:
