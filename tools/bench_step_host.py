@@ -16,8 +16,9 @@ step of a YOLO26 model, without running the network:
   ``zero_grad(set_to_none=True)`` (:func:`lucid_yolo.replay._autograd.route`: one private
   tensor each, holding the static gradient's bits; on the CPU the copies move the bytes, on CUDA
   they are only queued); ``route_dispatches`` counts the operators it calls into torch (one
-  ``_foreach_clone`` since session 30, an ``empty_strided`` per parameter and a grouped copy
-  before), and on CUDA ``route_kernels`` the kernels they launch (torch's profiler);
+  ``_foreach_clone`` since session 30 where torch has it, else an ``empty_like`` each and a
+  grouped copy; session 29's an ``empty_strided`` each and a grouped copy), and on CUDA
+  ``route_kernels`` the kernels they launch (torch's profiler);
   ``route_reusing`` is the same hand-off with every parameter given a spare to overwrite (the
   gradients kept from the backward before, :mod:`lucid_yolo.replay._recycling`), and
   ``spare_check`` the reference counts read to tell that nothing else holds the spares;
@@ -136,7 +137,7 @@ def measure(name: str, device: str, repeat: int, rounds: int) -> dict[str, Any]:
         "route_dispatches": sum(count.ops.values()),
         "route_kernels": _cuda_kernels(route_after_zero_grad) if device == "cuda" else None,
         "route_reusing_us": timed(route_reusing),
-        "spare_check_us": timed(lambda: _owner_counts(spares)),
+        "spare_check_us": timed(lambda: _owner_counts(spares, range(len(spares)))),
         "grouped_copy_us": timed(lambda: copy_grouped(copy_targets, copy_sources)),
     }
 

@@ -76,7 +76,6 @@ TARGETS = (
     ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_forward"),
     ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_backward"),
     ("lucid_yolo.replay.recorder", None, "route"),
-    ("lucid_yolo.replay._autograd", None, "cloned"),
     ("lucid_yolo.replay._autograd", None, "copy_grouped"),
     ("lucid_yolo.replay._sharing", "SharingProbe", "arm"),
     ("lucid_yolo.replay._recycling", "GradientRecycler", "take"),

@@ -46,7 +46,7 @@ def test_route_non_leaf_gradient_keeps_the_recorded_layout() -> None:
     assert torch.equal(handed, static)
 
 
-def test_route_makes_every_private_gradient_in_one_foreach_clone() -> None:
+def test_route_makes_every_private_gradient_in_one_call_into_torch() -> None:
     weights = [
         nn.Parameter(torch.ones(2, 3)),
         nn.Parameter(torch.ones(4)),
@@ -56,7 +56,10 @@ def test_route_makes_every_private_gradient_in_one_foreach_clone() -> None:
     statics = [torch.randn(2, 3), torch.randn(4), torch.randn(1)]
     with DispatchedOps() as seen:
         handed = route(weights, statics, private=False)
-    assert seen.ops == {"_foreach_clone": 1}
+    if _autograd._FOREACH_CLONE is not None:
+        assert seen.ops == {"_foreach_clone": 1}
+    else:  # torch before _foreach_clone: an allocation each, one grouped copy
+        assert seen.ops == {"empty_like": 2, "_foreach_copy_": 1}
     assert handed[2] is statics[2]
     for h, s in zip(handed[:2], statics[:2], strict=True):
         assert h is not None
@@ -64,19 +67,54 @@ def test_route_makes_every_private_gradient_in_one_foreach_clone() -> None:
         assert torch.equal(h.view(torch.int32), s.view(torch.int32))
 
 
-def test_route_restrides_only_the_parameters_whose_layout_the_clone_misses() -> None:
-    # The clone takes the static's layout: a transposed parameter gets its own strides, copied in
-    # one grouped call; the parameter whose strides match keeps its clone.
+def test_route_gives_a_parameter_of_other_strides_its_own_tensor_in_the_grouped_copy() -> None:
+    # The clone takes the static's layout: a transposed parameter gets its own strides, filled
+    # by the one grouped copy; the parameter whose strides match is cloned.
     transposed, plain = nn.Parameter(torch.ones(3, 2).t()), nn.Parameter(torch.ones(2, 3))
     statics = [torch.randn(2, 3), torch.randn(2, 3)]
     with DispatchedOps() as seen:
         handed = route([transposed, plain], statics, private=False)
-    assert seen.ops["_foreach_clone"] == 1
     assert seen.ops["_foreach_copy_"] == 1
+    assert seen.ops["_foreach_clone"] == (1 if _autograd._FOREACH_CLONE is not None else 0)
     for h, live, s in zip(handed, [transposed, plain], statics, strict=True):
         assert h is not None
         assert h.stride() == live.stride()
         assert torch.equal(h, s)
+
+
+def test_route_overwrites_spares_of_the_parameters_layout_and_dtype() -> None:
+    weights = [nn.Parameter(torch.ones(2, 3)) for _ in range(4)]
+    weights[3].grad = torch.zeros(2, 3)  # a later micro-batch: the static, its spare unused
+    statics = [torch.randn(2, 3) for _ in weights]
+    statics[0][0, 0] = -0.0
+    spares = [
+        torch.empty(2, 3),  # used
+        torch.empty(2, 3, dtype=torch.float64),  # another dtype: refused
+        torch.empty(3, 2).t(),  # other strides: refused
+        torch.empty(2, 3),
+    ]
+    with DispatchedOps() as seen:
+        handed = route(weights, statics, private=False, spares=spares)
+    assert seen.ops["_foreach_copy_"] == 1
+    assert handed[0] is spares[0]
+    assert torch.equal(spares[0].view(torch.int32), statics[0].view(torch.int32))
+    for k in (1, 2):
+        h = handed[k]
+        assert h is not None
+        assert h is not spares[k]
+        assert h.dtype == statics[k].dtype
+        assert h.stride() == weights[k].stride()
+        assert torch.equal(h, statics[k])
+    assert handed[3] is statics[3]
+
+
+def test_route_private_hand_off_uses_a_spare_even_where_grad_is_set() -> None:
+    weight = nn.Parameter(torch.ones(2, 3))
+    weight.grad = torch.zeros(2, 3)
+    static, spare = torch.randn(2, 3), torch.empty(2, 3)
+    (handed,) = route([weight], [static], private=True, spares=[spare])
+    assert handed is spare
+    assert torch.equal(spare, static)
 
 
 def test_route_without_foreach_clone_hands_the_same_layouts_and_bits(
@@ -96,6 +134,7 @@ def test_route_without_foreach_clone_hands_the_same_layouts_and_bits(
     with DispatchedOps() as seen:
         without = hand_off()
     assert seen.ops["_foreach_clone"] == 0
+    assert seen.ops["_foreach_copy_"] == 1
     for a, b in zip(with_clone, without, strict=True):
         assert a is not None
         assert b is not None

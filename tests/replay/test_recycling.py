@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 import torch
@@ -37,7 +37,7 @@ def _kept_after_a_backward(recycler: GradientRecycler) -> nn.Parameter:
         def backward(ctx: object, _: Tensor) -> Tensor:
             grad = torch.randn(3)
             handed.append(grad.data_ptr())
-            recycler.keep_after_backward([param], [grad])
+            recycler.keep_after_backward([0], [param], [grad])
             return grad
 
     Region.apply(param).backward()
@@ -52,10 +52,10 @@ def test_a_gradient_nothing_else_holds_is_taken_once() -> None:
     assert param.grad is not None
     address = param.grad.data_ptr()
     param.grad = None
-    (taken,) = recycler.take()
+    (taken,) = recycler.take([0])
     assert taken is not None
     assert taken.data_ptr() == address
-    assert recycler.take() == [None]
+    assert recycler.take([0]) == [None]
 
 
 def test_take_never_compares_tensors_by_value(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,9 +68,9 @@ def test_take_never_compares_tensors_by_value(monkeypatch: pytest.MonkeyPatch) -
         raise AssertionError("a tensor was compared by value")
 
     monkeypatch.setattr(Tensor, "__eq__", refuse)
-    assert recycler.take() == [None]  # still param.grad
+    assert recycler.take([0]) == [None]  # still param.grad
     param.grad = None
-    assert recycler.take()[0] is not None
+    assert recycler.take([0])[0] is not None
 
 
 @pytest.mark.parametrize(
@@ -81,7 +81,10 @@ def test_take_never_compares_tensors_by_value(monkeypatch: pytest.MonkeyPatch) -
         pytest.param(lambda g: g.detach(), id="a-detached-alias"),
         pytest.param(lambda g: g.data, id="its-data"),
         pytest.param(lambda g: [g], id="a-list"),
-        pytest.param(lambda g: torch.Tensor(g.untyped_storage()), id="its-storage"),
+        pytest.param(lambda g: torch.Tensor(g.untyped_storage()), id="a-tensor-over-its-storage"),
+        pytest.param(lambda g: g.untyped_storage(), id="its-storage"),
+        pytest.param(lambda g: (torch.ones(3, requires_grad=True) * g).sum(), id="a-saved-tensor"),
+        pytest.param(torch.utils.dlpack.to_dlpack, id="a-dlpack-capsule"),
     ],
 )
 def test_a_gradient_held_elsewhere_is_not_taken(holder: Callable[[Tensor], object]) -> None:
@@ -90,25 +93,25 @@ def test_a_gradient_held_elsewhere_is_not_taken(holder: Callable[[Tensor], objec
     assert param.grad is not None
     held = holder(param.grad)
     param.grad = None
-    assert recycler.take() == [None]
+    assert recycler.take([0]) == [None]
     del held
-    (taken,) = recycler.take()
+    (taken,) = recycler.take([0])
     assert taken is not None
 
 
 def test_a_gradient_still_in_grad_is_not_taken() -> None:
     recycler = GradientRecycler(1)
     _kept_after_a_backward(recycler)
-    assert recycler.take() == [None]
+    assert recycler.take([0]) == [None]
 
 
 def test_a_stopped_recycler_keeps_nothing() -> None:
     recycler = GradientRecycler(1)
     _kept_after_a_backward(recycler).grad = None
     recycler.stop()
-    assert recycler.take() == [None]
+    assert recycler.take([0]) == [None]
     _kept_after_a_backward(recycler).grad = None
-    assert recycler.take() == [None]
+    assert recycler.take([0]) == [None]
 
 
 def _fit(
@@ -123,8 +126,8 @@ def _fit(
     reused: list[int] = []
     take = GradientRecycler.take
 
-    def counted(self: GradientRecycler) -> list[Tensor | None]:
-        taken = take(self)
+    def counted(self: GradientRecycler, positions: Sequence[int]) -> list[Tensor | None]:
+        taken = take(self, positions)
         reused.append(sum(t is not None for t in taken))
         return taken
 
@@ -199,4 +202,33 @@ def test_a_retired_recorder_lets_its_gradients_go() -> None:
     with pytest.warns(ReplayRetiredWarning):
         recorder.retire(RetireReason.PARAMETER_REPLACED, "test")
     recording = next(iter(recorder._recordings.values()))
-    assert recording.recycler.take() == [None] * len(recording.params)
+    assert recorder._recycler.take(recording.positions) == [None] * len(recording.params)
+
+
+def test_recordings_of_one_recorder_share_one_kept_gradient_a_parameter(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # two input sizes, two recordings: a parameter keeps one gradient, which either reuses
+    reused: list[int] = []
+    take = GradientRecycler.take
+
+    def counted(self: GradientRecycler, positions: Sequence[int]) -> list[Tensor | None]:
+        taken = take(self, positions)
+        reused.append(sum(t is not None for t in taken))
+        return taken
+
+    monkeypatch.setattr(GradientRecycler, "take", counted)
+    net = make_net(channels=8)
+    recorder = RegionRecorder(ModuleRegion(net), pool=ReplayPool("cpu"))
+    sizes = [16, 16, 24, 24] + [16, 24] * 3
+    for size in sizes:
+        x, target = torch.randn(2, 3, size, size), torch.randn(2, 4, size, size)
+        loss_of(recorder(x), target).backward()
+        for p in net.parameters():
+            p.grad = None
+    assert recorder.recordings == 2
+    parameters = len(list(net.parameters()))
+    # from the first replay of the second size on, every backward reuses the last one's
+    assert reused[-6:] == [parameters] * 6
+    kept = [t for t in recorder._recycler._kept if t is not None]
+    assert len(kept) == parameters

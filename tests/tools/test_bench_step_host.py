@@ -5,6 +5,7 @@ from __future__ import annotations
 from types import ModuleType
 
 import pytest
+import torch
 from tool_modules import load_tool
 
 
@@ -18,7 +19,8 @@ def test_measure_reports_the_bookkeeping_of_yolo26n(bench: ModuleType) -> None:
     measured = bench.measure("yolo26n", "cpu", repeat=1, rounds=1)
     assert measured["parameters"] == 366
     # route hands every parameter a private gradient of its own, all in one call into torch
-    assert measured["route_dispatches"] == 1
+    # (on a torch without _foreach_clone: an empty_like each and one grouped copy)
+    assert measured["route_dispatches"] == (1 if hasattr(torch, "_foreach_clone") else 367)
     assert measured["route_kernels"] is None
     timed = [key for key in measured if key.endswith("_us")]
     assert len(timed) == 7

@@ -73,13 +73,14 @@ def route(
     as the recorded backward produced it, which is how native autograd hands it on (a region
     before this one learned that layout on its warm-up, :mod:`._grad_layout`).
 
-    A parameter's private tensor is its spare where it has one of its layout (a tensor of an
-    earlier backward that nothing else holds, :mod:`._recycling`), overwritten; the others are
-    made together, allocation included, by :func:`cloned`, which takes each static's layout,
-    and a parameter whose strides differ from its static gradient's gets its own
-    ``empty_strided``. Every copy into an existing tensor is one grouped call: a Python
-    allocation per parameter cost more host time than the rest of the hand-off, and at small
-    batch the replayed step is bound by the host's work (session 30).
+    A parameter's private tensor is its spare where it has one of its layout and dtype (a
+    tensor of an earlier backward that nothing else holds, :mod:`._recycling`); the others are
+    clones of their statics, made with their allocations by one ``torch._foreach_clone`` where
+    torch has it (an ``empty_like`` each before), except a parameter whose strides differ from
+    its static's (or whose clone came out so), which gets an ``empty_strided``. Whatever is not
+    cloned is filled by one grouped copy. A Python allocation per parameter cost more host time
+    than the rest of the hand-off, and at small batch the replayed step is bound by the host's
+    work (session 30).
 
     Args:
         lives: the targets (inputs, then parameters).
@@ -91,28 +92,37 @@ def route(
     handed: list[Tensor | None] = list(statics)
     destinations: list[Tensor] = []
     sources: list[Tensor] = []
-    fresh: list[int] = []
+    clones: list[int] = []
     for k, (live, static) in enumerate(zip(lives, statics, strict=True)):
         if static is None:
             continue
-        if live.is_leaf:
-            if not private and live.grad is not None:
+        if not live.is_leaf:
+            clones.append(k)
+            continue
+        if not private and live.grad is not None:
+            continue
+        spare = None if spares is None else spares[k]
+        if spare is None or spare.dtype != static.dtype or spare.stride() != live.stride():
+            if static.stride() == live.stride():
+                clones.append(k)
                 continue
-            spare = None if spares is None else spares[k]
-            if (
-                spare is not None
-                and spare.dtype == static.dtype
-                and spare.stride() == live.stride()
-            ):
-                handed[k] = spare
-                destinations.append(spare)
-                sources.append(static)
-                continue
-        fresh.append(k)
-    copies = cloned([statics[k] for k in fresh])  # type: ignore[misc]
-    for k, copy in zip(fresh, copies, strict=True):
+            spare = torch.empty_strided(
+                live.shape, live.stride(), dtype=static.dtype, device=static.device
+            )
+        handed[k] = spare
+        destinations.append(spare)
+        sources.append(static)
+    originals = [statics[k] for k in clones]
+    if _FOREACH_CLONE is not None:
+        copies = _FOREACH_CLONE(originals) if originals else []  # type: ignore[arg-type]
+    else:
+        copies = list(map(torch.empty_like, originals))  # type: ignore[arg-type]
+        destinations += copies
+        sources += originals  # type: ignore[arg-type]
+    for k, copy in zip(clones, copies, strict=True):
         live = lives[k]
         if live.is_leaf and copy.stride() != live.stride():
+            # a static that is not dense clones to other strides than it has: rare, exact
             copy = torch.empty_strided(
                 live.shape, live.stride(), dtype=copy.dtype, device=copy.device
             )
@@ -121,23 +131,6 @@ def route(
         handed[k] = copy
     copy_grouped(destinations, sources)
     return tuple(handed)
-
-
-def cloned(tensors: Sequence[Tensor]) -> list[Tensor]:
-    """New tensors holding ``tensors``' bits, each laid out as ``Tensor.clone`` lays it out.
-
-    One ``torch._foreach_clone`` where the installed torch has it (allocations and copies in
-    C++, the copies in a few kernels); before that, an ``empty_like`` each and one grouped copy,
-    the same layouts and bits.
-    """
-    if not tensors:
-        return []
-    if _FOREACH_CLONE is not None:
-        copies: list[Tensor] = _FOREACH_CLONE(list(tensors))
-        return copies
-    copies = [torch.empty_like(t) for t in tensors]
-    copy_grouped(copies, tensors)
-    return copies
 
 
 def reached_targets(

@@ -55,8 +55,8 @@ class _Recording:
     params: tuple[nn.Parameter, ...]
     groups: dict[str, tuple[int, ...]]
     reach: dict[int, frozenset[int]]
-    recycler: GradientRecycler
-    """The private gradients of ``params`` kept from one backward to the next."""
+    positions: tuple[int, ...]
+    """Where each of ``params`` stands among the region's parameters (the recycler's slots)."""
     replays: int = 0
 
 
@@ -142,6 +142,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         )
         self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
         self._sharing = SharingProbe(self.retire)
+        self._recycler = GradientRecycler(len(self.binding.parameters))
         self._grad_layouts = GradLayouts()
 
     # ------------------------------------------------------------------ dispatch
@@ -181,10 +182,9 @@ class RegionRecorder(SignatureRecorder[_Recording]):
 
     def retire(self, reason: RetireReason, detail: str) -> None:
         """Stop replaying for good (:meth:`SignatureRecorder.retire`), and let the gradients
-        kept for reuse go: later backwards are native."""
+        kept for reuse go: later backwards are native and keep nothing."""
         super().retire(reason, detail)
-        for recording in self._recordings.values():
-            recording.recycler.stop()
+        self._recycler.stop()
 
     def reset(self) -> None:
         """Forget every recording (its graph memory is freed once no output references it)."""
@@ -266,7 +266,8 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         static_iter = iter(static_inputs)
         call_args = [next(static_iter) if isinstance(a, Tensor) else a for a in args]
         grad_input_positions = tuple(i for i, s in enumerate(static_inputs) if s.requires_grad)
-        params = tuple(p for p in self.binding.parameters if p.requires_grad)
+        positions = tuple(i for i, p in enumerate(self.binding.parameters) if p.requires_grad)
+        params = tuple(self.binding.parameters[i] for i in positions)
         # Record against leaf aliases of the parameters (same storage, fresh autograd nodes):
         # the parameters' own AccumulateGrad nodes may be alive from a native step on the
         # default stream, and reusing them from the side stream breaks the capture.
@@ -351,7 +352,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             params=params,
             groups=groups,
             reach=reach,
-            recycler=GradientRecycler(len(params)),
+            positions=positions,
         )
 
     # ------------------------------------------------------------------ replay
@@ -458,7 +459,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
         )
         static_grads = recording.graphs.static_grads[graded]
-        spares = (*(None for _ in call.inputs), *recording.recycler.take())
+        spares = (*(None for _ in call.inputs), *self._recycler.take(recording.positions))
         with torch.no_grad():
             routed = route(
                 live,
@@ -467,7 +468,9 @@ class RegionRecorder(SignatureRecorder[_Recording]):
                 spares,
             )
         self._sharing.arm(ctx.next_functions, routed, recording.params)
-        recording.recycler.keep_after_backward(recording.params, routed[len(call.inputs) :])
+        self._recycler.keep_after_backward(
+            recording.positions, recording.params, routed[len(call.inputs) :]
+        )
         return routed
 
 
