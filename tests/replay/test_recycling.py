@@ -114,15 +114,8 @@ def test_a_stopped_recycler_keeps_nothing() -> None:
     assert recycler.take([0]) == [None]
 
 
-def _fit(
-    monkeypatch: pytest.MonkeyPatch,
-    recorded: bool,
-    hold_every_grad: bool = False,
-    accumulate: int = 1,
-    device: str = "cpu",
-) -> tuple[list[list[Tensor]], list[int]]:
-    """Per backward, every parameter's gradient (cloned), and how many gradients each
-    backward reused; ``.grad`` cleared every ``accumulate`` backwards."""
+def _counting_reuse(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list to which every :meth:`GradientRecycler.take` appends how many tensors it gave."""
     reused: list[int] = []
     take = GradientRecycler.take
 
@@ -132,6 +125,19 @@ def _fit(
         return taken
 
     monkeypatch.setattr(GradientRecycler, "take", counted)
+    return reused
+
+
+def _fit(
+    monkeypatch: pytest.MonkeyPatch,
+    recorded: bool,
+    hold_every_grad: bool = False,
+    accumulate: int = 1,
+    device: str = "cpu",
+) -> tuple[list[list[Tensor]], list[int]]:
+    """Per backward, every parameter's gradient (cloned), and how many gradients each
+    backward reused; ``.grad`` cleared every ``accumulate`` backwards."""
+    reused = _counting_reuse(monkeypatch)
     torch.manual_seed(1)
     net = make_net(device, channels=8)
     recorder = RegionRecorder(ModuleRegion(net), pool=ReplayPool(device))
@@ -209,15 +215,7 @@ def test_recordings_of_one_recorder_share_one_kept_gradient_a_parameter(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # two input sizes, two recordings: a parameter keeps one gradient, which either reuses
-    reused: list[int] = []
-    take = GradientRecycler.take
-
-    def counted(self: GradientRecycler, positions: Sequence[int]) -> list[Tensor | None]:
-        taken = take(self, positions)
-        reused.append(sum(t is not None for t in taken))
-        return taken
-
-    monkeypatch.setattr(GradientRecycler, "take", counted)
+    reused = _counting_reuse(monkeypatch)
     net = make_net(channels=8)
     recorder = RegionRecorder(ModuleRegion(net), pool=ReplayPool("cpu"))
     sizes = [16, 16, 24, 24] + [16, 24] * 3
