@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from operator import attrgetter, eq
+from operator import attrgetter
 
 import torch
 from torch import Tensor
@@ -99,8 +99,8 @@ class GradientRecycler:
         if not candidates:
             return taken
         owners = _owner_counts(kept, [positions[i] for i in candidates])
-        for i, alone in zip(candidates, map(eq, owners, [sole] * len(owners)), strict=True):
-            if alone:
+        for i, counts in zip(candidates, owners, strict=True):
+            if counts == sole:
                 taken[i] = kept[positions[i]]
                 kept[positions[i]] = None
         return taken
