@@ -99,8 +99,8 @@ class GradientRecycler:
         if not candidates:
             return taken
         owners = _owner_counts(kept, [positions[i] for i in candidates])
-        for i, counts in zip(candidates, owners, strict=True):
-            if counts == sole:
+        for i, owned in zip(candidates, owners, strict=True):
+            if owned == sole:
                 taken[i] = kept[positions[i]]
                 kept[positions[i]] = None
         return taken
