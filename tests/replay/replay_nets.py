@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 import torch
 from torch import Tensor, nn
 
-from lucid_yolo.replay import ModuleRegion, RegionRecorder, ReplayPool
+from lucid_yolo.replay import ModuleRegion, RegionRecorder, ReplayPool, grads_of, state_digest
+
+Forward = Callable[[Tensor], dict[str, Tensor]]
 
 
 class SmallNet(nn.Module):
@@ -44,6 +46,27 @@ def loss_of(outputs: dict[str, Tensor], target: Tensor) -> Tensor:
     """Native loss after the region: reads both prediction groups."""
     a, b = outputs["a.box"], outputs["b.box"]
     return ((a - target[:, :4]) ** 2).mean() + nn.functional.softplus(b).mean()
+
+
+def train_digest(
+    net: nn.Module, forward: Forward, steps: int, accumulation: int, set_to_none: bool = True
+) -> dict[str, str]:
+    """SGD steps with ``accumulation`` micro-batches; digest of weights, buffers, grads, losses."""
+    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
+    losses = []
+    gen = torch.Generator().manual_seed(1)
+    for step in range(steps):
+        for micro in range(accumulation):
+            x = torch.randn(2, 3, 8, 8, generator=gen)
+            target = torch.randn(2, 4, 8, 8, generator=gen)
+            torch.manual_seed(1000 + 10 * step + micro)
+            loss = loss_of(forward(x), target)
+            loss.backward()
+            losses.append(loss.detach())
+        grads = {k: None if g is None else g.clone() for k, g in grads_of(net).items()}
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=set_to_none)
+    return state_digest({"net": net, "grads": grads, "optim": optimizer, "losses": losses})
 
 
 def recorded_small_net(

@@ -90,6 +90,7 @@ class Setup:
     scheduler: bool = False
     autocast_cache: bool = True
     cycled_betas: bool = False
+    direct_gradients: bool = False
 
 
 def _optimizer(kind: str, net: nn.Module) -> torch.optim.Optimizer:
@@ -108,7 +109,9 @@ def _optimizer(kind: str, net: nn.Module) -> torch.optim.Optimizer:
 def _train(setup: Setup, replay: bool) -> dict[str, str]:
     net = make_net("cuda", shared_twice=setup.shared_twice)
     forward: Callable[[Tensor], dict[str, Tensor]] = (
-        RegionRecorder(ModuleRegion(net)) if replay else net  # type: ignore[assignment]
+        RegionRecorder(ModuleRegion(net), direct_gradients=setup.direct_gradients)
+        if replay
+        else net  # type: ignore[assignment]
     )
     optimizer = _optimizer(setup.optimizer, net)
     stepper: Any = GraphedOptimizer(optimizer) if replay and setup.graph_update else optimizer
@@ -191,6 +194,21 @@ def test_gpu_bf16_matches_native() -> None:
 
 def test_gpu_accumulation_change_after_recording_matches_native() -> None:
     _assert_parity(Setup(accumulation=(2, 2, 3, 1, 3)))
+
+
+@pytest.mark.parametrize(
+    "setup",
+    [
+        Setup(accumulation=(1, 1, 1, 1)),
+        Setup(accumulation=(2, 2, 3, 1, 3), precision="bf16", graph_update=True),
+        Setup(accumulation=(2, 2, 2, 2), precision="fp16", inf_step=1),
+        Setup(accumulation=(2, 2, 2), precision="bf16", shared_twice=True),
+    ],
+    ids=["fp32", "bf16-accumulation-change-graphed-update", "fp16-inf-step", "bf16-shared-twice"],
+)
+def test_gpu_direct_gradients_match_native(setup: Setup) -> None:
+    setup.direct_gradients = True
+    _assert_parity(setup)
 
 
 @pytest.mark.parametrize("precision", ["fp32", "fp16", "bf16"])

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import torch
-from replay_nets import SmallNet, log_pool_routing, loss_of, make_net
+from replay_nets import Forward, SmallNet, log_pool_routing, loss_of, make_net, train_digest
 from torch import Tensor, nn
 
 from lucid_yolo.replay import (
@@ -34,34 +34,13 @@ from lucid_yolo.replay import (
 )
 from lucid_yolo.replay._grad_layout import GradLayouts
 
-Forward = Callable[[Tensor], dict[str, Tensor]]
-
-
-def _train(net: nn.Module, forward: Forward, steps: int, accumulation: int) -> dict[str, str]:
-    """SGD steps with ``accumulation`` micro-batches; digest of weights, buffers, grads, losses."""
-    optimizer = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
-    losses = []
-    gen = torch.Generator().manual_seed(1)
-    for step in range(steps):
-        for micro in range(accumulation):
-            x = torch.randn(2, 3, 8, 8, generator=gen)
-            target = torch.randn(2, 4, 8, 8, generator=gen)
-            torch.manual_seed(1000 + 10 * step + micro)
-            loss = loss_of(forward(x), target)
-            loss.backward()
-            losses.append(loss.detach())
-        grads = {k: None if g is None else g.clone() for k, g in grads_of(net).items()}
-        optimizer.step()
-        optimizer.zero_grad()
-    return state_digest({"net": net, "grads": grads, "optim": optimizer, "losses": losses})
-
 
 @pytest.mark.parametrize("accumulation", [1, 2, 3])
 def test_recorder_matches_native_with_accumulation(accumulation: int) -> None:
     native, replayed = make_net(), make_net()
     recorder = RegionRecorder(ModuleRegion(replayed))
-    expected = _train(native, native, steps=3, accumulation=accumulation)
-    got = _train(replayed, recorder, steps=3, accumulation=accumulation)
+    expected = train_digest(native, native, steps=3, accumulation=accumulation)
+    got = train_digest(replayed, recorder, steps=3, accumulation=accumulation)
     assert first_difference(expected, got) is None
     assert recorder.telemetry.replays == 3 * accumulation - 1
 
@@ -69,8 +48,11 @@ def test_recorder_matches_native_with_accumulation(accumulation: int) -> None:
 def test_recorder_matches_native_with_parameter_used_twice() -> None:
     native, replayed = make_net(shared_twice=True), make_net(shared_twice=True)
     recorder = RegionRecorder(ModuleRegion(replayed))
-    expected = _train(native, native, steps=2, accumulation=2)
-    assert first_difference(expected, _train(replayed, recorder, steps=2, accumulation=2)) is None
+    expected = train_digest(native, native, steps=2, accumulation=2)
+    assert (
+        first_difference(expected, train_digest(replayed, recorder, steps=2, accumulation=2))
+        is None
+    )
 
 
 def test_recorder_matches_native_under_cpu_bf16_autocast() -> None:
@@ -84,8 +66,8 @@ def test_recorder_matches_native_under_cpu_bf16_autocast() -> None:
 
         return run
 
-    expected = _train(native, autocast(native), steps=2, accumulation=2)
-    got = _train(replayed, autocast(recorder), steps=2, accumulation=2)
+    expected = train_digest(native, autocast(native), steps=2, accumulation=2)
+    got = train_digest(replayed, autocast(recorder), steps=2, accumulation=2)
     assert first_difference(expected, got) is None
 
 
@@ -102,8 +84,8 @@ def test_recorder_matches_native_under_autocast_without_cast_cache() -> None:
 
         return run
 
-    expected = _train(native, uncached(native), steps=2, accumulation=2)
-    got = _train(replayed, uncached(recorder), steps=2, accumulation=2)
+    expected = train_digest(native, uncached(native), steps=2, accumulation=2)
+    got = train_digest(replayed, uncached(recorder), steps=2, accumulation=2)
     assert first_difference(expected, got) is None
     assert recorder.telemetry.replays == 3
 

@@ -28,12 +28,11 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from operator import attrgetter
 
 import torch
 from torch import Tensor
 
-_GRAD = attrgetter("grad")
+from lucid_yolo.replay._getters import GRAD
 
 Owners = tuple[int, int, int, int]
 """A tensor's Python, tensor, storage and storage's Python reference counts (:func:`_owners`)."""
@@ -71,6 +70,10 @@ def _sole_owner_counts() -> tuple[int, Owners] | None:
 _SOLE: tuple[int, Owners] | None = _sole_owner_counts()
 """What :func:`_python_counts` and :func:`_owner_counts` read for a tensor that only the kept
 list holds; ``None`` where torch cannot tell (then nothing is reused)."""
+
+
+def _addresses(handed: Sequence[Tensor | None]) -> list[int | None]:
+    return [None if h is None else h.data_ptr() for h in handed]
 
 
 class GradientRecycler:
@@ -114,19 +117,29 @@ class GradientRecycler:
         Only the handed tensors' addresses are held until then: a reference would make
         AccumulateGrad copy the gradient instead of adopting it.
         """
-        addresses = [None if h is None else h.data_ptr() for h in handed]
+        addresses = _addresses(handed)
+        torch.autograd.Variable._execution_engine.queue_callback(
+            lambda: self._keep(positions, params, addresses)
+        )
 
-        def keep() -> None:
-            if self._stopped:
-                return
-            kept = self._kept
-            for k, grad, address in zip(positions, map(_GRAD, params), addresses, strict=True):
-                if grad is None or not (grad is kept[k] or grad.data_ptr() == address):
-                    kept[k] = None
-                else:
-                    kept[k] = grad
+    def keep_now(
+        self, positions: Sequence[int], params: Sequence[Tensor], handed: Sequence[Tensor | None]
+    ) -> None:
+        """:meth:`keep_after_backward` for gradients the recorder wrote into ``.grad`` itself
+        (``direct_gradients``): nothing adopts them later, so they are kept at once."""
+        self._keep(positions, params, _addresses(handed))
 
-        torch.autograd.Variable._execution_engine.queue_callback(keep)
+    def _keep(
+        self, positions: Sequence[int], params: Sequence[Tensor], addresses: Sequence[int | None]
+    ) -> None:
+        if self._stopped:
+            return
+        kept = self._kept
+        for k, grad, address in zip(positions, map(GRAD, params), addresses, strict=True):
+            if grad is None or not (grad is kept[k] or grad.data_ptr() == address):
+                kept[k] = None
+            else:
+                kept[k] = grad
 
     def stop(self) -> None:
         """Drop every kept tensor and keep no more: the recorder stopped replaying for good

@@ -14,9 +14,12 @@ until the hook runs, keeps autograd from summing another contribution into it in
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
+import torch
 from torch import Tensor, nn
+from torch.autograd.graph import get_gradient_edge
 from torch.utils.hooks import RemovableHandle
 
 from lucid_yolo.replay.retire import RetireReason
@@ -99,6 +102,51 @@ class SharingProbe:
         return probe
 
 
+class OutsideUseWatch:
+    """Retires a recorder that writes its parameters' ``.grad`` itself (``direct_gradients``)
+    when a parameter also gets gradient from outside the region in the same backward.
+
+    Such a recorder hands autograd no gradient for its parameters, so a parameter's
+    ``AccumulateGrad`` node runs in a replayed backward only when something outside the region
+    used the parameter, and then it sets or adds into the ``.grad`` the recorder writes. A
+    prehook on each node (the nodes held, so that autograd keeps reusing them) notes the
+    backward's graph task it ran in; the recorder asks from inside its own backward, and again
+    when that backward ends, whether any ran in the same task. A backward with no outside use
+    runs none of the hooks, so the check costs nothing per parameter; a native backward runs
+    every hook once, and they only take notes.
+
+    Args:
+        retire: called with the reason and a detail naming the parameter.
+    """
+
+    def __init__(self, retire: Retire) -> None:
+        self._retire = retire
+        self._nodes: dict[int, Any] = {}
+        self._task = -1
+        self._used: list[str] = []
+
+    def watch(self, params: Sequence[nn.Parameter], count: int) -> None:
+        """Hook the nodes of ``params`` not yet watched (``count``: the region's parameters,
+        for the message)."""
+        for index, param in enumerate(params):
+            if id(param) not in self._nodes:
+                node = get_gradient_edge(param).node
+                node.register_prehook(partial(self._note, _parameter_detail(index, count)))
+                self._nodes[id(param)] = node
+
+    def _note(self, detail: str, grad_outputs: Sequence[Tensor | None]) -> None:
+        task = torch._C._current_graph_task_id()
+        if task != self._task:
+            self._task, self._used = task, []
+        self._used.append(detail)
+
+    def check(self) -> None:
+        """Retire when a watched parameter's node ran in the running backward."""
+        if self._used and self._task == torch._C._current_graph_task_id():
+            detail, self._used = self._used[0], []
+            self._retire(RetireReason.SHARED_PARAMETER, detail)
+
+
 def _parameter_detail(index: int, count: int) -> str:
     return (
         f"parameter {index} of {count} also receives gradient from outside the region; put "
@@ -113,4 +161,4 @@ def _input_detail(index: int) -> str:
     )
 
 
-__all__ = ["SharingProbe"]
+__all__ = ["OutsideUseWatch", "SharingProbe"]

@@ -6,7 +6,8 @@ warm-up), or replay. A replay copies the inputs into static buffers, launches th
 and returns the static outputs as ordinary tensors wired into autograd, so native code (a loss)
 can follow; autograd later calls back into the recorder, which launches the backward graph and
 hands gradients to ``AccumulateGrad`` exactly as eager autograd would (invariants 2-4
-of docs/replay-invariants.md; the numbers below refer to that page).
+of docs/replay-invariants.md; the numbers below refer to that page), or, with
+``direct_gradients``, writes the parameters' ``.grad`` itself by the same rules.
 """
 
 from __future__ import annotations
@@ -27,11 +28,12 @@ from lucid_yolo.replay._autograd import (
 )
 from lucid_yolo.replay._capture import autocast_cache_emulation, backward_without_autocast
 from lucid_yolo.replay._copies import fresh_copy
+from lucid_yolo.replay._getters import GRAD
 from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._recycling import GradientRecycler
-from lucid_yolo.replay._sharing import SharingProbe
+from lucid_yolo.replay._sharing import OutsideUseWatch, SharingProbe
 from lucid_yolo.replay._signature_recorder import SignatureRecorder
 from lucid_yolo.replay.exceptions import ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
@@ -58,6 +60,8 @@ class _Recording:
     positions: tuple[int, ...]
     """Where each of ``params`` stands among the region's parameters (the recycler's slots)."""
     replays: int = 0
+    watched: bool = False
+    """Whether :class:`OutsideUseWatch` hooks ``params`` (a direct replay has run)."""
 
 
 def _same(live: Tensor, recording: _Recording, position: int) -> bool:
@@ -73,6 +77,7 @@ class _Call:
         self.recording = recording
         self.inputs = inputs
         self.token: OpenForward | None = None
+        self.direct = recorder.direct_gradients
 
 
 class _ReplayFunction(torch.autograd.Function):
@@ -85,7 +90,9 @@ class _ReplayFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Tensor | None) -> tuple[Tensor | None, ...]:
         call: _Call = ctx.call
-        return (None, *call.recorder._launch_backward(ctx, call, grads))
+        # a direct call's first tensor argument is the recorder's anchor: it gets nothing
+        anchor = (None,) if call.direct else ()
+        return (None, *anchor, *call.recorder._launch_backward(ctx, call, grads))
 
 
 class RegionRecorder(SignatureRecorder[_Recording]):
@@ -107,6 +114,16 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             they are overwritten by the next replay of this recording, and — when the pool is
             shared — by graphs that replay during the same backward.
         enabled: ``False`` runs every call native (bookkeeping only counts it).
+        direct_gradients: the replayed backward writes the parameters' ``.grad`` itself (a
+            private copy of the gradient where ``.grad`` is ``None``, an in-place add where it
+            is not, as ``AccumulateGrad`` does) instead of handing autograd one gradient per
+            parameter: the same bits, without autograd's per-parameter work on the host, which
+            at small batch sets the pace of a replayed step. The parameters then have no edge
+            in the replayed graph, so only for a caller that owns the backward:
+            ``backward()`` without ``inputs=``, no ``torch.autograd.grad`` with respect to the
+            region's parameters, and nothing hooked on their gradient accumulators
+            (``DistributedDataParallel`` is: leave it off there). Read at each call, so it may
+            change between steps.
 
     Raises:
         ReplayConfigError: for a non-positive ``max_signatures`` or ``capture_warmup``, or a
@@ -129,6 +146,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         pool: ReplayPool | None = None,
         clone_outputs: bool = False,
         enabled: bool = True,
+        direct_gradients: bool = False,
     ) -> None:
         super().__init__(
             region,
@@ -141,9 +159,12 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             enabled=enabled,
         )
         self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
+        self.direct_gradients = direct_gradients
         self._sharing = SharingProbe(self.retire)
+        self._outside = OutsideUseWatch(self.retire)
         self._recycler = GradientRecycler(len(self.binding.parameters))
         self._grad_layouts = GradLayouts()
+        self._anchor: Tensor | None = None
 
     # ------------------------------------------------------------------ dispatch
 
@@ -360,8 +381,22 @@ class RegionRecorder(SignatureRecorder[_Recording]):
     def _replay(self, recording: _Recording, inputs: list[Tensor]) -> RegionOutput:
         call = _Call(self, recording, inputs)
         live_targets = [inputs[i] for i in recording.grad_input_positions]
-        outputs = _ReplayFunction.apply(call, *live_targets, *recording.params)
+        if not call.direct:
+            outputs = _ReplayFunction.apply(call, *live_targets, *recording.params)
+            return recording.layout.rebuild(outputs)
+        if not recording.watched:
+            self._outside.watch(recording.params, len(recording.params))
+            recording.watched = True
+        outputs = _ReplayFunction.apply(call, self._anchor_tensor(), *live_targets)
         return recording.layout.rebuild(outputs)
+
+    def _anchor_tensor(self) -> Tensor:
+        """A leaf that requires grad, the first tensor argument of a direct replay: it makes
+        the outputs require grad when no input does (the network's images), at the cost of one
+        autograd node instead of one a parameter."""
+        if self._anchor is None:
+            self._anchor = torch.zeros((), device=self.pool.device, requires_grad=True)
+        return self._anchor
 
     def _launch_forward(self, ctx: Any, call: _Call) -> tuple[Tensor, ...]:
         recording = call.recording
@@ -435,7 +470,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             # hand its targets nothing, and no pattern graph exists for the empty set.
             if call.token is not None:
                 call.token.closed = True
-            return tuple(None for _ in live)
+            return tuple(None for _ in (call.inputs if call.direct else live))
         # Copy-in of the incoming gradients; an output without one reads zeros, as autograd's
         # materialised gradient would be.
         with torch.no_grad():
@@ -458,19 +493,70 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         reached = frozenset[int]().union(
             *(recording.reach[i] for i in recording.differentiable if grads[i] is not None)
         )
-        static_grads = recording.graphs.static_grads[graded]
+        statics = [
+            g if k in reached else None for k, g in enumerate(recording.graphs.static_grads[graded])
+        ]
+        if call.direct:
+            return self._write_gradients(ctx, call, statics, private)
         spares = (*(None for _ in call.inputs), *self._recycler.take(recording.positions))
         with torch.no_grad():
-            routed = route(
-                live,
-                [g if k in reached else None for k, g in enumerate(static_grads)],
-                private,
-                spares,
-            )
+            routed = route(live, statics, private, spares)
         self._sharing.arm(ctx.next_functions, routed, recording.params)
         self._recycler.keep_after_backward(
             recording.positions, recording.params, routed[len(call.inputs) :]
         )
+        return routed
+
+    def _write_gradients(
+        self, ctx: Any, call: _Call, statics: Sequence[Tensor | None], private: bool
+    ) -> tuple[Tensor | None, ...]:
+        """The ``direct_gradients`` hand-off: the parameters' ``.grad`` written here, the
+        inputs' gradients handed to autograd as :func:`route` hands them.
+
+        A parameter without ``.grad`` gets a private tensor (a spare of the recycler or a
+        clone of the static, invariants 2-3); one with ``.grad`` gets the static added in
+        place, one grouped add for all of them (invariant 4): what ``AccumulateGrad`` does to
+        each, in the order of this backward, read from the static buffers before any other
+        graph of the pool runs. A parameter that also gets gradient from outside the region
+        retires the recorder (:class:`OutsideUseWatch`, invariant 5).
+        """
+        recording = call.recording
+        params, positions = recording.params, recording.positions
+        inputs = len(call.inputs)
+        firsts: list[int] = []
+        sources: list[Tensor] = []
+        accumulated: list[Tensor] = []
+        added: list[Tensor] = []
+        for k, (grad, static) in enumerate(zip(map(GRAD, params), statics[inputs:], strict=True)):
+            if static is None:
+                continue
+            if grad is None:
+                firsts.append(k)
+                sources.append(static)
+            else:
+                accumulated.append(grad)
+                added.append(static)
+        spares = self._recycler.take([positions[k] for k in firsts])
+        targets = [params[k] for k in firsts]
+        with torch.no_grad():
+            # one call, so one grouped copy: a parameter without .grad gets a private tensor
+            # whatever ``private`` says
+            routed = route(
+                [*call.inputs, *targets],
+                [*statics[:inputs], *sources],
+                private,
+                [*(None for _ in call.inputs), *spares],
+            )
+            if accumulated:
+                torch._foreach_add_(accumulated, added)
+        handed = routed[inputs:]
+        for param, grad in zip(targets, handed, strict=True):
+            param.grad = grad
+        self._recycler.keep_now([positions[k] for k in firsts], targets, handed)
+        routed = routed[:inputs]
+        self._sharing.arm(ctx.next_functions[1:], routed, ())
+        self._outside.check()
+        torch.autograd.Variable._execution_engine.queue_callback(self._outside.check)
         return routed
 
 

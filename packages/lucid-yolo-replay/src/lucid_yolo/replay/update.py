@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.replay._copies import copy_grouped
-from lucid_yolo.replay._getters import IS_SET, REQUIRES_GRAD
+from lucid_yolo.replay._getters import GRAD, IS_SET, REQUIRES_GRAD
 from lucid_yolo.replay._graphs import UpdateGraph
 from lucid_yolo.replay._state import StateSnapshot
 from lucid_yolo.replay.exceptions import ReplayConfigError
@@ -30,7 +30,6 @@ from lucid_yolo.replay.retire import RetireLog, Retirement, RetireReason
 from lucid_yolo.replay.signature import TensorSpec
 from lucid_yolo.replay.telemetry import Telemetry, recording_cause
 
-_GRAD = attrgetter("grad")
 _SHAPE = attrgetter("shape")
 _DTYPE = attrgetter("dtype")
 _DEVICE = attrgetter("device")
@@ -58,7 +57,7 @@ class GradientLayouts(NamedTuple):
     @classmethod
     def of(cls, params: Sequence[Tensor]) -> GradientLayouts:
         """The layouts of the ``.grad`` of each of ``params``."""
-        grads = list(map(_GRAD, params))
+        grads = list(map(GRAD, params))
         present = list(filter(IS_SET, grads))
         return cls(
             tuple(map(is_not, grads, repeat(None))),
@@ -365,7 +364,7 @@ class GraphedOptimizer:
         return [(p, p.grad) for p in self._params() if p.grad is not None]
 
     def _live_grads(self) -> list[Tensor]:
-        return list(filter(IS_SET, map(_GRAD, self._params())))
+        return list(filter(IS_SET, map(GRAD, self._params())))
 
     def _current_key(self) -> UpdateKey:
         params = self._params()

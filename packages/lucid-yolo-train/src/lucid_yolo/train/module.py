@@ -194,6 +194,8 @@ class YoloModule(pl.LightningModule):
         if names:
             self.names = tuple(names)
         self._apply_memory_format(self.trainer.strategy.root_device)
+        if stage == "fit":
+            self.replay.direct_gradients = self.trainer.world_size == 1
         if stage == "fit" and self.trainer.world_size > 1:
             self._setup_data_parallel()
 

@@ -85,6 +85,23 @@ class NetworkReplay:
         evaluation call and again when the evaluated network's parameters moved."""
         self._earlier_evaluations = Telemetry()
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
+        self._direct_gradients = False
+
+    @property
+    def direct_gradients(self) -> bool:
+        """Whether the network's and the segment heads' replayed backwards write the parameters'
+        ``.grad`` themselves (:class:`~lucid_yolo.replay.RegionRecorder`'s
+        ``direct_gradients``): on for a fit in one process, where nothing but the step's own
+        ``backward()`` reads the gradients' way to ``.grad``; off under DDP, whose hooks on
+        the parameters' gradient accumulators all-reduce them. Applies from the next step."""
+        return self._direct_gradients
+
+    @direct_gradients.setter
+    def direct_gradients(self, on: bool) -> None:
+        self._direct_gradients = on
+        for recorder in (self.network, self.segment_heads):
+            if recorder is not None:
+                recorder.direct_gradients = on
 
     def images(
         self,
@@ -313,6 +330,7 @@ class NetworkReplay:
                 name="network",
                 max_signatures=self.config.max_signatures,
                 pool=pool,
+                direct_gradients=self._direct_gradients,
             )
         if self.config.segment_heads and self.segment_heads is None:
             self.segment_heads = RegionRecorder(
@@ -320,6 +338,7 @@ class NetworkReplay:
                 name="segment-heads",
                 max_signatures=self.config.max_signatures,
                 pool=pool,
+                direct_gradients=self._direct_gradients,
             )
         return pool
 
