@@ -12,7 +12,8 @@ parameters for that reason (their nodes stay the caller's stream's), which this 
 
 It replays yolo26n's network region (``NetworkRegion``, bf16 autocast, channels-last, as the fit
 runs it) under a squared-mean loss, and reports per variant (``native``: the recorder disabled,
-the reference bits; ``replay``):
+the reference bits; ``replay``: gradients handed to autograd's nodes; ``replay-direct``: the
+recorder writes ``.grad`` itself, ``direct_gradients``, session 31):
 
 * ``host_backward_ms``: the host's wall time of ``backward()`` per step, median and range of the
   timed steps (the device is synchronised before each, so the host never waits on a full queue);
@@ -28,6 +29,10 @@ the reference bits; ``replay``):
 Run (GPU machine, from source)::
 
     python3 tools/probe_accumulate_streams.py --steps 40 --out $OUT/streams.json
+
+With ``--device cpu`` it runs on the CPU stand-in (a smoke test: no CUDA calls to count)::
+
+    python3 tools/probe_accumulate_streams.py --device cpu --imgsz 64 --steps 4 --rounds 1
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ from lucid_yolo.train.replay.regions import NetworkRegion
 
 _RUNTIME_PREFIXES = ("cuda", "cu")
 _HOST_OPS = 25
+VARIANTS = ("native", "replay", "replay-direct")
 
 
 def _fold(digest: dict[str, str]) -> str:
@@ -58,13 +64,25 @@ def _fold(digest: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(digest, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def run_variant(variant: str, steps: int, batch: int, imgsz: int) -> dict[str, Any]:
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_variant(
+    variant: str, steps: int, batch: int, imgsz: int, device: torch.device
+) -> dict[str, Any]:
     """``steps`` training steps of yolo26n's network; the last one profiled."""
     torch.manual_seed(0)
-    net = create_model("yolo26n", num_classes=80).cuda().to(memory_format=torch.channels_last)
-    recorder = RegionRecorder(NetworkRegion(net), name="network", enabled=variant != "native")
-    generator = torch.Generator(device="cuda").manual_seed(1)
-    images = torch.rand(batch, 3, imgsz, imgsz, device="cuda", generator=generator)
+    net = create_model("yolo26n", num_classes=80).to(device, memory_format=torch.channels_last)
+    recorder = RegionRecorder(
+        NetworkRegion(net),
+        name="network",
+        enabled=variant != "native",
+        direct_gradients=variant == "replay-direct",
+    )
+    generator = torch.Generator(device=device).manual_seed(1)
+    images = torch.rand(batch, 3, imgsz, imgsz, device=device, generator=generator)
     images = images.contiguous(memory_format=torch.channels_last)
     host_ms: list[float] = []
     api: Counter[str] = Counter()
@@ -72,10 +90,10 @@ def run_variant(variant: str, steps: int, batch: int, imgsz: int) -> dict[str, A
     for step in range(steps):
         for p in net.parameters():
             p.grad = None
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             outputs = recorder(images)
         loss = sum(o.float().square().mean() for o in outputs.values())
-        torch.cuda.synchronize()
+        _synchronize(device)
         if step < steps - 1:
             start = time.perf_counter()
             loss.backward()
@@ -83,15 +101,18 @@ def run_variant(variant: str, steps: int, batch: int, imgsz: int) -> dict[str, A
             if step >= steps // 4:
                 host_ms.append(elapsed)
             continue
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as trace:
+        activities = [ProfilerActivity.CPU]
+        if device.type == "cuda":
+            activities.append(ProfilerActivity.CUDA)
+        with profile(activities=activities) as trace:
             loss.backward()
-            torch.cuda.synchronize()
+            _synchronize(device)
         api.update(e.name for e in trace.events() if e.name.startswith(_RUNTIME_PREFIXES))
         averages = sorted(trace.key_averages(), key=lambda a: -a.self_cpu_time_total)
         ops = [
             (a.key, round(a.self_cpu_time_total / 1e3, 3), a.count) for a in averages[:_HOST_OPS]
         ]
-    torch.cuda.synchronize()
+    _synchronize(device)
     telemetry = recorder.telemetry
     return {
         "variant": variant,
@@ -111,12 +132,17 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--imgsz", type=int, default=640)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     results = []
     for round_ in range(args.rounds):
-        for variant in ("native", "replay"):
-            result = {"round": round_, **run_variant(variant, args.steps, args.batch, args.imgsz)}
+        for variant in args.variants:
+            measured = run_variant(
+                variant, args.steps, args.batch, args.imgsz, torch.device(args.device)
+            )
+            result = {"round": round_, **measured}
             results.append(result)
             print(json.dumps(result), flush=True)
     if args.out is not None:

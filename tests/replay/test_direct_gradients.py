@@ -8,6 +8,7 @@ replayed graph, which the first test pins.
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 import torch
@@ -124,21 +125,131 @@ def test_direct_replay_reuses_the_gradient_nothing_else_holds() -> None:
     assert net.head_a.weight.grad.data_ptr() != held.data_ptr()
 
 
-@pytest.mark.parametrize("outside_first", [True, False])
-def test_direct_replay_retires_when_a_parameter_is_used_outside(outside_first: bool) -> None:
+@pytest.mark.parametrize("outside_before_region", [True, False])
+def test_direct_replay_retires_when_a_parameter_is_used_outside(
+    outside_before_region: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     net = make_net()
     recorder = _direct(net, warmup_steps=0)
     for _ in range(2):
         recorder(_x())["a.box"].sum().backward()
     assert recorder.retired is None
-    outside = net.head_a.weight.square().sum()
-    out = recorder(_x())["a.box"].sum()
-    loss = outside + out if outside_first else out + outside
+    # autograd runs later-made nodes first: an outside use made after the region's forward
+    # reaches the parameter's own node before the region's backward runs, one made before it
+    # after
+    grad_at_write: list[bool] = []
+    write = RegionRecorder._write_gradients
+
+    def spied(self: RegionRecorder, *args: Any) -> Any:
+        grad_at_write.append(net.head_a.weight.grad is not None)
+        return write(self, *args)
+
+    monkeypatch.setattr(RegionRecorder, "_write_gradients", spied)
+    net.zero_grad(set_to_none=True)
+    if outside_before_region:
+        outside = net.head_a.weight.square().sum()
+        loss = recorder(_x())["a.box"].sum() + outside
+    else:
+        region = recorder(_x())["a.box"].sum()
+        loss = region + net.head_a.weight.square().sum()
     with pytest.warns(ReplayRetiredWarning, match="shared-parameter"):
         loss.backward()
+    assert grad_at_write == [not outside_before_region]
     assert recorder.retired is not None
     assert recorder.retired.reason is RetireReason.SHARED_PARAMETER
     assert recorder.telemetry.retirements[RetireReason.SHARED_PARAMETER] == 1
+
+
+def test_direct_replays_writing_one_parameter_twice_in_a_backward_retire() -> None:
+    shared = nn.Linear(16, 16)
+    first = nn.Sequential(nn.Linear(16, 16), shared)
+    second = nn.Sequential(shared, nn.Tanh(), nn.Linear(16, 16))
+    pool = ReplayPool("cpu")
+    a = RegionRecorder(ModuleRegion(_Tail(first)), pool=pool, warmup_steps=0, direct_gradients=True)
+    b = RegionRecorder(
+        ModuleRegion(_Tail(second)), pool=pool, warmup_steps=0, direct_gradients=True, name="b"
+    )
+    with pytest.warns(ReplayRetiredWarning, match="shared-parameter.*another replayed region"):
+        b(a(torch.randn(4, 16))["y"])["y"].square().sum().backward()
+    assert a.retired is not None or b.retired is not None
+
+
+def test_direct_replay_writes_no_gradient_in_an_autograd_grad_pass() -> None:
+    native, replayed = make_net(), make_net()
+    recorder = _direct(replayed, warmup_steps=0)
+    x = torch.randn(2, 3, 8, 8)
+    for forward in (native, recorder):
+        torch.manual_seed(0)
+        forward(x)["a.box"].sum().backward()
+    replayed.zero_grad(set_to_none=True)
+    xn, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
+    torch.manual_seed(1)
+    (expected,) = torch.autograd.grad(native(xn)["a.box"].sum(), xn)
+    torch.manual_seed(1)
+    (got,) = torch.autograd.grad(recorder(xr)["a.box"].sum(), xr)
+    assert torch.equal(expected, got)
+    recorder(xr)["a.box"].sum().backward(inputs=[xr])
+    assert all(p.grad is None for p in replayed.parameters())
+    assert recorder.telemetry.replays == 3
+
+
+def test_direct_replay_leaves_a_parameter_that_stopped_requiring_grad() -> None:
+    net = make_net()
+    recorder = _direct(net, warmup_steps=0)
+    recorder(_x())["a.box"].sum().backward()
+    net.zero_grad(set_to_none=True)
+    out = recorder(_x())["a.box"].sum()
+    net.head_a.weight.requires_grad_(False)
+    out.backward()
+    assert net.head_a.weight.grad is None
+    assert net.head_a.bias.grad is not None
+
+
+def test_direct_later_micro_batch_adds_into_the_same_tensor() -> None:
+    net = make_net()
+    recorder = _direct(net, warmup_steps=0)
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward()
+    first = {name: (p.grad, p.grad.clone()) for name, p in net.named_parameters()}
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward()
+    for name, p in net.named_parameters():
+        held, before = first[name]
+        assert p.grad is held
+        assert not torch.equal(p.grad, before)
+
+
+@pytest.mark.filterwarnings("ignore:Using backward\\(\\) with create_graph")
+def test_direct_later_micro_batch_under_create_graph_makes_a_new_tensor() -> None:
+    net = make_net()
+    recorder = _direct(net, warmup_steps=0)
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward()
+    held = net.head_a.weight.grad
+    assert held is not None
+    before = held.clone()
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward(create_graph=True)
+    assert net.head_a.weight.grad is not held
+    assert torch.equal(held, before)
+
+
+def test_direct_replay_lets_go_of_a_kept_gradient_replaced_by_the_caller() -> None:
+    net = make_net()
+    recorder = _direct(net, warmup_steps=0)
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward()
+    kept = list(recorder._recycler._kept)
+    assert all(k is not None for k in kept)
+    for p in net.parameters():
+        p.grad = torch.zeros_like(p)  # what restoring a snapshot of the gradients does
+    loss_of(recorder(_x()), torch.randn(2, 4, 8, 8)).backward()
+    assert all(k is None for k in recorder._recycler._kept[: len(kept)])
+
+
+def test_direct_retirement_removes_the_watch_hooks() -> None:
+    net = make_net()
+    recorder = _direct(net, warmup_steps=0)
+    recorder(_x())["a.box"].sum().backward()
+    with pytest.warns(ReplayRetiredWarning):
+        recorder.retire(RetireReason.PARAMETER_REPLACED, "a test retires it")
+    net(_x())["a.box"].sum().backward()  # natively every parameter's node runs
+    assert recorder._outside._used == []
 
 
 def test_direct_replay_ignores_native_backwards_of_its_parameters() -> None:

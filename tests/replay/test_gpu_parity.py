@@ -199,15 +199,19 @@ def test_gpu_accumulation_change_after_recording_matches_native() -> None:
 @pytest.mark.parametrize(
     "setup",
     [
-        Setup(accumulation=(1, 1, 1, 1)),
-        Setup(accumulation=(2, 2, 3, 1, 3), precision="bf16", graph_update=True),
-        Setup(accumulation=(2, 2, 2, 2), precision="fp16", inf_step=1),
-        Setup(accumulation=(2, 2, 2), precision="bf16", shared_twice=True),
+        Setup(accumulation=(1, 1, 1, 1), direct_gradients=True),
+        Setup(
+            accumulation=(2, 2, 3, 1, 3),
+            precision="bf16",
+            graph_update=True,
+            direct_gradients=True,
+        ),
+        Setup(accumulation=(2, 2, 2, 2), precision="fp16", inf_step=1, direct_gradients=True),
+        Setup(accumulation=(2, 2, 2), precision="bf16", shared_twice=True, direct_gradients=True),
     ],
     ids=["fp32", "bf16-accumulation-change-graphed-update", "fp16-inf-step", "bf16-shared-twice"],
 )
 def test_gpu_direct_gradients_match_native(setup: Setup) -> None:
-    setup.direct_gradients = True
     _assert_parity(setup)
 
 

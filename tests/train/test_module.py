@@ -283,6 +283,25 @@ def test_module_data_parallel_fit_takes_replayed_regions(tmp_path: Path) -> None
     assert module.replay.config == config
 
 
+def test_module_fit_in_one_process_writes_gradients_directly(tmp_path: Path) -> None:
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
+    module.trainer = _trainer(tmp_path)
+    module.setup("fit")
+    assert module.replay.direct_gradients
+    module.replay.shared_pool(torch.device("cpu"))
+    assert module.replay.network is not None
+    assert module.replay.network.direct_gradients
+
+
+def test_module_data_parallel_fit_hands_gradients_to_autograd(tmp_path: Path) -> None:
+    # DDP all-reduces through hooks on the parameters' gradient accumulators
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))
+    module.replay.direct_gradients = True
+    module.trainer = _two_process_trainer(tmp_path)
+    module.setup("fit")
+    assert not module.replay.direct_gradients
+
+
 def test_module_data_parallel_fit_takes_update_replay(tmp_path: Path) -> None:
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(update=True))
     module.trainer = _two_process_trainer(tmp_path, accumulate_grad_batches=2)

@@ -80,16 +80,31 @@ def test_network_replay_cpu_bookkeeping_matches_native_gradients() -> None:
     assert telemetry["retirements"] == 0
 
 
+class _HandOffGradients(Callback):
+    """Turns the network's direct gradients off for the fit: autograd's nodes store them, as
+    under DDP."""
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        assert isinstance(pl_module, YoloModule)
+        assert pl_module.replay.direct_gradients  # what a one-process fit chose
+        pl_module.replay.direct_gradients = False
+
+
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
-@pytest.mark.parametrize("task", ["detect"])
+@pytest.mark.parametrize("direct_gradients", [True, False])
 def test_loss_region_cpu_fit_equals_native(
-    task: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    direct_gradients: bool, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
+    task = "detect"
     yaml = tiny_dataset(task)
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "grad_clip_norm": 0.0}
     native = fit_digests(yaml, task, "32-true", 1, **cpu)
     replay = ReplayConfig(network=True, loss=True)
-    replayed = fit_digests(yaml, task, "32-true", 1, replay=replay, **cpu)
+    callbacks = [] if direct_gradients else [_HandOffGradients()]
+    replayed = fit_digests(yaml, task, "32-true", 1, replay=replay, callbacks=callbacks, **cpu)
+    network = replayed.module.replay.network
+    assert network is not None
+    assert network.direct_gradients is direct_gradients
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
         "network": 3,
         "loss": 3,

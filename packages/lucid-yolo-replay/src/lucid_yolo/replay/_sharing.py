@@ -102,18 +102,28 @@ class SharingProbe:
         return probe
 
 
+_WRITTEN_IN_TASK: dict[int, int] = {}
+"""Per parameter (by ``id``), the backward graph task in which a direct replay last wrote its
+``.grad``, whichever recorder it was: graph task ids are never reused, so an entry left by a
+freed parameter can never match a running backward."""
+
+
 class OutsideUseWatch:
     """Retires a recorder that writes its parameters' ``.grad`` itself (``direct_gradients``)
-    when a parameter also gets gradient from outside the region in the same backward.
+    when a parameter gets gradient from anywhere else in the same backward.
 
     Such a recorder hands autograd no gradient for its parameters, so a parameter's
     ``AccumulateGrad`` node runs in a replayed backward only when something outside the region
     used the parameter, and then it sets or adds into the ``.grad`` the recorder writes. A
     prehook on each node (the nodes held, so that autograd keeps reusing them) notes the
-    backward's graph task it ran in; the recorder asks from inside its own backward, and again
-    when that backward ends, whether any ran in the same task. A backward with no outside use
-    runs none of the hooks, so the check costs nothing per parameter; a native backward runs
-    every hook once, and they only take notes.
+    backward's graph task it ran in, and the recorder asks once that backward has ended (every
+    node has run by then, so the outside use may come before or after the region's backward).
+    A backward with no outside use runs none of the hooks; a native backward runs each once
+    and they only take notes. A second direct write of a parameter in the same backward
+    (another region sharing it, or a second call of this one) never runs the node: those are
+    caught by :data:`_WRITTEN_IN_TASK` as they are written. Either way eager autograd would
+    have summed the contributions before adding them to ``.grad``, and the direct writes add
+    them one by one.
 
     Args:
         retire: called with the reason and a detail naming the parameter.
@@ -121,18 +131,20 @@ class OutsideUseWatch:
 
     def __init__(self, retire: Retire) -> None:
         self._retire = retire
-        self._nodes: dict[int, Any] = {}
+        self._hooks: dict[int, RemovableHandle] = {}
+        self._nodes: list[Any] = []
         self._task = -1
         self._used: list[str] = []
 
-    def watch(self, params: Sequence[nn.Parameter], count: int) -> None:
-        """Hook the nodes of ``params`` not yet watched (``count``: the region's parameters,
-        for the message)."""
+    def watch(self, params: Sequence[nn.Parameter]) -> None:
+        """Hook the nodes of ``params`` not yet watched (each named by its place in
+        ``params``, a recording's parameters)."""
         for index, param in enumerate(params):
-            if id(param) not in self._nodes:
+            if id(param) not in self._hooks:
                 node = get_gradient_edge(param).node
-                node.register_prehook(partial(self._note, _parameter_detail(index, count)))
-                self._nodes[id(param)] = node
+                note = partial(self._note, _parameter_detail(index, len(params)))
+                self._hooks[id(param)] = node.register_prehook(note)
+                self._nodes.append(node)
 
     def _note(self, detail: str, grad_outputs: Sequence[Tensor | None]) -> None:
         task = torch._C._current_graph_task_id()
@@ -140,11 +152,37 @@ class OutsideUseWatch:
             self._task, self._used = task, []
         self._used.append(detail)
 
-    def check(self) -> None:
-        """Retire when a watched parameter's node ran in the running backward."""
+    def written(self, params: Sequence[nn.Parameter]) -> None:
+        """Record that this backward wrote ``params``' ``.grad``; retire if one of them was
+        already written by a direct replay in the same backward."""
+        task = torch._C._current_graph_task_id()
+        keys = list(map(id, params))
+        if task in map(_WRITTEN_IN_TASK.get, keys):
+            index = [_WRITTEN_IN_TASK.get(k) for k in keys].index(task)
+            self._retire(
+                RetireReason.SHARED_PARAMETER,
+                f"parameter {index} of {len(params)} also gets gradient from another replayed "
+                "region (or a second call of this one) in the same backward; put every use "
+                "inside one region",
+            )
+        _WRITTEN_IN_TASK.update(dict.fromkeys(keys, task))
+
+    def check_at_end(self) -> None:
+        """Queue, on the running backward, the retirement if a watched node runs in it."""
+        torch.autograd.Variable._execution_engine.queue_callback(self._check)
+
+    def _check(self) -> None:
         if self._used and self._task == torch._C._current_graph_task_id():
             detail, self._used = self._used[0], []
             self._retire(RetireReason.SHARED_PARAMETER, detail)
+
+    def stop(self) -> None:
+        """Remove every hook and let the nodes go: the recorder stopped replaying for good, and
+        its native backwards should not pay a Python call a parameter."""
+        for handle in self._hooks.values():
+            handle.remove()
+        self._hooks.clear()
+        self._nodes.clear()
 
 
 def _parameter_detail(index: int, count: int) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch.autograd.graph import get_gradient_edge
 
 from lucid_yolo.replay._autograd import (
     depends_on,
@@ -28,7 +29,6 @@ from lucid_yolo.replay._autograd import (
 )
 from lucid_yolo.replay._capture import autocast_cache_emulation, backward_without_autocast
 from lucid_yolo.replay._copies import fresh_copy
-from lucid_yolo.replay._getters import GRAD
 from lucid_yolo.replay._grad_layout import GradLayouts, dense, same_layout
 from lucid_yolo.replay._graphs import BackwardBody, RegionGraphs
 from lucid_yolo.replay._outputs import OutputLayout
@@ -60,8 +60,6 @@ class _Recording:
     positions: tuple[int, ...]
     """Where each of ``params`` stands among the region's parameters (the recycler's slots)."""
     replays: int = 0
-    watched: bool = False
-    """Whether :class:`OutsideUseWatch` hooks ``params`` (a direct replay has run)."""
 
 
 def _same(live: Tensor, recording: _Recording, position: int) -> bool:
@@ -165,6 +163,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         self._recycler = GradientRecycler(len(self.binding.parameters))
         self._grad_layouts = GradLayouts()
         self._anchor: Tensor | None = None
+        self._anchor_node: Any = None
 
     # ------------------------------------------------------------------ dispatch
 
@@ -206,6 +205,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         kept for reuse go: later backwards are native and keep nothing."""
         super().retire(reason, detail)
         self._recycler.stop()
+        self._outside.stop()
 
     def reset(self) -> None:
         """Forget every recording (its graph memory is freed once no output references it)."""
@@ -384,9 +384,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         if not call.direct:
             outputs = _ReplayFunction.apply(call, *live_targets, *recording.params)
             return recording.layout.rebuild(outputs)
-        if not recording.watched:
-            self._outside.watch(recording.params, len(recording.params))
-            recording.watched = True
+        self._outside.watch(recording.params)
         outputs = _ReplayFunction.apply(call, self._anchor_tensor(), *live_targets)
         return recording.layout.rebuild(outputs)
 
@@ -396,6 +394,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         autograd node instead of one a parameter."""
         if self._anchor is None:
             self._anchor = torch.zeros((), device=self.pool.device, requires_grad=True)
+            self._anchor_node = get_gradient_edge(self._anchor).node
         return self._anchor
 
     def _launch_forward(self, ctx: Any, call: _Call) -> tuple[Tensor, ...]:
@@ -513,51 +512,70 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         """The ``direct_gradients`` hand-off: the parameters' ``.grad`` written here, the
         inputs' gradients handed to autograd as :func:`route` hands them.
 
-        A parameter without ``.grad`` gets a private tensor (a spare of the recycler or a
-        clone of the static, invariants 2-3); one with ``.grad`` gets the static added in
-        place, one grouped add for all of them (invariant 4): what ``AccumulateGrad`` does to
-        each, in the order of this backward, read from the static buffers before any other
-        graph of the pool runs. A parameter that also gets gradient from outside the region
-        retires the recorder (:class:`OutsideUseWatch`, invariant 5).
+        What ``AccumulateGrad`` would do to each parameter: nothing when it no longer requires
+        grad, or when this pass does not accumulate into parameters at all
+        (``torch.autograd.grad``, ``backward(inputs=...)``: the anchor's node is then not to
+        run); a private tensor where ``.grad`` is ``None`` (a spare of the recycler or a clone
+        of the static, invariants 2-3); the static added to ``.grad`` otherwise (invariant 4).
+        All read the static buffers before any other graph of the pool runs. A parameter that
+        also gets gradient from elsewhere in this backward retires the recorder
+        (:class:`OutsideUseWatch`, invariant 5).
         """
         recording = call.recording
-        params, positions = recording.params, recording.positions
         inputs = len(call.inputs)
-        firsts: list[int] = []
+        firsts: list[nn.Parameter] = []
+        positions: list[int] = []
         sources: list[Tensor] = []
-        accumulated: list[Tensor] = []
+        laters: list[nn.Parameter] = []
+        later_positions: list[int] = []
         added: list[Tensor] = []
-        for k, (grad, static) in enumerate(zip(map(GRAD, params), statics[inputs:], strict=True)):
-            if static is None:
-                continue
-            if grad is None:
-                firsts.append(k)
-                sources.append(static)
-            else:
-                accumulated.append(grad)
-                added.append(static)
-        spares = self._recycler.take([positions[k] for k in firsts])
-        targets = [params[k] for k in firsts]
+        if torch._C._will_engine_execute_node(self._anchor_node):
+            parameters = zip(recording.params, recording.positions, statics[inputs:], strict=True)
+            for param, position, static in parameters:
+                if static is None or not param.requires_grad:
+                    continue
+                if param.grad is None:
+                    firsts.append(param)
+                    positions.append(position)
+                    sources.append(static)
+                else:
+                    laters.append(param)
+                    later_positions.append(position)
+                    added.append(static)
+        spares = self._recycler.take(positions)
         with torch.no_grad():
             # one call, so one grouped copy: a parameter without .grad gets a private tensor
             # whatever ``private`` says
             routed = route(
-                [*call.inputs, *targets],
+                [*call.inputs, *firsts],
                 [*statics[:inputs], *sources],
                 private,
                 [*(None for _ in call.inputs), *spares],
             )
-            if accumulated:
-                torch._foreach_add_(accumulated, added)
+        _accumulate(laters, added)
         handed = routed[inputs:]
-        for param, grad in zip(targets, handed, strict=True):
+        for param, grad in zip(firsts, handed, strict=True):
             param.grad = grad
-        self._recycler.keep_now([positions[k] for k in firsts], targets, handed)
-        routed = routed[:inputs]
-        self._sharing.arm(ctx.next_functions[1:], routed, ())
-        self._outside.check()
-        torch.autograd.Variable._execution_engine.queue_callback(self._outside.check)
-        return routed
+        self._recycler.keep_now(
+            [*positions, *later_positions], [*firsts, *laters], [*handed, *(None for _ in laters)]
+        )
+        if firsts or laters:
+            self._outside.written([*firsts, *laters])
+            self._outside.check_at_end()
+        self._sharing.arm(ctx.next_functions[1:], routed[:inputs], ())
+        return routed[:inputs]
+
+
+def _accumulate(params: Sequence[nn.Parameter], statics: list[Tensor]) -> None:
+    """``AccumulateGrad`` on a later micro-batch: ``.grad`` plus the static, in place, one
+    grouped add for all; under ``backward(create_graph=True)`` (grad mode on) a new tensor
+    each, which is what ``AccumulateGrad`` then makes."""
+    grads: list[Tensor] = [p.grad for p in params]  # type: ignore[misc]
+    if torch.is_grad_enabled():
+        for param, grad, static in zip(params, grads, statics, strict=True):
+            param.grad = grad + static
+    elif grads:
+        torch._foreach_add_(grads, statics)
 
 
 __all__ = ["RegionRecorder"]
