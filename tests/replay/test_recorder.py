@@ -582,9 +582,12 @@ def test_recorder_lets_a_pool_leak_stop_the_step(monkeypatch: pytest.MonkeyPatch
     assert second.telemetry.retirements.total() == 0
 
 
-def test_recorder_input_gradient_matches_native() -> None:
+@pytest.mark.parametrize("direct_gradients", [False, True])
+def test_recorder_input_gradient_matches_native(direct_gradients: bool) -> None:
     native, replayed = make_net(), make_net()
-    recorder = RegionRecorder(ModuleRegion(replayed), warmup_steps=0)
+    recorder = RegionRecorder(
+        ModuleRegion(replayed), warmup_steps=0, direct_gradients=direct_gradients
+    )
     x = torch.randn(2, 3, 8, 8)
     xn, xr = x.clone().requires_grad_(), x.clone().requires_grad_()
     for step in range(2):
@@ -595,6 +598,9 @@ def test_recorder_input_gradient_matches_native() -> None:
     assert xn.grad is not None
     assert xr.grad is not None
     assert torch.equal(xn.grad, xr.grad)
+    assert (
+        first_difference(state_digest(grads_of(native)), state_digest(grads_of(replayed))) is None
+    )
 
 
 def test_recorder_counts_group_without_gradient() -> None:
