@@ -421,8 +421,11 @@ def test_recorder_retires_parameter_shared_outside_region_on_a_later_replay() ->
     assert recorder.retired.reason is RetireReason.SHARED_PARAMETER
 
 
-def test_recorder_retires_input_used_inside_and_outside_region() -> None:
-    recorder = RegionRecorder(ModuleRegion(make_net()), warmup_steps=0)
+@pytest.mark.parametrize("direct_gradients", [False, True])
+def test_recorder_retires_input_used_inside_and_outside_region(direct_gradients: bool) -> None:
+    recorder = RegionRecorder(
+        ModuleRegion(make_net()), warmup_steps=0, direct_gradients=direct_gradients
+    )
     x = torch.randn(2, 3, 8, 8, requires_grad=True)
     features = x * 2.0
     recorder(features)["a.box"].sum().backward(retain_graph=True)

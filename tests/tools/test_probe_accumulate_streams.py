@@ -1,4 +1,4 @@
-"""The backward-host probe on the CPU stand-in: its variants train the same bits."""
+"""The backward-host probe on the CPU stand-in: a direct replay trains the native bits."""
 
 from __future__ import annotations
 
@@ -17,12 +17,11 @@ def probe(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 @pytest.mark.slow
 def test_native_and_replayed_backwards_give_the_same_gradients(probe: ModuleType) -> None:
     cpu = torch.device("cpu")
-    native = probe.run_variant("native", 4, 1, 64, cpu)
-    replay = probe.run_variant("replay", 4, 1, 64, cpu)
-    direct = probe.run_variant("replay-direct", 4, 1, 64, cpu)
-    assert native["grad_digest"] == replay["grad_digest"] == direct["grad_digest"]
-    assert (native["replays"], replay["replays"], direct["replays"]) == (0, 3, 3)
-    assert replay["native_calls"] == {"warm-up": 1}
-    assert replay["host_backward_ms"] > 0
-    assert replay["host_ops"]
-    assert replay["cuda_api_per_backward"] == {}
+    native = probe.run_variant("native", 3, 1, 64, cpu)
+    direct = probe.run_variant("replay-direct", 3, 1, 64, cpu)
+    assert native["grad_digest"] == direct["grad_digest"]
+    assert (native["replays"], direct["replays"]) == (0, 2)
+    assert direct["native_calls"] == {"warm-up": 1}
+    assert direct["host_backward_ms"] > 0
+    assert direct["host_ops"]
+    assert direct["cuda_api_per_backward"] == {}
