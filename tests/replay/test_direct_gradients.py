@@ -75,9 +75,7 @@ def test_direct_first_gradient_is_private_and_keeps_negative_zero() -> None:
         return layer
 
     eager, replayed = linear(), linear()
-    recorder = RegionRecorder(
-        ModuleRegion(_Wrapped(replayed)), warmup_steps=0, direct_gradients=True
-    )
+    recorder = RegionRecorder(ModuleRegion(_Keyed(replayed)), warmup_steps=0, direct_gradients=True)
     x, scale = torch.tensor([[0.0, 1.0, 2.0]]), torch.tensor([[1.0, -1.0]])
     (eager(x) * scale).sum().backward()
     (recorder(x)["y"] * scale).sum().backward()
@@ -97,15 +95,15 @@ def test_direct_first_gradient_is_private_and_keeps_negative_zero() -> None:
     assert grad.data_ptr() not in statics
 
 
-class _Wrapped(nn.Module):
-    """A linear layer whose output is a dict, as regions return."""
+class _Keyed(nn.Module):
+    """A module whose output is a dict, as regions return."""
 
-    def __init__(self, linear: nn.Linear) -> None:
+    def __init__(self, body: nn.Module) -> None:
         super().__init__()
-        self.linear = linear
+        self.body = body
 
     def forward(self, x: Tensor) -> dict[str, Tensor]:
-        return {"y": self.linear(x)}
+        return {"y": self.body(x)}
 
 
 def test_direct_replay_reuses_the_gradient_nothing_else_holds() -> None:
@@ -165,9 +163,11 @@ def test_direct_replays_writing_one_parameter_twice_in_a_backward_retire() -> No
     first = nn.Sequential(nn.Linear(16, 16), shared)
     second = nn.Sequential(shared, nn.Tanh(), nn.Linear(16, 16))
     pool = ReplayPool("cpu")
-    a = RegionRecorder(ModuleRegion(_Tail(first)), pool=pool, warmup_steps=0, direct_gradients=True)
+    a = RegionRecorder(
+        ModuleRegion(_Keyed(first)), pool=pool, warmup_steps=0, direct_gradients=True
+    )
     b = RegionRecorder(
-        ModuleRegion(_Tail(second)), pool=pool, warmup_steps=0, direct_gradients=True, name="b"
+        ModuleRegion(_Keyed(second)), pool=pool, warmup_steps=0, direct_gradients=True, name="b"
     )
     with pytest.warns(ReplayRetiredWarning, match="shared-parameter.*another replayed region"):
         b(a(torch.randn(4, 16))["y"])["y"].square().sum().backward()
@@ -269,7 +269,7 @@ def test_direct_chained_regions_match_native() -> None:
     pool = ReplayPool("cpu")
     first = RegionRecorder(ModuleRegion(head_r), pool=pool, warmup_steps=0, direct_gradients=True)
     second = RegionRecorder(
-        ModuleRegion(_Tail(tail_r)), pool=pool, warmup_steps=0, name="tail", direct_gradients=True
+        ModuleRegion(_Keyed(tail_r)), pool=pool, warmup_steps=0, name="tail", direct_gradients=True
     )
     for step in range(3):
         x = torch.randn(2, 3, 8, 8)
@@ -283,15 +283,6 @@ def test_direct_chained_regions_match_native() -> None:
     got = state_digest({"h": head_r, "t": tail_r, "g": grads_of(head_r), "u": grads_of(tail_r)})
     assert first_difference(expected, got) is None
     assert (first.telemetry.replays, second.telemetry.replays) == (3, 3)
-
-
-class _Tail(nn.Module):
-    def __init__(self, body: nn.Module) -> None:
-        super().__init__()
-        self.body = body
-
-    def forward(self, x: Tensor) -> dict[str, Tensor]:
-        return {"y": self.body(x)}
 
 
 def test_direct_gradients_may_change_between_steps() -> None:

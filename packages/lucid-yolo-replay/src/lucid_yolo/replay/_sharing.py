@@ -133,12 +133,17 @@ class OutsideUseWatch:
         self._retire = retire
         self._hooks: dict[int, RemovableHandle] = {}
         self._nodes: list[Any] = []
+        self._watched: dict[int, Sequence[nn.Parameter]] = {}
         self._task = -1
         self._used: list[str] = []
 
     def watch(self, params: Sequence[nn.Parameter]) -> None:
         """Hook the nodes of ``params`` not yet watched (each named by its place in
-        ``params``, a recording's parameters)."""
+        ``params``, a recording's parameters). Called at every direct replay: a recording's
+        tuple seen before returns at once (held, so its id stays its own)."""
+        if self._watched.get(id(params)) is params:
+            return
+        self._watched[id(params)] = params
         for index, param in enumerate(params):
             if id(param) not in self._hooks:
                 node = get_gradient_edge(param).node
@@ -183,6 +188,7 @@ class OutsideUseWatch:
             handle.remove()
         self._hooks.clear()
         self._nodes.clear()
+        self._watched.clear()
 
 
 def _parameter_detail(index: int, count: int) -> str:

@@ -196,8 +196,8 @@ class YoloModule(pl.LightningModule):
         self._apply_memory_format(self.trainer.strategy.root_device)
         if stage == "fit":
             self.replay.direct_gradients = self.trainer.world_size == 1
-        if stage == "fit" and self.trainer.world_size > 1:
-            self._setup_data_parallel()
+            if self.trainer.world_size > 1:
+                self._setup_data_parallel()
 
     def _apply_memory_format(self, device: torch.device) -> None:
         """Lay out the network and the EMA network as ``memory_format`` says for ``device``.
