@@ -11,6 +11,10 @@ Lightning's loop, the trainer's callbacks and lucid-yolo's replay with ``time.pe
 call) inside a real ``lucid-yolo fit``, from the second training epoch on (the first records
 the graphs), and writes milliseconds a training step per function.
 
+Validation's rows (``_EvaluationLoop.run`` and what it calls) are counted a training step as
+well, so that they add up with the rest to the wall clock; ``val_batches`` and ``val_passes``
+turn them back into milliseconds a validation batch or pass.
+
 ``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the
 batch, moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
 counted inside their callers as well. A host-bound step has ``advance`` near the step's
@@ -46,6 +50,12 @@ TARGETS = (
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "on_advance_end"),
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "update_lr_schedulers"),
     ("lightning.pytorch.loops.fetchers", "_PrefetchDataFetcher", "__next__"),
+    ("torch.utils.data.dataloader", "_MultiProcessingDataLoaderIter", "_next_data"),
+    ("lightning.pytorch.core.module", "LightningModule", "_apply_batch_transfer_handler"),
+    ("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "run"),
+    ("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "_evaluation_step"),
+    ("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "on_run_start"),
+    ("lightning.pytorch.loops.evaluation_loop", "_EvaluationLoop", "on_run_end"),
     ("lightning.pytorch.loops.optimization.automatic", "_AutomaticOptimization", "run"),
     ("lightning.pytorch.loops.optimization.automatic", "Closure", "closure"),
     (
@@ -69,6 +79,14 @@ TARGETS = (
     ("lucid_yolo.train.module", "YoloModule", "on_train_batch_start"),
     ("lucid_yolo.train.module", "YoloModule", "optimizer_step"),
     ("lucid_yolo.train.module", "YoloModule", "_loss"),
+    ("lucid_yolo.train.module", "YoloModule", "_evaluate"),
+    ("lucid_yolo.train.evaluation", "Evaluator", "update"),
+    ("lucid_yolo.train.evaluation", "Evaluator", "compute"),
+    ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "update_batch"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "evaluate"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "start_evaluation"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "end_evaluation"),
+    ("lucid_yolo.replay.forward", "ForwardRecorder", "__call__"),
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "images"),
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "__call__"),
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "loss"),
@@ -99,7 +117,16 @@ TARGETS = (
 exists (a missing one is listed under ``missing``, not an error: the loop's internals move
 between Lightning releases)."""
 
-HOOKS = ("on_train_batch_start", "on_train_batch_end", "on_before_backward", "on_after_backward")
+HOOKS = (
+    "on_train_batch_start",
+    "on_train_batch_end",
+    "on_before_backward",
+    "on_after_backward",
+    "on_validation_batch_start",
+    "on_validation_batch_end",
+    "on_validation_epoch_end",
+    "on_train_epoch_end",
+)
 """Hooks timed on each of the trainer's callbacks' classes."""
 
 
@@ -129,6 +156,8 @@ class HostSplitCallback(pl.Callback):
         self.split: HostSplit | None = None
         self.missing: list[str] = []
         self.steps = 0
+        self.val_batches = 0
+        self.val_passes = 0
         self.began = 0.0
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -153,6 +182,14 @@ class HostSplitCallback(pl.Callback):
     def on_train_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if self.split is not None:
             self.steps += 1
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        if self.split is not None:
+            self.val_batches += 1
+
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.split is not None:
+            self.val_passes += 1
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.split is None:
@@ -184,6 +221,8 @@ class HostSplitCallback(pl.Callback):
         rows = self.split.table(self.steps, "step", milliseconds=True) if self.steps else []
         return {
             "steps": self.steps,
+            "val_batches": self.val_batches,
+            "val_passes": self.val_passes,
             "from_epoch": self.first_epoch,
             "wall_ms_per_step": round(seconds * 1000.0 / self.steps, 3) if self.steps else None,
             "rows": rows,

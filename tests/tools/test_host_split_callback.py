@@ -32,6 +32,9 @@ class _Tiny(pl.LightningModule):
             raise RuntimeError("a step that fails")
         return self.layer(batch[0]).square().mean()
 
+    def validation_step(self, batch: list[Tensor], batch_idx: int) -> None:
+        self.layer(batch[0])
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
@@ -61,7 +64,8 @@ def _fit(tool: ModuleType, tmp_path: Path, epochs: int, module: _Tiny | None = N
         enable_model_summary=False,
         default_root_dir=tmp_path,
     )
-    trainer.fit(module or _Tiny(), data)
+    val = DataLoader(TensorDataset(torch.ones(8, 4)), batch_size=4)
+    trainer.fit(module or _Tiny(), data, val)
     return counting
 
 
@@ -93,6 +97,11 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     assert rows["_Counting.on_train_batch_end"]["calls_per_step"] == 1.0
     assert rows["_CountingToo.on_train_batch_end"]["calls_per_step"] == 1.0
     assert "HostSplitCallback.on_train_batch_end" not in rows
+    # validation after epochs 1 and 2, two batches each, counted a training step as well
+    assert (report["val_passes"], report["val_batches"]) == (2, 4)
+    calls = {name: rows[name]["calls_per_step"] for name in rows}
+    assert calls["_EvaluationLoop.run"] == pytest.approx(2 / 6, abs=1e-3)
+    assert calls["_EvaluationLoop._evaluation_step"] == pytest.approx(4 / 6, abs=1e-3)
     assert report["missing"] == []  # every target exists in this Lightning and lucid-yolo
     assert _wrappable(tool) == before
     assert counting.batches == 9
