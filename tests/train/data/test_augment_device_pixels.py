@@ -153,3 +153,45 @@ def test_device_pixels_on_cuda_hold_a_chunk_not_the_batch() -> None:
     pixels(batch)
     torch.cuda.synchronize()
     assert torch.cuda.max_memory_allocated() - before < 4 * images.nbytes
+
+
+def test_device_pixels_on_the_cpu_never_replay(tmp_path: Path) -> None:
+    cpu, deferred = _pair(tmp_path, "detect", AugmentConfig())
+    pixels = DevicePixels(replay=True)
+    for _ in range(3):
+        batch = collate([deferred[item] for item in ITEMS])
+        _assert_batches_equal(pixels(batch), collate([cpu[item] for item in ITEMS]))
+    assert (pixels.telemetry.recordings, pixels.telemetry.replays) == (0, 0)
+
+
+def _deferred_cuda(size: int, seed: int, *, gains: bool = True) -> Batch:
+    rng = np.random.default_rng(seed)
+    batch = Batch(  # type: ignore[typeddict-item]
+        images=torch.from_numpy(rng.integers(0, 256, (size, 3, 64, 96), np.uint8)).cuda(),
+        deferred_flip=torch.from_numpy(rng.random(size) < 0.5).cuda(),
+    )
+    if gains:
+        batch["deferred_hsv"] = torch.from_numpy(rng.uniform(0.5, 1.5, (size, 3))).cuda()
+    return batch
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("images_per_chunk", [2, 10])
+@pytest.mark.parametrize("gains", [True, False])
+def test_device_pixels_replayed_equal_the_eager_pass_bitwise(
+    images_per_chunk: int, gains: bool
+) -> None:
+    chunk_pixels = images_per_chunk * 64 * 96
+    replayed = DevicePixels(chunk_pixels, replay=True)
+    eager = DevicePixels(chunk_pixels, replay=False)
+    for seed in range(5):
+        batch = _deferred_cuda(5, seed, gains=gains)
+        images = batch["images"]
+        expected = eager(_deferred_cuda(5, seed, gains=gains))["images"]
+        finished = replayed(batch)["images"]
+        assert finished is images  # finished in place, as the eager pass does
+        assert torch.equal(finished, expected), seed
+    telemetry = replayed.telemetry
+    # the shape's first batch runs eagerly, the second records, then each replays
+    assert (telemetry.recordings, telemetry.replays) == (1, 4)
+    assert eager.telemetry.recordings == 0

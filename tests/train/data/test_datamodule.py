@@ -221,6 +221,12 @@ def test_datamodule_pixels_on_device_reach_the_step_finished(pose_yaml: Path) ->
     fit(None)  # on CPU the default leaves the pixels to the workers (asserted in `fit`)
 
 
+@pytest.mark.parametrize("replayed", [True, False])
+def test_datamodule_replays_device_pixels_as_configured(pose_yaml: Path, replayed: bool) -> None:
+    dm = _module(pose_yaml, augment=AugmentConfig(pixels_replayed=replayed))
+    assert dm._device_pixels.replay is replayed
+
+
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
 @pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")

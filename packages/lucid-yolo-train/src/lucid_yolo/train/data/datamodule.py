@@ -210,7 +210,7 @@ class YoloDataModule(L.LightningDataModule):
         self._val_loader: RepeatingLoader | None = None
         self._train_position: dict[str, int] | None = None
         self.datasets: dict[str, YoloDataset] = {}
-        self._device_pixels = DevicePixels()
+        self._device_pixels = DevicePixels(replay=self.augment.pixels_replayed)
 
     @property
     def task(self) -> Task:

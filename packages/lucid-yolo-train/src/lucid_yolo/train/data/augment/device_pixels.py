@@ -13,6 +13,13 @@ the same bytes either way.
 HSV maps each pixel by its own value and the flip only moves pixels, so the device may apply them
 in the CPU path's order (jitter, then mirror) without a difference.
 
+On a CUDA device the work is replayed from a CUDA graph per batch shape (``replay``): eagerly it is
+some thirty kernels the host launches one by one, about 2 ms of the training loop's host time a
+batch on the H200 (``tools/host_split_callback.py``, session 32 of
+docs/engineering/whole-fit-speed.md), which a host-bound replayed step waits for between steps;
+replayed, three copies in, one graph launch and one copy out. The graph runs the same kernels on
+the same bytes, so the batch is the eager one bit for bit.
+
 Segment masks travel the same way bit-packed (``deferred_masks``): a batch of 16 at 640 px holds
 (16, 100, 160, 160) 0/1 bytes, 41 MB that the workers stacked (21 ms CPU per batch in
 ``collate``), the main process pinned and the bus carried; packed, 5 MB. Unpacking is exact.
@@ -21,8 +28,9 @@ Segment masks travel the same way bit-packed (``deferred_masks``): a batch of 16
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
+from lucid_yolo.replay import ForwardRecorder, Telemetry, merge_telemetry
 from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, hsv_luts
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
@@ -53,19 +61,31 @@ class DevicePixels:
 
     Args:
         chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W))`` at a time.
+        replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
+            :class:`~lucid_yolo.replay.ForwardRecorder` with a memory pool of its own: the
+            chunk's temporaries, which an eager pass takes from the caching allocator at each
+            batch, and one finished copy of the batch's images, held there for the run); the
+            first batch of a shape runs eagerly, the second records. No effect on the CPU.
 
     Example:
         ``batch = DevicePixels()(batch)`` after the batch was moved to the device.
     """
 
-    def __init__(self, chunk_pixels: int = CHUNK_PIXELS) -> None:
+    def __init__(self, chunk_pixels: int = CHUNK_PIXELS, *, replay: bool = True) -> None:
         if chunk_pixels < 1:
             raise TrainConfigError(
                 f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
                 f"{CHUNK_PIXELS}, finishes ten 640 px images at a time"
             )
         self.chunk_pixels = chunk_pixels
-        self._tables: HsvTables | None = None
+        self.replay = replay
+        self._regions: dict[torch.device, _FinishImages] = {}
+        self._replays: dict[torch.device, ForwardRecorder] = {}
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The replays' counters over every device (all zero where nothing replayed)."""
+        return merge_telemetry(*(recorder.telemetry for recorder in self._replays.values()))
 
     def __call__(self, batch: Batch) -> Batch:
         """``batch`` with its images and masks finished and the ``deferred_*`` keys removed.
@@ -84,7 +104,50 @@ class DevicePixels:
         return batch
 
     def _finish_images(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> None:
-        """HSV, then the mirror (the CPU path's order), chunk by chunk into ``images``."""
+        region = self._region_on(images.device)
+        if not (self.replay and images.device.type == "cuda"):
+            region.finish(images, gains, flips, into=images)
+            return
+        recorder = self._replays.get(images.device)
+        if recorder is None:
+            recorder = self._replays[images.device] = ForwardRecorder(
+                region, name="device pixels", max_signatures=4
+            )
+        with torch.no_grad():
+            finished = recorder(images, gains, flips)
+        assert isinstance(finished, Tensor)  # the region returns one tensor
+        images.copy_(finished)  # borrowed: the next replay rewrites it
+
+    def _region_on(self, device: torch.device) -> _FinishImages:
+        region = self._regions.get(device)
+        if region is None:
+            region = self._regions[device] = _FinishImages(self.chunk_pixels)
+        return region
+
+
+class _FinishImages:
+    """The pixel work as a replay region: a batch's images, gains and flips in, the finished
+    images out. It holds the conversion tables its graphs read, so they live as long as those
+    graphs (built at the first batch with gains, which runs eagerly before any recording)."""
+
+    def __init__(self, chunk_pixels: int) -> None:
+        self.chunk_pixels = chunk_pixels
+        self._tables: HsvTables | None = None
+
+    def __call__(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> Tensor:
+        finished = torch.empty_like(images)
+        self.finish(images, gains, flips, into=finished)
+        return finished
+
+    def region_modules(self) -> tuple[nn.Module, ...]:
+        """None: the work reads no parameter or buffer, only the tables held here."""
+        return ()
+
+    def finish(
+        self, images: Tensor, gains: Tensor | None, flips: Tensor | None, *, into: Tensor
+    ) -> None:
+        """HSV, then the mirror (the CPU path's order), chunk by chunk into ``into`` (which may
+        be ``images``)."""
         step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
         luts = None if gains is None else hsv_luts(gains)
         for start in range(0, images.shape[0], step):
@@ -93,13 +156,13 @@ class DevicePixels:
             if luts is not None:
                 finished = hsv_lookup(finished, luts[chunk], self._tables_on(images.device))
             if flips is None:
-                images[chunk] = finished
+                into[chunk] = finished
             else:
                 mirror = flips[chunk, None, None, None]
-                torch.where(mirror, finished.flip(-1), finished, out=images[chunk])
+                torch.where(mirror, finished.flip(-1), finished, out=into[chunk])
 
     def _tables_on(self, device: torch.device) -> HsvTables:
-        if self._tables is None or self._tables.to_hsv.device != device:
+        if self._tables is None:
             self._tables = HsvTables.on(device)
         return self._tables
 
