@@ -13,7 +13,9 @@ it records, on the host:
   ends of the window).
 
 With ``--device-only`` it instead times the device pass alone (CUDA events, median of 50): building
-:class:`~lucid_yolo.train.data.augment.HsvTables`, and :class:`DevicePixels` on a 640 px batch.
+:class:`~lucid_yolo.train.data.augment.HsvTables`, and :class:`DevicePixels` on a 640 px batch,
+eagerly or, with ``--replay-pixels``, replayed from its CUDA graph (the fit follows its replay
+options: the pixel work replays when the fit records graphs).
 
 Run (GPU machine, from source; one JSON line on stdout, and into ``--out``)::
 
@@ -151,7 +153,7 @@ def _device_only(args: argparse.Namespace) -> dict[str, Any]:
         "deferred_flip": torch.from_numpy(rng.random(args.batch) < 0.5),
     }
     pinned = {key: value.pin_memory() for key, value in batch.items()}
-    pixels = DevicePixels(args.chunk_pixels)
+    pixels = DevicePixels(args.chunk_pixels, replay=args.replay_pixels)
     times: dict[str, list[float]] = {
         "copy_ms": [],
         "device_pixels_ms": [],
@@ -176,6 +178,7 @@ def _device_only(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "batch": args.batch,
         "chunk_pixels": args.chunk_pixels,
+        "replay_pixels": args.replay_pixels,
         "tables_build_s": tables_s,
         **{key: statistics.median(values[5:]) for key, values in times.items()},
     }
@@ -185,6 +188,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pixels-on-device", choices=["true", "false"], default="true")
     parser.add_argument("--device-only", action="store_true")
+    parser.add_argument("--replay-pixels", action="store_true", help="with --device-only")
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument(
         "--chunk-pixels",

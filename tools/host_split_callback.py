@@ -13,7 +13,8 @@ the graphs), and writes milliseconds a training step per function.
 
 Validation's rows (``_EvaluationLoop.run`` and what it calls) are counted a training step as
 well, so that they add up with the rest to the wall clock; ``val_batches`` and ``val_passes``
-turn them back into milliseconds a validation batch or pass.
+turn them back into milliseconds a validation batch or pass. ``replay`` holds the module's replay
+counters over the whole fit, the matching's apart (:func:`replay_counters`).
 
 ``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the
 batch, moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
@@ -151,6 +152,21 @@ HOOKS = (
 """Hooks timed on each of the trainer's callbacks' classes."""
 
 
+def replay_counters(pl_module: pl.LightningModule) -> dict[str, dict[str, int]]:
+    """The fit's replay counters, whole fit (not only the timed epochs): every recorder's sum
+    (``all``) and the metric's matching apart, whose recordings and eager calls tell whether a
+    validation pass replays or records; empty for a module without them."""
+    counters = {}
+    total = getattr(pl_module, "replay_telemetry", None)
+    if total is not None:
+        counters["all"] = total.as_dict()
+    metric = getattr(getattr(pl_module, "evaluator", None), "metric", None)
+    matching = getattr(metric, "matching_telemetry", None)
+    if matching is not None:
+        counters["matching"] = matching.as_dict()
+    return counters
+
+
 def resolve(module_name: str, owner_name: str | None, name: str) -> Any | None:
     """The class or module that holds ``name``, or ``None`` where it does not exist."""
     try:
@@ -218,7 +234,7 @@ class HostSplitCallback(pl.Callback):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         seconds = time.perf_counter() - self.began
-        self.write(self.report(seconds))
+        self.write({**self.report(seconds), "replay": replay_counters(pl_module)})
         self._restore()
 
     def on_exception(
@@ -257,4 +273,4 @@ class HostSplitCallback(pl.Callback):
             Path(target).write_text(json.dumps(report, indent=1) + "\n")
 
 
-__all__ = ["HOOKS", "RESULT_ENV", "TARGETS", "HostSplitCallback", "resolve"]
+__all__ = ["HOOKS", "RESULT_ENV", "TARGETS", "HostSplitCallback", "replay_counters", "resolve"]

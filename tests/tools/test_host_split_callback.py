@@ -15,6 +15,8 @@ from tool_modules import load_tool
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from lucid_yolo.train import ReplayConfig, YoloModule
+
 
 @pytest.fixture
 def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
@@ -105,6 +107,20 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     assert report["missing"] == []  # every target exists in this Lightning and lucid-yolo
     assert _wrappable(tool) == before
     assert counting.batches == 9
+
+
+def test_the_report_holds_the_module_replay_counters(
+    tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    out = tmp_path / "split.json"
+    monkeypatch.setenv(tool.RESULT_ENV, str(out))
+    _fit(tool, tmp_path, epochs=2)
+    assert json.loads(out.read_text())["replay"] == {}  # a module without replay counters
+    module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(evaluation=True))
+    counters = tool.replay_counters(module)
+    assert set(counters) == {"all", "matching"}
+    assert counters["matching"]["recordings"] == 0
+    assert counters["all"] == module.replay_telemetry.as_dict()
 
 
 def test_a_failing_fit_puts_everything_back(tool: ModuleType, tmp_path: Path) -> None:

@@ -293,6 +293,18 @@ def test_module_fit_in_one_process_writes_gradients_directly(tmp_path: Path) -> 
     assert module.replay.network.direct_gradients
 
 
+@pytest.mark.parametrize(
+    ("replay", "replays_pixels"), [(ReplayConfig(update=True), True), (ReplayConfig(), False)]
+)
+def test_module_fit_replays_the_pixel_work_as_it_replays(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path, replay: ReplayConfig, replays_pixels: bool
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect")
+    module = _module(data, "detect", replay=replay)
+    _trainer(tmp_path, max_steps=1, limit_val_batches=0).fit(module, datamodule=data)
+    assert data.pixels_replayed is replays_pixels
+
+
 def test_module_data_parallel_fit_hands_gradients_to_autograd(tmp_path: Path) -> None:
     # DDP all-reduces through hooks on the parameters' gradient accumulators
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True))

@@ -195,3 +195,21 @@ def test_device_pixels_replayed_equal_the_eager_pass_bitwise(
     # the shape's first batch runs eagerly, the second records, then each replays
     assert (telemetry.recordings, telemetry.replays) == (1, 4)
     assert eager.telemetry.recordings == 0
+
+
+@pytest.mark.gpu
+def test_device_pixels_replay_a_graph_per_shape_chunk_and_kind_of_batch() -> None:
+    replayed, eager = DevicePixels(replay=True), DevicePixels()
+    # (images, HSV gains or flips only, images a chunk holds)
+    plan = [(5, True, 10), (3, True, 10), (5, False, 10), (5, True, 10), (3, True, 10)]
+    plan += [(5, False, 10), (5, True, 10), (3, False, 10), (5, True, 2), (5, True, 2)]
+    for seed, (size, gains, per_chunk) in enumerate(plan):
+        replayed.chunk_pixels = eager.chunk_pixels = per_chunk * 64 * 96
+        expected = eager(_deferred_cuda(size, seed, gains=gains))["images"]
+        finished = replayed(_deferred_cuda(size, seed, gains=gains))["images"]
+        assert torch.equal(finished, expected), seed
+    telemetry = replayed.telemetry.as_dict()
+    # each kind's first batch runs eagerly, its second records and replays, later ones replay
+    assert (telemetry["recordings"], telemetry["replays"]) == (4, 5), telemetry
+    assert telemetry["native.warm-up"] == 5, telemetry
+    assert telemetry["retirements"] == 0, telemetry

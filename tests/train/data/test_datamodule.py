@@ -221,10 +221,17 @@ def test_datamodule_pixels_on_device_reach_the_step_finished(pose_yaml: Path) ->
     fit(None)  # on CPU the default leaves the pixels to the workers (asserted in `fit`)
 
 
-@pytest.mark.parametrize("replayed", [True, False])
-def test_datamodule_replays_device_pixels_as_configured(pose_yaml: Path, replayed: bool) -> None:
-    dm = _module(pose_yaml, augment=AugmentConfig(pixels_replayed=replayed))
-    assert dm._device_pixels.replay is replayed
+@pytest.mark.parametrize(
+    ("configured", "fit_graphs", "replayed"),
+    [(None, True, True), (None, False, False), (True, False, True), (False, True, False)],
+)
+def test_datamodule_replays_device_pixels_as_configured_or_as_the_fit(
+    pose_yaml: Path, configured: bool | None, fit_graphs: bool, replayed: bool
+) -> None:
+    dm = _module(pose_yaml, augment=AugmentConfig(pixels_replayed=configured))
+    assert dm.pixels_replayed is (configured is True)
+    dm.follow_replay(fit_graphs)
+    assert dm.pixels_replayed is replayed
 
 
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")

@@ -27,6 +27,7 @@ from lucid_yolo.replay import (
 from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.data.datamodule import YoloDataModule
 from lucid_yolo.train.evaluation import Evaluator
 from lucid_yolo.train.exceptions import TrainConfigError
 from lucid_yolo.train.log_cadence import reaches_loggers
@@ -196,6 +197,8 @@ class YoloModule(pl.LightningModule):
         self._apply_memory_format(self.trainer.strategy.root_device)
         if stage == "fit":
             self.replay.direct_gradients = self.trainer.world_size == 1
+            if isinstance(self._datamodule, YoloDataModule):
+                self._datamodule.follow_replay(self.replay.config.graphs)
             if self.trainer.world_size > 1:
                 self._setup_data_parallel()
 
@@ -506,14 +509,22 @@ class YoloModule(pl.LightningModule):
     @property
     def replay_telemetry(self) -> Telemetry:
         """Summed counters of every replayed region, the update, the verifier, the
-        evaluation forward and the metric's matching."""
+        evaluation forward, the metric's matching and the data module's pixel work."""
         parts = [r.telemetry for r in self.replay_recorders()]
+        if isinstance(self._datamodule, YoloDataModule):
+            parts.append(self._datamodule.pixel_replay_telemetry)
         return merge_telemetry(
             *parts,
             self.replay.evaluation_telemetry,
             self.evaluator.metric.matching_telemetry,
             self.step_verifier.telemetry,
         )
+
+    @property
+    def _datamodule(self) -> object:
+        """The trainer's data module; ``None`` without a trainer or a data module."""
+        trainer = self._trainer
+        return getattr(trainer, "datamodule", None)
 
     def _evaluate(self, batch: Batch) -> None:
         outputs = self.replay.evaluate(self.ema_net, batch["images"], self.memory_format)

@@ -28,6 +28,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.models import STRIDES
+from lucid_yolo.replay import Telemetry
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.device_pixels import DevicePixels
@@ -210,7 +211,7 @@ class YoloDataModule(L.LightningDataModule):
         self._val_loader: RepeatingLoader | None = None
         self._train_position: dict[str, int] | None = None
         self.datasets: dict[str, YoloDataset] = {}
-        self._device_pixels = DevicePixels(replay=self.augment.pixels_replayed)
+        self._device_pixels = DevicePixels(replay=self.augment.pixels_replayed is True)
 
     @property
     def task(self) -> Task:
@@ -316,6 +317,24 @@ class YoloDataModule(L.LightningDataModule):
         if isinstance(batch, PackedBatch):
             batch = batch.unpack()
         return self._device_pixels(batch)
+
+    def follow_replay(self, graphs: bool) -> None:
+        """Replay the device's pixel work when the fit records CUDA graphs (``graphs``), unless
+        ``AugmentConfig.pixels_replayed`` says otherwise: the training module calls it at its
+        ``setup``, as it alone knows its replay options. A fit without graphs then records
+        none here either."""
+        if self.augment.pixels_replayed is None:
+            self._device_pixels.replay = graphs
+
+    @property
+    def pixels_replayed(self) -> bool:
+        """Whether the device's pixel work replays from CUDA graphs (on a CUDA device)."""
+        return self._device_pixels.replay
+
+    @property
+    def pixel_replay_telemetry(self) -> Telemetry:
+        """The replayed pixel work's counters (all zero where it did not replay)."""
+        return self._device_pixels.telemetry
 
     def predict_image(self, image_id: int) -> Path:
         """The file of a predicted image, by its ``Batch["image_ids"]`` entry."""

@@ -13,7 +13,7 @@ the same bytes either way.
 HSV maps each pixel by its own value and the flip only moves pixels, so the device may apply them
 in the CPU path's order (jitter, then mirror) without a difference.
 
-On a CUDA device the work is replayed from a CUDA graph per batch shape (``replay``): eagerly it is
+On a CUDA device the work may replay from a CUDA graph per batch shape (``replay``): eagerly it is
 some thirty kernels the host launches one by one, about 2 ms of the training loop's host time a
 batch on the H200 (``tools/host_split_callback.py``, session 32 of
 docs/engineering/whole-fit-speed.md), which a host-bound replayed step waits for between steps;
@@ -27,10 +27,12 @@ Segment masks travel the same way bit-packed (``deferred_masks``): a batch of 16
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
-from lucid_yolo.replay import ForwardRecorder, Telemetry, merge_telemetry
+from lucid_yolo.replay import ForwardRecorder, ReplayPool, Telemetry, merge_telemetry
 from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, hsv_luts
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
@@ -43,6 +45,10 @@ per chunk, not per pixel: on the H200 a 16 x 640 px batch took 2.46 ms of device
 of host time in chunks of two images, 0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once
 (``tools/bench_data_wait.py --device-only --chunk-pixels N``,
 docs/engineering/whole-fit-speed.md)."""
+
+MAX_SIGNATURES = 4
+"""Graphs :class:`DevicePixels` records per device (one per batch shape, chunk size and whether
+the batch has HSV gains); a further one runs eagerly. A fit has one training batch shape."""
 
 
 class DevicePixels:
@@ -62,16 +68,18 @@ class DevicePixels:
     Args:
         chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W))`` at a time.
         replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
-            :class:`~lucid_yolo.replay.ForwardRecorder` with a memory pool of its own: the
-            chunk's temporaries, which an eager pass takes from the caching allocator at each
-            batch, and one finished copy of the batch's images, held there for the run); the
-            first batch of a shape runs eagerly, the second records. No effect on the CPU.
+            :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device, in a memory pool
+            of its own). Each recording keeps a static copy of the images it reads and, in its
+            pool, the finished copy it writes and one chunk's temporaries (about 75 MB at 640 px
+            with the default chunk); the first batch of a shape runs eagerly, the second
+            records. No effect on the CPU. The data module sets it as the fit replays
+            (``AugmentConfig.pixels_replayed``).
 
     Example:
         ``batch = DevicePixels()(batch)`` after the batch was moved to the device.
     """
 
-    def __init__(self, chunk_pixels: int = CHUNK_PIXELS, *, replay: bool = True) -> None:
+    def __init__(self, chunk_pixels: int = CHUNK_PIXELS, *, replay: bool = False) -> None:
         if chunk_pixels < 1:
             raise TrainConfigError(
                 f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
@@ -104,39 +112,38 @@ class DevicePixels:
         return batch
 
     def _finish_images(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> None:
-        region = self._region_on(images.device)
-        if not (self.replay and images.device.type == "cuda"):
-            region.finish(images, gains, flips, into=images)
-            return
-        recorder = self._replays.get(images.device)
-        if recorder is None:
-            recorder = self._replays[images.device] = ForwardRecorder(
-                region, name="device pixels", max_signatures=4
-            )
-        with torch.no_grad():
-            finished = recorder(images, gains, flips)
-        assert isinstance(finished, Tensor)  # the region returns one tensor
-        images.copy_(finished)  # borrowed: the next replay rewrites it
-
-    def _region_on(self, device: torch.device) -> _FinishImages:
+        device = images.device
         region = self._regions.get(device)
         if region is None:
-            region = self._regions[device] = _FinishImages(self.chunk_pixels)
-        return region
+            region = self._regions[device] = _FinishImages()
+        step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
+        if not (self.replay and device.type == "cuda"):
+            region.finish(images, gains, flips, step, into=images)
+            return
+        recorder = self._replays.get(device)
+        if recorder is None:
+            recorder = self._replays[device] = ForwardRecorder(
+                region, name="device pixels", max_signatures=MAX_SIGNATURES, pool=ReplayPool(device)
+            )
+        with torch.no_grad():
+            finished = cast(Tensor, recorder(images, gains, flips, step))
+        images.copy_(finished)  # borrowed: the next replay rewrites it
 
 
 class _FinishImages:
-    """The pixel work as a replay region: a batch's images, gains and flips in, the finished
-    images out. It holds the conversion tables its graphs read, so they live as long as those
-    graphs (built at the first batch with gains, which runs eagerly before any recording)."""
+    """The pixel work as a replay region: a batch's images, gains and flips and the images a
+    chunk holds in, the finished images out. It holds the conversion tables its graphs read, so
+    they live as long as those graphs (built at the first batch with gains, which runs eagerly
+    before any recording)."""
 
-    def __init__(self, chunk_pixels: int) -> None:
-        self.chunk_pixels = chunk_pixels
+    def __init__(self) -> None:
         self._tables: HsvTables | None = None
 
-    def __call__(self, images: Tensor, gains: Tensor | None, flips: Tensor | None) -> Tensor:
+    def __call__(
+        self, images: Tensor, gains: Tensor | None, flips: Tensor | None, step: int
+    ) -> Tensor:
         finished = torch.empty_like(images)
-        self.finish(images, gains, flips, into=finished)
+        self.finish(images, gains, flips, step, into=finished)
         return finished
 
     def region_modules(self) -> tuple[nn.Module, ...]:
@@ -144,11 +151,10 @@ class _FinishImages:
         return ()
 
     def finish(
-        self, images: Tensor, gains: Tensor | None, flips: Tensor | None, *, into: Tensor
+        self, images: Tensor, gains: Tensor | None, flips: Tensor | None, step: int, *, into: Tensor
     ) -> None:
-        """HSV, then the mirror (the CPU path's order), chunk by chunk into ``into`` (which may
-        be ``images``)."""
-        step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
+        """HSV, then the mirror (the CPU path's order), ``step`` images at a time into ``into``
+        (which may be ``images``)."""
         luts = None if gains is None else hsv_luts(gains)
         for start in range(0, images.shape[0], step):
             chunk = slice(start, start + step)
@@ -176,4 +182,4 @@ def _unpack_bits(packed: Tensor, width: int) -> Tensor:
     return bits.flatten(-2)[..., :width].contiguous()
 
 
-__all__ = ["DevicePixels"]
+__all__ = ["MAX_SIGNATURES", "DevicePixels"]
