@@ -11,7 +11,10 @@
 # A round's length on one H200 at 30 epochs (2026-12-03, session 20, a slow machine state):
 # detect-b16 with Ultralytics and replay 175 s (119 + 56) after the 16 s warm-up; detect-b4
 # 521 s (Ultralytics 368, replay 153 without the warm-up), so that row needs a call to itself,
-# warm-up left out; segment-b4 replayed alone 242 s with the 23 s warm-up (session 21; its fit
+# warm-up left out (session 32, 2026-12-04: Ultralytics' training alone took about 425 s and the
+# replayed fit 99 s, which with the warm-up and the own closures' set-up overflowed a 600 s call
+# and cut Ultralytics in its last epoch: give Ultralytics a call of its own, TOOLS=ultralytics,
+# then TOOLS=replay with MERGE, and say so beside the numbers); segment-b4 replayed alone 242 s with the 23 s warm-up (session 21; its fit
 # 193 s), Ultralytics' side not yet run at 30 epochs (122-139 s at 6), so give each tool a call
 # of its own there (TOOLS=ultralytics, then TOOLS=replay with MERGE) and say so beside its
 # numbers, since calls differ in machine state. Add about 150

@@ -27,6 +27,8 @@ table)::
     LUCID_HOST_SPLIT=$OUT/host_split.json python3 tools/bench_side_by_side.py --tasks detect \\
         --batch 4 --epochs 3 --tools replay \\
         --lucid-args=--trainer.callbacks+=host_split_callback.HostSplitCallback
+
+``LUCID_HOST_SPLIT_FROM=20`` with ``--epochs 30`` times epochs 20-29 only (the steady state).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ from host_split import HostSplit, label_of
 
 RESULT_ENV = "LUCID_HOST_SPLIT"
 """Environment variable naming the JSON file the callback writes."""
+
+FIRST_EPOCH_ENV = "LUCID_HOST_SPLIT_FROM"
+"""Environment variable giving the first timed epoch where the callback is added by name on the
+CLI's command line (default 1): a late epoch of a long fit splits its steady state, after the
+validation's matching has recorded its shapes."""
 
 TARGETS = (
     ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "advance"),
@@ -188,7 +195,9 @@ class HostSplitCallback(pl.Callback):
     validation, checkpoints and epoch turnover included.
     """
 
-    def __init__(self, first_epoch: int = 1) -> None:
+    def __init__(self, first_epoch: int | None = None) -> None:
+        if first_epoch is None:
+            first_epoch = int(os.environ.get(FIRST_EPOCH_ENV, "1"))
         self.first_epoch = first_epoch
         self.split: HostSplit | None = None
         self.missing: list[str] = []
@@ -273,4 +282,12 @@ class HostSplitCallback(pl.Callback):
             Path(target).write_text(json.dumps(report, indent=1) + "\n")
 
 
-__all__ = ["HOOKS", "RESULT_ENV", "TARGETS", "HostSplitCallback", "replay_counters", "resolve"]
+__all__ = [
+    "FIRST_EPOCH_ENV",
+    "HOOKS",
+    "RESULT_ENV",
+    "TARGETS",
+    "HostSplitCallback",
+    "replay_counters",
+    "resolve",
+]

@@ -123,6 +123,15 @@ def test_the_report_holds_the_module_replay_counters(
     assert counters["all"] == module.replay_telemetry.as_dict()
 
 
+def test_the_first_timed_epoch_may_come_from_the_environment(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert tool.HostSplitCallback().first_epoch == 1
+    monkeypatch.setenv(tool.FIRST_EPOCH_ENV, "20")
+    assert tool.HostSplitCallback().first_epoch == 20
+    assert tool.HostSplitCallback(first_epoch=3).first_epoch == 3
+
+
 def test_a_failing_fit_puts_everything_back(tool: ModuleType, tmp_path: Path) -> None:
     before = _wrappable(tool)
     with pytest.raises(RuntimeError, match="a step that fails"):
