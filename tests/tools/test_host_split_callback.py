@@ -84,14 +84,20 @@ def _wrappable(tool: ModuleType) -> dict[tuple[Any, str], tuple[Any, bool]]:
     return found
 
 
-def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
-    tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = _wrappable(tool)
+@pytest.fixture
+def report_file(tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where the callback writes its report in this test."""
     out = tmp_path / "split.json"
     monkeypatch.setenv(tool.RESULT_ENV, str(out))
+    return out
+
+
+def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
+    tool: ModuleType, tmp_path: Path, report_file: Path
+) -> None:
+    before = _wrappable(tool)
     counting = _fit(tool, tmp_path, epochs=3)
-    report = json.loads(out.read_text())
+    report = json.loads(report_file.read_text())
     assert report["steps"] == 6  # epochs 1 and 2, three batches each
     rows = {row["function"]: row for row in report["rows"]}
     assert rows["_TrainingEpochLoop.advance"]["calls_per_step"] == 1.0
@@ -110,12 +116,10 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
 
 
 def test_the_report_holds_the_module_replay_counters(
-    tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tool: ModuleType, tmp_path: Path, report_file: Path
 ) -> None:
-    out = tmp_path / "split.json"
-    monkeypatch.setenv(tool.RESULT_ENV, str(out))
     _fit(tool, tmp_path, epochs=2)
-    assert json.loads(out.read_text())["replay"] == {}  # a module without replay counters
+    assert json.loads(report_file.read_text())["replay"] == {}  # a module without counters
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(evaluation=True))
     counters = tool.replay_counters(module)
     assert set(counters) == {"all", "matching"}
@@ -140,12 +144,10 @@ def test_a_failing_fit_puts_everything_back(tool: ModuleType, tmp_path: Path) ->
 
 
 def test_a_fit_shorter_than_the_first_timed_epoch_writes_nothing(
-    tool: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tool: ModuleType, tmp_path: Path, report_file: Path
 ) -> None:
-    out = tmp_path / "split.json"
-    monkeypatch.setenv(tool.RESULT_ENV, str(out))
     _fit(tool, tmp_path, epochs=1)
-    assert not out.exists()
+    assert not report_file.exists()
 
 
 def test_without_a_step_the_report_has_no_rows(tool: ModuleType) -> None:
