@@ -17,7 +17,9 @@ checkout can be timed on the same ones (``PYTHONPATH`` pointing at its packages)
 
 It also counts the torch operations one ``update`` dispatches per image (the second batch, after a
 warm one), with the metric's CPU-only shortcuts switched off so that the code takes the path it
-takes on a GPU, where each operation is a kernel launch the host pays for (issue 11, session 6).
+takes on a GPU, where each operation is a kernel launch the host pays for (issue 11, session 6),
+and the batch's count by phase (:data:`PHASES`; ``update_batch`` holds the matching of the batch
+before, replayed on a GPU, and for a mask task the whole scoring of the batch before).
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import host_shortcuts
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
+
+PHASES = ("_top_k", "_source_predictions", "_source_targets", "update_batch")
+"""The evaluator's steps whose operations are counted apart (``update_batch`` the metric's)."""
 
 
 def save_inputs(task: str, args: argparse.Namespace, path: Path) -> None:
@@ -84,22 +89,39 @@ def time_metric(path: Path, task: str, repeats: int) -> dict[str, float]:
     }
 
 
-def count_operations(path: Path, task: str) -> float:
-    """Torch operations per image of one ``update`` on the GPU's path (CPU shortcuts off)."""
+def count_operations(path: Path, task: str) -> dict[str, float]:
+    """Torch operations of one ``update`` on the GPU's path (CPU shortcuts off): ``per_image``,
+    and the batch's count in each of :data:`PHASES`; empty with fewer than two batches."""
     saved = torch.load(path, weights_only=False)
     if len(saved["batches"]) < 2:
-        return float("nan")
+        return {}
     (warm_outputs, warm_batch), (outputs, batch) = saved["batches"][:2]
     taken = host_shortcuts.taken
     host_shortcuts.taken = lambda device: False
     try:
         evaluator = Evaluator(task, strides=saved["strides"], conf=0.001, max_det=300)
         evaluator.update(warm_outputs, warm_batch)
+        phases: dict[str, float] = {}
+        for name in PHASES:
+            owner = evaluator.metric if name == "update_batch" else evaluator
+            setattr(owner, name, _counting(getattr(owner, name), name.lstrip("_"), phases))
         with DispatchCount() as seen:
             evaluator.update(outputs, batch)
     finally:
         host_shortcuts.taken = taken
-    return sum(seen.ops.values()) / batch["images"].shape[0]
+    return {"per_image": sum(seen.ops.values()) / batch["images"].shape[0], **phases}
+
+
+def _counting(method: Any, label: str, counts: dict[str, float]) -> Any:
+    """``method``, storing the operations each call dispatches under ``label``."""
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        with DispatchCount() as seen:
+            result = method(*args, **kwargs)
+        counts[label] = sum(seen.ops.values())
+        return result
+
+    return counted
 
 
 def main() -> None:
@@ -119,11 +141,12 @@ def main() -> None:
             save_inputs(task, args, path)
         seconds = time_metric(path, task, args.repeats)
         operations = count_operations(path, task)
+        phases = ", ".join(f"{k} {v:.0f}" for k, v in operations.items() if k != "per_image")
         print(
             f"{task}: update + compute {seconds['total']:.4f} s CPU (update {seconds['update']:.4f}"
             f" s, compute {seconds['compute']:.4f} s; min of {args.repeats}, one thread); "
-            f"fitness {seconds['fitness']:.6g}; {operations:.0f} operations per image in an "
-            "update on the GPU's path"
+            f"fitness {seconds['fitness']:.6g}; {operations.get('per_image', 0):.0f} operations "
+            f"per image in an update on the GPU's path (a batch's: {phases})"
         )
 
 

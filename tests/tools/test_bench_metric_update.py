@@ -35,5 +35,11 @@ def test_operations_are_counted_on_the_device_path_and_the_shortcuts_restored(
     path = tmp_path / "detect.pt"
     bench.save_inputs("detect", args, path)
     before = bench.host_shortcuts.taken
-    assert bench.count_operations(path, "detect") > 0
+    counts = bench.count_operations(path, "detect")
+    assert counts["per_image"] > 0
+    phases = {name.lstrip("_") for name in bench.PHASES}
+    assert set(counts) == {"per_image", *phases}
+    assert all(counts[phase] > 0 for phase in phases), counts
+    # the phases are parts of the update, which also dispatches operations of its own
+    assert sum(counts[phase] for phase in phases) <= counts["per_image"] * 2
     assert bench.host_shortcuts.taken is before
