@@ -17,7 +17,13 @@ from lightning.pytorch.loggers import CSVLogger
 
 from lucid_yolo.models import YOLO26, ConvBnAct
 from lucid_yolo.models.registry import TASK_SUFFIXES
-from lucid_yolo.replay import PoolLeakError, ReplayRetiredWarning, RetireReason, ScratchLoan
+from lucid_yolo.replay import (
+    PoolLeakError,
+    ReplayRetiredWarning,
+    RetireReason,
+    ScratchLoan,
+    Telemetry,
+)
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.resumable_loader import ResumableLoader
@@ -303,6 +309,18 @@ def test_module_fit_replays_the_pixel_work_as_it_replays(
     module = _module(data, "detect", replay=replay)
     _trainer(tmp_path, max_steps=1, limit_val_batches=0).fit(module, datamodule=data)
     assert data.pixels_replayed is replays_pixels
+
+
+def test_module_replay_counters_hold_the_pixel_work(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    data = _data(tiny_dataset("detect"), "detect")
+    module = _module(data, "detect")
+    _trainer(tmp_path, max_steps=1, limit_val_batches=0).fit(module, datamodule=data)
+    assert module.replay_telemetry.replays == 0  # nothing replays in a CPU fit
+    pixels = Telemetry(recordings=1, replays=7)
+    monkeypatch.setattr(YoloDataModule, "pixel_replay_telemetry", property(lambda self: pixels))
+    assert (module.replay_telemetry.recordings, module.replay_telemetry.replays) == (1, 7)
 
 
 def test_module_data_parallel_fit_hands_gradients_to_autograd(tmp_path: Path) -> None:
