@@ -118,7 +118,7 @@ def _counting(method: Any, label: str, counts: dict[str, float]) -> Any:
     def counted(*args: Any, **kwargs: Any) -> Any:
         with DispatchCount() as seen:
             result = method(*args, **kwargs)
-        counts[label] = sum(seen.ops.values())
+        counts[label] = counts.get(label, 0) + sum(seen.ops.values())
         return result
 
     return counted
@@ -142,10 +142,11 @@ def main() -> None:
         seconds = time_metric(path, task, args.repeats)
         operations = count_operations(path, task)
         phases = ", ".join(f"{k} {v:.0f}" for k, v in operations.items() if k != "per_image")
+        per_image = operations.get("per_image", float("nan"))
         print(
             f"{task}: update + compute {seconds['total']:.4f} s CPU (update {seconds['update']:.4f}"
             f" s, compute {seconds['compute']:.4f} s; min of {args.repeats}, one thread); "
-            f"fitness {seconds['fitness']:.6g}; {operations.get('per_image', 0):.0f} operations "
+            f"fitness {seconds['fitness']:.6g}; {per_image:.0f} operations "
             f"per image in an update on the GPU's path (a batch's: {phases})"
         )
 

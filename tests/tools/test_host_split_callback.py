@@ -20,7 +20,9 @@ from lucid_yolo.train import ReplayConfig, YoloModule
 
 @pytest.fixture
 def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
-    return load_tool("host_split_callback", monkeypatch)
+    loaded = load_tool("host_split_callback", monkeypatch)
+    monkeypatch.delenv(loaded.FIRST_EPOCH_ENV, raising=False)  # the tests choose the epoch
+    return loaded
 
 
 class _Tiny(pl.LightningModule):

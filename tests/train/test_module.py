@@ -311,6 +311,18 @@ def test_module_fit_replays_the_pixel_work_as_it_replays(
     assert data.pixels_replayed is replays_pixels
 
 
+@pytest.mark.parametrize("pixels_replayed", [True, False])
+def test_module_logs_replay_counters_when_only_the_pixel_work_replays(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path, pixels_replayed: bool
+) -> None:
+    augment = AugmentConfig(pixels_replayed=pixels_replayed)
+    data = _data(tiny_dataset("detect"), "detect", augment=augment)
+    module = _module(data, "detect")  # no graphs of its own
+    trainer = _trainer(tmp_path, max_epochs=1, limit_train_batches=1, limit_val_batches=1)
+    trainer.fit(module, datamodule=data)
+    assert ("replay/replays" in trainer.callback_metrics) is pixels_replayed
+
+
 def test_module_replay_counters_hold_the_pixel_work(
     tiny_dataset: Callable[[str], Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

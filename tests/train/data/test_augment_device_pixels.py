@@ -213,3 +213,5 @@ def test_device_pixels_replay_a_graph_per_shape_chunk_and_kind_of_batch() -> Non
     assert (telemetry["recordings"], telemetry["replays"]) == (4, 5), telemetry
     assert telemetry["native.warm-up"] == 5, telemetry
     assert telemetry["retirements"] == 0, telemetry
+    replayed.replay = False  # the graphs and their pools are let go
+    assert replayed.telemetry.as_dict()["recordings"] == 0

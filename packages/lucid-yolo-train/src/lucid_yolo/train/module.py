@@ -531,8 +531,10 @@ class YoloModule(pl.LightningModule):
         self.evaluator.update(outputs, batch)
 
     def _log_replay_telemetry(self) -> None:
-        """Log the replay counters (``replay/*``) when anything records CUDA graphs."""
-        if not self.replay.config.graphs:
+        """Log the replay counters (``replay/*``) when anything records CUDA graphs (the data
+        module's pixel work included)."""
+        pixels = isinstance(self._datamodule, YoloDataModule) and self._datamodule.pixels_replayed
+        if not (self.replay.config.graphs or pixels):
             return
         telemetry = self.replay_telemetry.as_dict()
         # counters of the whole job: each rank records and replays its own step

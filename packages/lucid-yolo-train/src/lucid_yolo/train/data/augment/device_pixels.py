@@ -86,9 +86,21 @@ class DevicePixels:
                 f"{CHUNK_PIXELS}, finishes ten 640 px images at a time"
             )
         self.chunk_pixels = chunk_pixels
-        self.replay = replay
+        self._replay = replay
         self._regions: dict[torch.device, _FinishImages] = {}
         self._replays: dict[torch.device, ForwardRecorder] = {}
+
+    @property
+    def replay(self) -> bool:
+        """Whether the work replays on a CUDA device; turned off, the graphs recorded so far and
+        their pools are let go (a data module reused by a fit without graphs)."""
+        return self._replay
+
+    @replay.setter
+    def replay(self, on: bool) -> None:
+        self._replay = on
+        if not on:
+            self._replays.clear()
 
     @property
     def telemetry(self) -> Telemetry:
