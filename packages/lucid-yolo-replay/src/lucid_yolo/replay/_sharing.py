@@ -162,8 +162,9 @@ class OutsideUseWatch:
         already written by a direct replay in the same backward."""
         task = torch._C._current_graph_task_id()
         keys = list(map(id, params))
-        if task in map(_WRITTEN_IN_TASK.get, keys):
-            index = [_WRITTEN_IN_TASK.get(k) for k in keys].index(task)
+        last_written = list(map(_WRITTEN_IN_TASK.get, keys))
+        if task in last_written:
+            index = last_written.index(task)
             self._retire(
                 RetireReason.SHARED_PARAMETER,
                 f"parameter {index} of {len(params)} also gets gradient from another replayed "
