@@ -18,8 +18,9 @@ checkout can be timed on the same ones (``PYTHONPATH`` pointing at its packages)
 It also counts the torch operations one ``update`` dispatches per image (the second batch, after a
 warm one), with the metric's CPU-only shortcuts switched off so that the code takes the path it
 takes on a GPU, where each operation is a kernel launch the host pays for (issue 11, session 6),
-and the batch's count by phase (:data:`PHASES`; ``update_batch`` holds the matching of the batch
-before, replayed on a GPU, and for a mask task the whole scoring of the batch before).
+and the batch's count by phase (:data:`PHASES`; ``add_scored`` and ``update_batch`` hold the
+matching of the batch before, replayed on a GPU, and for a mask task ``update_batch`` the whole
+scoring of the batch before).
 """
 
 from __future__ import annotations
@@ -38,8 +39,21 @@ from lucid_yolo.train.metrics import host_shortcuts
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
-PHASES = ("_top_k", "_source_predictions", "_source_targets", "update_batch")
-"""The evaluator's steps whose operations are counted apart (``update_batch`` the metric's)."""
+PHASES = (
+    "_score",
+    "_top_k",
+    "_source_predictions",
+    "_source_targets",
+    "score_batch",
+    "add_scored",
+    "update_batch",
+)
+"""The evaluator's steps whose operations are counted apart (the last three the metric's).
+``score`` is what a GPU replays from one graph for boxes, keypoints and rotated boxes (it holds
+the next three and ``score_batch``); ``add_scored`` keeps the batch and matches the one before;
+``update_batch`` is a mask batch's path."""
+
+_METRIC_PHASES = ("score_batch", "add_scored", "update_batch")
 
 
 def save_inputs(task: str, args: argparse.Namespace, path: Path) -> None:
@@ -103,7 +117,7 @@ def count_operations(path: Path, task: str) -> dict[str, float]:
         evaluator.update(warm_outputs, warm_batch)
         phases: dict[str, float] = {}
         for name in PHASES:
-            owner = evaluator.metric if name == "update_batch" else evaluator
+            owner = evaluator.metric if name in _METRIC_PHASES else evaluator
             setattr(owner, name, _counting(getattr(owner, name), name.lstrip("_"), phases))
         with DispatchCount() as seen:
             evaluator.update(outputs, batch)

@@ -100,6 +100,10 @@ TARGETS = (
     ("lucid_yolo.train.evaluation", "Evaluator", "_top_k"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_source_predictions"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_source_targets"),
+    ("lucid_yolo.train.evaluation", "Evaluator", "_score"),
+    ("lucid_yolo.train.scoring_replay", "ScoringReplay", "__call__"),
+    ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "score_batch"),
+    ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "add_scored"),
     ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "_settle"),
     (
         "lucid_yolo.train.metrics.mean_average_precision",
@@ -161,14 +165,17 @@ HOOKS = (
 
 def replay_counters(pl_module: pl.LightningModule) -> dict[str, dict[str, int]]:
     """The fit's replay counters, whole fit (not only the timed epochs): every recorder's sum
-    (``all``) and the metric's matching apart, whose recordings and eager calls tell whether a
-    validation pass replays or records; empty for a module without them."""
+    (``all``) and the evaluator's scoring and matching apart, whose recordings and eager calls
+    tell whether a validation pass replays or records; empty for a module without them."""
     counters = {}
     total = getattr(pl_module, "replay_telemetry", None)
     if total is not None:
         counters["all"] = total.as_dict()
-    metric = getattr(getattr(pl_module, "evaluator", None), "metric", None)
-    matching = getattr(metric, "matching_telemetry", None)
+    evaluator = getattr(pl_module, "evaluator", None)
+    scoring = getattr(evaluator, "scoring_telemetry", None)
+    if scoring is not None:
+        counters["scoring"] = scoring.as_dict()
+    matching = getattr(getattr(evaluator, "metric", None), "matching_telemetry", None)
     if matching is not None:
         counters["matching"] = matching.as_dict()
     return counters

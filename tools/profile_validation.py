@@ -219,6 +219,8 @@ UPDATE_PARTS: dict[Any, tuple[str, ...]] = {
     source_mask_cache.SourceMaskCache: ("masks",),
     mean_average_precision.MeanAveragePrecision: (
         "update_batch",
+        "score_batch",
+        "add_scored",
         "_check_class_ids",
         "_batch_overlaps",
         "_settle",
@@ -228,9 +230,9 @@ UPDATE_PARTS: dict[Any, tuple[str, ...]] = {
         "box_overlaps",
         "_matching_order",
         "_rank_within_class",
+        "match_extent",
     ),
     matched_records.PendingBatch: ("start", "finish"),
-    matched_records: ("match_extent",),
     match_replay.MatchReplay: ("__call__",),
 }
 """The parts of the metric's update that ``--host-split`` times, by the class or module that

@@ -124,7 +124,8 @@ def test_the_report_holds_the_module_replay_counters(
     assert json.loads(report_file.read_text())["replay"] == {}  # a module without counters
     module = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(evaluation=True))
     counters = tool.replay_counters(module)
-    assert set(counters) == {"all", "matching"}
+    assert set(counters) == {"all", "scoring", "matching"}
+    assert counters["scoring"]["recordings"] == 0
     assert counters["matching"]["recordings"] == 0
     assert counters["all"] == module.replay_telemetry.as_dict()
 

@@ -38,6 +38,7 @@ from lucid_yolo.train.data.formats import read_coco, read_dota, write_coco
 from lucid_yolo.train.data.labels import ImageLabels
 from lucid_yolo.train.data.prepared import PreparedDataset
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from lucid_yolo.train.evaluation import TASK_KINDS
 from lucid_yolo.train.geometry import (
     RunLengthMask,
     counts_from_string,
@@ -45,7 +46,8 @@ from lucid_yolo.train.geometry import (
     rle_encode,
     source_masks,
 )
-from lucid_yolo.train.metrics import MetricsInputError
+from lucid_yolo.train.metrics import MetricsInputError, host_shortcuts
+from lucid_yolo.train.scoring_replay import ScoringReplay
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
 """torch's warning per synchronisation under its debug mode (not its notice, when switched on,
@@ -550,6 +552,66 @@ def test_evaluator_update_launches_as_many_operations_for_any_batch_size(
     assert counts[1] == counts[0]
 
 
+@pytest.mark.parametrize("task", ["detect", "pose", "obb"])
+def test_evaluator_scoring_replays_through_the_cpu_stand_in_bit_for_bit(
+    tmp_path: Path, task: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the replay library's CPU stand-in runs the recording once under its check for
+    # operators a CUDA capture rejects (host reads, data-dependent shapes) and replays by
+    # running it again: the scoring must pass that check, and its replays' copied outputs
+    # must be the eager scoring's, batch after batch
+    monkeypatch.setattr(host_shortcuts, "taken", lambda _: False)
+    outputs, batch, module = _network_outputs(tmp_path, task)
+    evaluator = module.evaluator
+    replay = ScoringReplay(evaluator._score, torch.device("cpu"))
+    kept = []
+    with torch.no_grad():
+        for seed in range(4):
+            torch.manual_seed(seed)
+            noisy = {k: v + torch.randn_like(v) for k, v in outputs.items()}
+            inputs = evaluator._scoring_inputs(noisy, batch)
+            kept.append((replay(inputs), evaluator._score(inputs)))
+    for replayed, eager in kept:
+        assert replayed.keys() == eager.keys()
+        for name, tensor in eager.items():
+            assert torch.equal(replayed[name], tensor), name
+    assert not torch.equal(
+        kept[-1][0][f"{TASK_KINDS[task][0]}/scores"], kept[-2][0][f"{TASK_KINDS[task][0]}/scores"]
+    )
+    telemetry = replay.telemetry.as_dict()
+    # the first call runs eagerly, the second records and replays, the others replay
+    assert (telemetry["native_calls"], telemetry["recordings"], telemetry["replays"]) == (1, 1, 3)
+    assert telemetry["retirements"] == 0, telemetry
+
+
+def test_evaluator_replay_scoring_on_the_cpu_scores_eagerly(tmp_path: Path) -> None:
+    outputs, batch, module = _network_outputs(tmp_path, "obb")
+    options: dict[str, Any] = {"strides": module.net.strides, "conf": 0.001, "max_det": 300}
+    replayed = Evaluator("obb", replay_scoring=True, **options)
+    eager = Evaluator("obb", **options)
+    for evaluator in (replayed, eager):
+        evaluator.update(outputs, batch)
+    assert replayed.compute() == eager.compute()
+    assert set(replayed.scoring_telemetry.as_dict().values()) == {0}
+
+
+def _network_outputs(tmp_path: Path, task: str) -> tuple[dict[str, Tensor], Batch, YoloModule]:
+    """A fresh network's evaluation outputs for a validation batch of 4 synthetic images."""
+    yaml = generate_synthetic(tmp_path / task, task=task, num_train=2, num_val=4, imgsz=64)
+    data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=4, workers=0)
+    data.setup("validate")
+    batch = next(iter(data.val_dataloader()))
+    shape = data.spec.kpt_shape
+    module = YoloModule(
+        f"yolo26n{TASK_SUFFIXES[task]}",
+        num_classes=data.num_classes,
+        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+    ).eval()
+    with torch.no_grad():
+        outputs = module.ema_net(batch["images"].float() / 255)
+    return outputs, batch, module
+
+
 def _on_cuda(batch: Batch) -> Batch:
     moved = {k: v.cuda() if isinstance(v, Tensor) else v for k, v in batch.items()}
     return Batch(**moved)  # type: ignore[typeddict-item]
@@ -598,7 +660,7 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
         for i, batch in enumerate(batches)
     ]
     options: dict[str, Any] = {"strides": (8, 16, 32), "conf": 0.001, "max_det": 300}
-    replayed = Evaluator("segment", replay_matching=True, **options)
+    replayed = Evaluator("segment", replay_scoring=True, **options)
     eager = Evaluator("segment", **options)
     for evaluator in (replayed, eager):
         for repeat in range(3):
@@ -624,6 +686,72 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
     assert telemetry["replays"] >= 4 * len(batches), telemetry
     assert telemetry["retirements"] == 0, telemetry
     assert eager.metric.matching_telemetry.as_dict()["replays"] == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("task", ["detect", "pose", "obb"])
+def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
+    tmp_path: Path, task: str
+) -> None:
+    # batches of 4 and of 2 (two signatures): the first pass warms each up, the second
+    # records, the third replays under torch's sync debug mode; detect scores the oracle's
+    # outputs (pairs at every threshold), pose and obb a fresh network's
+    if task == "detect":
+        data = _crowd_segment_data(tmp_path)
+        batches = list(data.val_dataloader())
+        on_cuda = [
+            (
+                {k: v.cuda() for k, v in _oracle_outputs(b, 3, seed=i).items() if "o2o" in k},
+                _on_cuda(b),
+            )
+            for i, b in enumerate(batches)
+        ]
+        strides: tuple[int, ...] = (8, 16, 32)
+    else:
+        yaml = generate_synthetic(tmp_path / task, task=task, num_train=2, num_val=6, imgsz=64)
+        data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=4, workers=0)
+        data.setup("validate")
+        shape = data.spec.kpt_shape
+        module = YoloModule(
+            f"yolo26n{TASK_SUFFIXES[task]}",
+            num_classes=data.num_classes,
+            kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+        ).eval()
+        net = module.ema_net.cuda()
+        with torch.no_grad():
+            on_cuda = [
+                (net(b["images"].cuda().float() / 255), _on_cuda(b)) for b in data.val_dataloader()
+            ]
+        strides = tuple(module.net.strides)
+    options: dict[str, Any] = {"strides": strides, "conf": 0.001, "max_det": 300}
+    replayed = Evaluator(task, replay_scoring=True, **options)
+    eager = Evaluator(task, **options)
+    for evaluator in (replayed, eager):
+        for repeat in range(3):
+            evaluator.reset()
+            debug = evaluator is replayed and repeat == 2
+            torch.cuda.synchronize()
+            if debug:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    for output, batch in on_cuda:
+                        evaluator.update(output, batch)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            if debug:
+                assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
+    assert replayed.compute() == eager.compute()
+    kind = TASK_KINDS[task][0]
+    assert replayed.metric.per_class(kind) == eager.metric.per_class(kind)
+    if task == "detect":
+        assert replayed.compute()["box/mAP50-95"] > 0.2
+    telemetry = replayed.scoring_telemetry.as_dict()
+    assert telemetry["recordings"] == len({b["images"].shape[0] for _, b in on_cuda})
+    assert telemetry["replays"] >= len(on_cuda), telemetry
+    assert telemetry["retirements"] == 0, telemetry
+    assert set(eager.scoring_telemetry.as_dict().values()) == {0}
 
 
 class _BatchSyncs(pl.Callback):

@@ -73,10 +73,12 @@ def _trainer(tmp_path: Path, **kwargs: Any) -> pl.Trainer:
     return pl.Trainer(**options)
 
 
-def test_module_replays_the_metric_matching_with_the_evaluation_forward() -> None:
+def test_module_replays_the_metric_scoring_and_matching_with_the_evaluation_forward() -> None:
     on = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(evaluation=True))
     off = YoloModule("yolo26n", num_classes=2, replay=ReplayConfig(network=True, update=True))
+    assert on.evaluator.replay_scoring
     assert on.evaluator.metric.replay_matching
+    assert not off.evaluator.replay_scoring
     assert not off.evaluator.metric.replay_matching
 
 

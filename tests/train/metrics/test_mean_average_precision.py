@@ -786,3 +786,43 @@ def test_mean_average_precision_reports_a_negative_cuda_class_id_on_compute() ->
     metric.update([preds], [targets])
     with pytest.raises(MetricsInputError, match="targets hold class id -1"):
         metric.compute()
+
+
+def test_mean_average_precision_scores_without_keeping_and_adds_what_it_scored() -> None:
+    # score_batch is the part a CUDA graph replays: it must leave the accumulator as it was;
+    # add_scored then keeps the batch as update_batch would
+    preds, targets, ids = _padded_scene(7)
+    batch_preds = BatchPredictions.from_images(preds)
+    batch_targets = BatchTargets.from_images(targets)
+    updated, scored = MeanAveragePrecision(), MeanAveragePrecision()
+    updated.update_batch(batch_preds, batch_targets, image_ids=ids)
+    batch = scored.score_batch(batch_preds, batch_targets)
+    assert scored.compute()["box/mAP50-95"] == 0.0  # nothing kept yet
+    assert list(batch.kinds) == ["box"]
+    assert batch.lowest_classes.tolist() == [0, 0]
+    scored.add_scored(batch, ids)
+    assert 0.05 < scored.compute()["box/mAP50-95"] < 0.95
+    assert scored.compute() == updated.compute()
+
+
+def test_mean_average_precision_add_scored_rejects_another_metric_s_batch() -> None:
+    preds, targets, ids = _padded_scene(8)
+    batch_preds = BatchPredictions.from_images(preds)
+    batch_targets = BatchTargets.from_images(targets)
+    box = MeanAveragePrecision().score_batch(batch_preds, batch_targets)
+    with pytest.raises(MetricsInputError, match="scored for kinds \\('box',\\)"):
+        MeanAveragePrecision(kinds=("obb",)).add_scored(box)
+    with pytest.raises(MetricsInputError, match="24 images and 3 image ids"):
+        MeanAveragePrecision().add_scored(box, ids[:3])
+
+
+def test_mean_average_precision_add_scored_raises_on_a_negative_class_on_the_cpu() -> None:
+    preds, targets, _ = _padded_scene(9)
+    bad = [replace(targets[0], classes=torch.full_like(targets[0].classes, -2)), *targets[1:]]
+    metric = MeanAveragePrecision()
+    batch = metric.score_batch(
+        BatchPredictions.from_images(preds),
+        BatchTargets.from_images(bad),  # no valid flags: every row is real
+    )
+    with pytest.raises(MetricsInputError, match="targets hold class id -2"):
+        metric.add_scored(batch)

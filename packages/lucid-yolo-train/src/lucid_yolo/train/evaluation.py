@@ -44,9 +44,10 @@ a bf16 validation step decodes and builds masks in float32 as ``predict`` and a 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, fields, replace
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -60,6 +61,7 @@ from lucid_yolo.models.decode import (
     topk_dense,
 )
 from lucid_yolo.models.outputs import O2O
+from lucid_yolo.replay import Telemetry, merge_telemetry
 from lucid_yolo.train.data.augment.letterbox import (
     unletterbox_boxes,
     unletterbox_points,
@@ -76,8 +78,10 @@ from lucid_yolo.train.metrics import (
     ImageTargets,
     MeanAveragePrecision,
     MetricsInputError,
+    ScoredBatch,
     gather_across_ranks,
 )
+from lucid_yolo.train.scoring_replay import Scoring, ScoringReplay, ScoringValue
 from lucid_yolo.train.source_mask_cache import SourceMaskCache
 
 TASK_KINDS: dict[str, tuple[str, ...]] = {
@@ -100,9 +104,11 @@ class Evaluator:
         strides: the network's strides.
         conf: score threshold of kept predictions.
         max_det: top-k detections per image.
-        replay_matching: on a GPU, replay each batch's matching from CUDA graphs
-            (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option): the same
-            metrics with a few launches a batch instead of a few hundred.
+        replay_scoring: on a GPU, replay each batch's scoring (boxes, keypoints and rotated
+            boxes: top-k, source pixels, order, overlaps; :mod:`~lucid_yolo.train.scoring_replay`)
+            and its matching (every kind: :class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s
+            ``replay_matching``) from CUDA graphs: the same metrics with a few launches a batch
+            instead of a few hundred.
         mask_scratch: the context a batch's masks are built and scored in
             (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option; a replayed fit
             lends its graph pool's free blocks there). What is kept across batches is made
@@ -121,7 +127,7 @@ class Evaluator:
         strides: Sequence[int],
         conf: float,
         max_det: int,
-        replay_matching: bool = False,
+        replay_scoring: bool = False,
         mask_scratch: Callable[[], AbstractContextManager[object]] = contextlib.nullcontext,
     ) -> None:
         if task not in TASK_KINDS:
@@ -131,10 +137,23 @@ class Evaluator:
         self.conf = conf
         self.max_det = max_det
         self.metric = MeanAveragePrecision(
-            kinds=TASK_KINDS[task], replay_matching=replay_matching, mask_scratch=mask_scratch
+            kinds=TASK_KINDS[task], replay_matching=replay_scoring, mask_scratch=mask_scratch
         )
+        self.replay_scoring = replay_scoring
+        self._scoring_replays: dict[torch.device, ScoringReplay] = {}
         self._waiting: _WaitingForSizes | None = None
         self._source_masks = SourceMaskCache()  # kept across passes: the set does not change
+
+    @property
+    def scoring_telemetry(self) -> Telemetry:
+        """The replayed scoring's counters over every device (all zero when it does not
+        replay: masks, the CPU, ``replay_scoring`` off)."""
+        return merge_telemetry(*(replay.telemetry for replay in self._scoring_replays.values()))
+
+    @property
+    def replay_telemetry(self) -> Telemetry:
+        """Counters of the replayed scoring and matching, summed."""
+        return merge_telemetry(self.scoring_telemetry, self.metric.matching_telemetry)
 
     def reset(self) -> None:
         """Forget everything accumulated (start of a validation epoch)."""
@@ -150,18 +169,22 @@ class Evaluator:
         them is copied).
 
         The batch is decoded and scored as one padded batch, not image by image
-        (:meth:`MeanAveragePrecision.update_batch`). No host synchronisation. Masks are built
+        (:meth:`MeanAveragePrecision.update_batch`). No host synchronisation. Boxes, keypoints
+        and rotated boxes are scored in one function of the outputs and the batch's tensors
+        (:meth:`_score`), replayed from a CUDA graph with ``replay_scoring``. Masks are built
         at each image's source size, which the host must know: a mask task starts copying the
         batch's sizes to the host and scores the batch at the next ``update`` (or at
         ``compute``), when the copy has long finished.
         """
-        with torch.autocast(batch["images"].device.type, enabled=False):
-            top = self._top_k(outputs, batch)
+        device = batch["images"].device
+        with torch.autocast(device.type, enabled=False):
+            if "mask" not in TASK_KINDS[self.task]:
+                scored = self._scoring(device)(self._scoring_inputs(outputs, batch))
+                self.metric.add_scored(ScoredBatch.from_tensors(scored), batch["image_ids"])
+                return
+            top = self._top_k(outputs, batch["images"].shape[-2:], self.conf, self.max_det)
             predictions = self._source_predictions(top, batch)
             targets = self._source_targets(batch)
-            if "mask" not in TASK_KINDS[self.task]:
-                self.metric.update_batch(predictions, targets, image_ids=batch["image_ids"])
-                return
             sizes = HostCopy(SourceSizes.pack(batch))
             pairing = HostCopy(_rows_that_can_pair(predictions, targets))
             protos = _own(top["protos"], outputs)
@@ -333,7 +356,51 @@ class Evaluator:
             },
         )
 
-    def _top_k(self, outputs: dict[str, Tensor], batch: Batch) -> dict[str, Tensor]:
+    def _scoring(self, device: torch.device) -> Scoring:
+        """How to score a batch on ``device``: replayed there, or eagerly."""
+        if not (self.replay_scoring and device.type == "cuda"):
+            return self._score
+        if device not in self._scoring_replays:
+            self._scoring_replays[device] = ScoringReplay(self._score, device)
+        return self._scoring_replays[device]
+
+    def _scoring_inputs(
+        self, outputs: Mapping[str, Tensor], batch: Batch
+    ) -> dict[str, ScoringValue]:
+        """What :meth:`_score` reads: the input size, the confidence cut and top-k, the outputs
+        of the one-to-one branch (the only one decoded) and the batch's target fields."""
+        height, width = batch["images"].shape[-2:]
+        inputs: dict[str, ScoringValue] = {
+            "height": int(height),
+            "width": int(width),
+            "conf": float(self.conf),
+            "max_det": int(self.max_det),
+        }
+        branch = f"{O2O}."
+        inputs.update({_OUTPUT + k: v for k, v in outputs.items() if k.startswith(branch)})
+        fields = cast(Mapping[str, Tensor], batch)
+        inputs.update({k: fields[k] for k in _SCORED_FIELDS if k in fields})
+        return inputs
+
+    def _score(self, inputs: Mapping[str, ScoringValue]) -> dict[str, Tensor]:
+        """A box, keypoint or rotated-box batch scored (:meth:`_scoring_inputs`' names): top-k,
+        source pixels, then :meth:`MeanAveragePrecision.score_batch`, flattened.
+
+        Pure and free of host reads off the CPU, so a CUDA graph can hold it; the scalars it
+        reads (input size, confidence cut, top-k) are inputs, so that a graph is keyed by them.
+        """
+        tensors = {k: v for k, v in inputs.items() if isinstance(v, Tensor)}
+        outputs = {k.removeprefix(_OUTPUT): v for k, v in tensors.items() if k.startswith(_OUTPUT)}
+        fields = cast(Batch, {k: v for k, v in tensors.items() if not k.startswith(_OUTPUT)})
+        size = (int(inputs["height"]), int(inputs["width"]))
+        top = self._top_k(outputs, size, float(inputs["conf"]), int(inputs["max_det"]))
+        predictions = self._source_predictions(top, fields)
+        targets = self._source_targets(fields)
+        return self.metric.score_batch(predictions, targets).as_tensors()
+
+    def _top_k(
+        self, outputs: Mapping[str, Tensor], image_size: Sequence[int], conf: float, max_det: int
+    ) -> dict[str, Tensor]:
         """The deployed path's top-k of the whole batch in input pixels, static shapes.
 
         ``boxes`` (B, k, 4), ``scores`` (B, k) best first, ``classes`` (B, k), ``valid``
@@ -341,10 +408,10 @@ class Evaluator:
         the task's fields: ``mask_coef`` (B, k, M) with ``protos`` (B, M, H/4, W/4),
         ``keypoints`` (B, k, K, 3), ``rboxes`` (B, k, 5).
         """
-        height, width = batch["images"].shape[-2:]
+        height, width = image_size
         float_outputs = {k: v.float() for k, v in outputs.items()}
         dense = decode_dense(float_outputs, (height, width), branch=O2O, strides=self.strides)
-        top = topk_dense(dense, self.max_det, masks=False, conf_threshold=self.conf)
+        top = topk_dense(dense, max_det, masks=False, conf_threshold=conf)
         if dense.protos is not None:
             top["protos"] = dense.protos
         return top
@@ -463,6 +530,22 @@ class _WaitingForSizes:
     batch: Batch
     sizes: HostCopy
     pairing: HostCopy
+
+
+_OUTPUT = "output/"
+"""Prefix of the network's outputs among the scoring's inputs (the batch's fields have none)."""
+
+_SCORED_FIELDS = (
+    "scale_pad",
+    "orig_sizes",
+    "classes",
+    "valid",
+    "boxes",
+    "ignore",
+    "keypoints",
+    "rboxes",
+)
+"""The batch's tensors the scoring reads (:meth:`Evaluator._source_targets`)."""
 
 
 def _own(tensor: Tensor, outputs: dict[str, Tensor]) -> Tensor:

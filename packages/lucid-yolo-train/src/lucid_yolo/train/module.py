@@ -176,7 +176,7 @@ class YoloModule(pl.LightningModule):
             strides=self.net.strides,
             conf=val_conf,
             max_det=max_det,
-            replay_matching=replay.evaluation,
+            replay_scoring=replay.evaluation,
             mask_scratch=self.replay.evaluation_scratch,
         )
         # ProgLoss progress as a device tensor, natively too: a recorded loss reads it from the
@@ -509,14 +509,15 @@ class YoloModule(pl.LightningModule):
     @property
     def replay_telemetry(self) -> Telemetry:
         """Summed counters of every replayed region, the update, the verifier, the
-        evaluation forward, the metric's matching and the data module's pixel work."""
+        evaluation forward, the evaluator's scoring and matching and the data module's pixel
+        work."""
         parts = [r.telemetry for r in self.replay_recorders()]
         if isinstance(self._datamodule, YoloDataModule):
             parts.append(self._datamodule.pixel_replay_telemetry)
         return merge_telemetry(
             *parts,
             self.replay.evaluation_telemetry,
-            self.evaluator.metric.matching_telemetry,
+            self.evaluator.replay_telemetry,
             self.step_verifier.telemetry,
         )
 

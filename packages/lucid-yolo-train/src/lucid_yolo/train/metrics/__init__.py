@@ -38,6 +38,7 @@ from lucid_yolo.train.metrics.rotated_overlap import (
     polygon_area,
     rotated_overlaps,
 )
+from lucid_yolo.train.metrics.scored_batch import ScoredBatch, ScoredKind
 
 __all__ = [
     # the accumulator and its inputs
@@ -48,6 +49,8 @@ __all__ = [
     "BatchTargets",
     "ImageMasks",
     "MetricsInputError",
+    "ScoredBatch",
+    "ScoredKind",
     "KINDS",
     "DEFAULT_MAX_DETS",
     # distributed evaluation

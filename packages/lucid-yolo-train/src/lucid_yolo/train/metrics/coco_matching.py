@@ -88,8 +88,9 @@ class ImageMatches:
 
 def threshold_constant(thresholds: FloatArray, device: torch.device) -> Tensor:
     """(T,) float64 ``thresholds``, each capped as COCO caps it, on ``device``: the same tensor
-    on every call (:func:`~lucid_yolo.train.metrics.device_constants.float64_constant`), which a
-    graph that reads it must keep alive."""
+    on every call, for the life of the process
+    (:func:`~lucid_yolo.train.metrics.device_constants.float64_constant`), so a graph may read
+    it."""
     capped = np.minimum(np.asarray(thresholds, dtype=np.float64), _THRESHOLD_CAP)
     return float64_constant(tuple(capped.tolist()), device)
 

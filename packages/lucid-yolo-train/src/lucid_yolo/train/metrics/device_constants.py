@@ -2,12 +2,15 @@
 
 Copying a host tensor to the GPU waits for the GPU's queue to drain, so a constant built on the
 host for every image or batch would stall a validation loop once per call (issue 11). Each
-distinct constant is copied once per device and reused.
+distinct constant is copied once per device and kept for the life of the process: CUDA graphs
+that read one (the replayed matching and scoring) read it by address, so it must never be let
+go while they live. The metric asks for a handful (the IoU thresholds, a set of OKS sigmas per
+keypoint count).
 """
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import torch
 from torch import Tensor
@@ -23,7 +26,7 @@ def float64_constant(values: tuple[float, ...], device: torch.device) -> Tensor:
     return _cached(values, device)
 
 
-@lru_cache(maxsize=64)
+@cache
 def _cached(values: tuple[float, ...], device: torch.device) -> Tensor:
     # from pinned memory the copy is queued: even the first use does not wait for the device
     host = torch.tensor(values, dtype=torch.float64).pin_memory()

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_yolo.replay import ForwardRecorder, ReplayPool, Telemetry
-from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, threshold_constant
+from lucid_yolo.train.metrics.coco_matching import match_batch
 
 MAX_SIGNATURES = 64
 """Matching graphs recorded per device; a further shape and extent runs eagerly."""
@@ -65,8 +65,6 @@ class MatchReplay:
     """
 
     def __init__(self, device: torch.device, max_signatures: int = MAX_SIGNATURES) -> None:
-        # the graphs read the thresholds' device constant: held here, it outlives its cache entry
-        self._thresholds = threshold_constant(IOU_THRESHOLDS, device)
         self._recorder = ForwardRecorder(
             MatchingRegion(),
             name="matching",

@@ -28,9 +28,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from lucid_yolo.train.host_copy import HostCopy
-from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch, match_extent
+from lucid_yolo.train.metrics.coco_matching import IOU_THRESHOLDS, match_batch
 from lucid_yolo.train.metrics.image_instances import MetricsInputError
 from lucid_yolo.train.metrics.precision_curves import MatchedPredictions
+from lucid_yolo.train.metrics.scored_batch import ScoredKind
 
 
 class Matcher(Protocol):
@@ -89,7 +90,8 @@ class PendingBatch:
         reusable: (B, G) bool.
         records: what :class:`BatchRecords` keeps besides the matches (``matched`` and
             ``ignored`` are empty until :meth:`finish`).
-        extent: :func:`match_extent` of the batch, (3,) int64, on its way to the host.
+        extent: the batch's :func:`~lucid_yolo.train.metrics.coco_matching.match_extent`, on
+            its way to the host.
     """
 
     overlaps: Tensor
@@ -99,46 +101,27 @@ class PendingBatch:
     extent: HostCopy
 
     @classmethod
-    def start(
-        cls,
-        *,
-        overlaps: Tensor,
-        ignore: Tensor,
-        reusable: Tensor,
-        scores: Tensor,
-        classes: Tensor,
-        kept: Tensor,
-        target_classes: Tensor,
-        counted: Tensor,
-        image_ids: Tensor | None,
-    ) -> PendingBatch:
-        """Keep a padded batch (fields as in :class:`BatchRecords`) and start the extent copy.
+    def start(cls, scored: ScoredKind, image_ids: Tensor | None) -> PendingBatch:
+        """Keep a scored batch and start its extent's copy to the host.
 
         Args:
-            overlaps: (B, D, G) float64, -1 for pairs that never match.
-            ignore: (B, G) bool.
-            reusable: (B, G) bool.
-            scores: (B, D) float64.
-            classes: (B, D) int64.
-            kept: (B, D) bool.
-            target_classes: (B, G) int64.
-            counted: (B, G) bool.
+            scored: the batch's kind, scored (:meth:`MeanAveragePrecision.score_batch`).
             image_ids: (B,) int64, on any device, or ``None``.
         """
+        device = scored.overlaps.device
         records = BatchRecords(
-            scores=scores,
-            classes=classes,
-            kept=kept,
-            matched=torch.zeros(0, dtype=torch.bool, device=overlaps.device),
-            ignored=torch.zeros(0, dtype=torch.bool, device=overlaps.device),
-            target_classes=target_classes,
-            counted=counted,
-            image_ids=None
-            if image_ids is None
-            else image_ids.to(overlaps.device, non_blocking=True),
+            scores=scored.scores,
+            classes=scored.classes,
+            kept=scored.kept,
+            matched=torch.zeros(0, dtype=torch.bool, device=device),
+            ignored=torch.zeros(0, dtype=torch.bool, device=device),
+            target_classes=scored.target_classes,
+            counted=scored.counted,
+            image_ids=None if image_ids is None else image_ids.to(device, non_blocking=True),
         )
-        extent = HostCopy(match_extent(overlaps, reusable))
-        return cls(overlaps, ignore, reusable, records, extent)
+        return cls(
+            scored.overlaps, scored.ignore, scored.reusable, records, HostCopy(scored.extent)
+        )
 
     def finish(self, match: Matcher = match_batch) -> BatchRecords:
         """Match the batch (after its extent has reached the host) and return its records.

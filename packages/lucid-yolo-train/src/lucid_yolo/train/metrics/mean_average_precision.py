@@ -49,7 +49,7 @@ from torch import Tensor
 from lucid_yolo.replay import Telemetry, merge_telemetry
 from lucid_yolo.train.metrics import host_shortcuts
 from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets
-from lucid_yolo.train.metrics.coco_matching import match_batch
+from lucid_yolo.train.metrics.coco_matching import match_batch, match_extent
 from lucid_yolo.train.metrics.device_constants import float64_constant
 from lucid_yolo.train.metrics.image_instances import (
     ImagePredictions,
@@ -67,6 +67,7 @@ from lucid_yolo.train.metrics.precision_curves import (
     summarize_precision,
 )
 from lucid_yolo.train.metrics.rotated_overlap import rotated_overlaps
+from lucid_yolo.train.metrics.scored_batch import ScoredBatch, ScoredKind
 
 KINDS: Final = ("box", "mask", "pose", "obb")
 DEFAULT_MAX_DETS: Final[Mapping[str, int]] = {"box": 100, "mask": 100, "pose": 20, "obb": 100}
@@ -229,19 +230,33 @@ class MeanAveragePrecision:
                 f"got {B!r} images of predictions and {targets.classes.shape[0]!r} of targets: "
                 "pass one of each per image, in the same order"
             )
-        if image_ids is not None and len(image_ids) != B:
-            raise MetricsInputError(
-                f"got {B!r} images and {len(image_ids)!r} image ids: pass one id per image, "
-                "in the same order"
-            )
+        _check_image_ids(B, image_ids)
         if B == 0:
             return
+        self.add_scored(self.score_batch(predictions, targets), image_ids)
+
+    @torch.no_grad()
+    def score_batch(self, predictions: BatchPredictions, targets: BatchTargets) -> ScoredBatch:
+        """Order, rank, overlap and bound the matching of a padded batch, for every kind.
+
+        A function of its arguments and of the accumulator's options alone: it keeps nothing
+        and, off the CPU and for every kind but masks, never waits for the device nor reads
+        a tensor on the host, so a CUDA graph can hold it
+        (:class:`~lucid_yolo.train.scoring_replay.ScoringReplay`). Masks call their
+        producers image by image inside :attr:`mask_scratch`.
+
+        Args:
+            predictions: B images' decoded predictions in source-image pixels.
+            targets: the same B images' ground truth in the same pixels.
+        """
         device = predictions.scores.device
         pred_valid = predictions.valid.to(device=device, dtype=torch.bool)
         target_valid = targets.valid.to(device=device, dtype=torch.bool)
         pred_classes = predictions.classes.to(device=device, dtype=torch.int64)
         target_classes = targets.classes.to(device=device, dtype=torch.int64)
-        self._check_class_ids(pred_classes, pred_valid, target_classes, target_valid)
+        lowest_classes = torch.stack(
+            [_lowest(pred_classes, pred_valid), _lowest(target_classes, target_valid)]
+        )
         score = predictions.scores.detach().to(torch.float64)
         order = _without_padding(_matching_order(score, pred_valid), pred_valid)  # (B, D')
         classes = pred_classes.gather(1, order)
@@ -249,15 +264,15 @@ class MeanAveragePrecision:
         class_rank = _rank_within_class(classes, ranked_valid)
         same_class = classes[:, :, None] == target_classes[:, None, :]  # (B, D, G)
         reusable = targets.ignore_flags().to(device)
-        ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
-        pending = {}
+        kinds = {}
         for kind in self.kinds:
             kept = ranked_valid & (class_rank < self.max_dets[kind])  # (B, D) along ``order``
             possible = kept[:, :, None] & same_class & target_valid[:, None, :]  # (B, D, G)
             overlaps = self._batch_overlaps(kind, predictions, targets, order, possible)
+            overlaps = torch.where(possible, overlaps.to(device), -1.0)
             ignore = self._target_ignore(kind, targets).to(device)
-            pending[kind] = PendingBatch.start(
-                overlaps=torch.where(possible, overlaps.to(device), -1.0),
+            kinds[kind] = ScoredKind(
+                overlaps=overlaps,
                 ignore=ignore,
                 reusable=reusable,
                 scores=score.gather(1, order),
@@ -265,8 +280,34 @@ class MeanAveragePrecision:
                 kept=kept,
                 target_classes=target_classes,
                 counted=target_valid & ~ignore,
-                image_ids=ids,
+                extent=match_extent(overlaps, reusable),
             )
+        return ScoredBatch(kinds, lowest_classes)
+
+    @torch.no_grad()
+    def add_scored(
+        self, scored: ScoredBatch, image_ids: Sequence[int] | Tensor | None = None
+    ) -> None:
+        """Keep a batch :meth:`score_batch` scored; it is matched at the next update.
+
+        Args:
+            scored: the batch, scored with this accumulator's kinds and options.
+            image_ids: per image, its index in the dataset (see :meth:`update_batch`).
+
+        Raises:
+            MetricsInputError: the batch was scored for other kinds, or holds another number
+                of images than ``image_ids``; on the CPU, a real row has a negative class id.
+        """
+        if tuple(scored.kinds) != self.kinds:
+            raise MetricsInputError(
+                f"a batch scored for kinds {tuple(scored.kinds)!r} was given to an accumulator "
+                f"of {self.kinds!r}: score it with this accumulator's score_batch"
+            )
+        B = scored.kinds[self.kinds[0]].scores.shape[0]
+        _check_image_ids(B, image_ids)
+        self._check_class_ids(scored.lowest_classes)
+        ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
+        pending = {kind: PendingBatch.start(scored.kinds[kind], ids) for kind in self.kinds}
         self._settle()
         self._pending = pending
 
@@ -355,13 +396,9 @@ class MeanAveragePrecision:
             if precision[0, 0, c] > -1
         }
 
-    def _check_class_ids(
-        self, pred_classes: Tensor, pred_valid: Tensor, target_classes: Tensor, target_valid: Tensor
-    ) -> None:
-        """Negative class ids of real rows: raised now on the CPU, by ``compute`` elsewhere."""
-        lowest = torch.stack(
-            [_lowest(pred_classes, pred_valid), _lowest(target_classes, target_valid)]
-        )
+    def _check_class_ids(self, lowest: Tensor) -> None:
+        """Negative class ids of real rows (``lowest``: :attr:`ScoredBatch.lowest_classes`):
+        raised now on the CPU, by ``compute`` elsewhere."""
         if lowest.device.type == "cpu":
             _raise_negative_class(lowest)
         else:
@@ -603,6 +640,15 @@ def _check_image(kind: str, pred: ImagePredictions, target: ImageTargets) -> Non
                 f"prediction keypoints are {tuple(p_kpts.shape)!r} and target keypoints "
                 f"{tuple(t_kpts.shape)!r}: expected (n, K, 3) and (m, K, 3) with the same K"
             )
+
+
+def _check_image_ids(images: int, image_ids: Sequence[int] | Tensor | None) -> None:
+    """Raise unless ``image_ids`` is ``None`` or holds one id per image."""
+    if image_ids is not None and len(image_ids) != images:
+        raise MetricsInputError(
+            f"got {images!r} images and {len(image_ids)!r} image ids: pass one id per image, "
+            "in the same order"
+        )
 
 
 def _lowest(classes: Tensor, valid: Tensor) -> Tensor:
