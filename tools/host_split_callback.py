@@ -14,7 +14,7 @@ the graphs), and writes milliseconds a training step per function.
 Validation's rows (``_EvaluationLoop.run`` and what it calls) are counted a training step as
 well, so that they add up with the rest to the wall clock; ``val_batches`` and ``val_passes``
 turn them back into milliseconds a validation batch or pass. ``replay`` holds the module's replay
-counters over the whole fit, the matching's apart (:func:`replay_counters`).
+counters over the whole fit, the evaluator's scoring and matching apart (:func:`replay_counters`).
 
 ``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the
 batch, moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
@@ -100,7 +100,6 @@ TARGETS = (
     ("lucid_yolo.train.evaluation", "Evaluator", "_top_k"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_source_predictions"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_source_targets"),
-    ("lucid_yolo.train.evaluation", "Evaluator", "_score"),
     ("lucid_yolo.train.scoring_replay", "ScoringReplay", "__call__"),
     ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "score_batch"),
     ("lucid_yolo.train.metrics.mean_average_precision", "MeanAveragePrecision", "add_scored"),

@@ -693,9 +693,11 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
 def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
     tmp_path: Path, task: str
 ) -> None:
-    # batches of 4 and of 2 (two signatures): the first pass warms each up, the second
-    # records, the third replays under torch's sync debug mode; detect scores the oracle's
-    # outputs (pairs at every threshold), pose and obb a fresh network's
+    # each batch shape's first scoring runs eagerly, its second records, the others replay;
+    # the third pass runs under torch's sync debug mode. Detect scores the oracle's outputs
+    # (pairs at every threshold, so the metrics would tell), pose and obb a fresh network's
+    # in batches of 4 and 2, whose overlaps hardly reach a threshold: the scored tensors
+    # themselves are compared, replayed against eager, bit for bit
     if task == "detect":
         data = _crowd_segment_data(tmp_path)
         batches = list(data.val_dataloader())
@@ -747,6 +749,12 @@ def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
     assert replayed.metric.per_class(kind) == eager.metric.per_class(kind)
     if task == "detect":
         assert replayed.compute()["box/mAP50-95"] > 0.2
+    with torch.no_grad():
+        for output, batch in on_cuda:
+            inputs = replayed._scoring_inputs(output, batch)
+            scored = replayed._scoring(batch["images"].device)(inputs)
+            for name, tensor in eager._score(inputs).items():
+                assert torch.equal(scored[name], tensor), name
     telemetry = replayed.scoring_telemetry.as_dict()
     assert telemetry["recordings"] == len({b["images"].shape[0] for _, b in on_cuda})
     assert telemetry["replays"] >= len(on_cuda), telemetry

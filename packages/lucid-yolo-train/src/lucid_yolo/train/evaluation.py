@@ -23,7 +23,7 @@ Masks are scored as COCO scores them (issue 13):
 
 A batch is decoded and scored as one padded batch (each image's ``max_det`` top-k rows with
 a ``valid`` flag for the confidence cut, the batch's padded target rows with its ``valid``
-mask: :meth:`MeanAveragePrecision.update_batch`): one operation per step for the whole batch,
+mask: :meth:`MeanAveragePrecision.score_batch`): one operation per step for the whole batch,
 where a loop over images launched one per image (issue 11, session 6: the metric update was
 the largest phase of a GPU pass, and a detect batch's torch operations fell from 178 to 31
 per image). Masks are built image by image when the metric reaches the image, so the
@@ -169,7 +169,7 @@ class Evaluator:
         them is copied).
 
         The batch is decoded and scored as one padded batch, not image by image
-        (:meth:`MeanAveragePrecision.update_batch`). No host synchronisation. Boxes, keypoints
+        (:meth:`MeanAveragePrecision.score_batch`). No host synchronisation. Boxes, keypoints
         and rotated boxes are scored in one function of the outputs and the batch's tensors
         (:meth:`_score`), replayed from a CUDA graph with ``replay_scoring``. Masks are built
         at each image's source size, which the host must know: a mask task starts copying the
@@ -388,6 +388,8 @@ class Evaluator:
 
         Pure and free of host reads off the CPU, so a CUDA graph can hold it; the scalars it
         reads (input size, confidence cut, top-k) are inputs, so that a graph is keyed by them.
+        What else it reads is fixed at construction and held by a graph as it was recorded:
+        the strides, the task and the metric's kinds, ``max_dets`` and sigmas.
         """
         tensors = {k: v for k, v in inputs.items() if isinstance(v, Tensor)}
         outputs = {k.removeprefix(_OUTPUT): v for k, v in tensors.items() if k.startswith(_OUTPUT)}
@@ -545,7 +547,8 @@ _SCORED_FIELDS = (
     "keypoints",
     "rboxes",
 )
-"""The batch's tensors the scoring reads (:meth:`Evaluator._source_targets`)."""
+"""The batch's tensors the scoring reads (:meth:`Evaluator._source_predictions` the letterbox
+and source sizes, :meth:`Evaluator._source_targets` all of them)."""
 
 
 def _own(tensor: Tensor, outputs: dict[str, Tensor]) -> Tensor:

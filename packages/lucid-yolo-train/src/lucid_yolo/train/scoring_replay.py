@@ -3,17 +3,19 @@
 Between the evaluation forward and the matching, a box, keypoint or rotated-box batch goes
 through a fixed chain of tensor operators of static shape: the deployed path's top-k, the
 letterbox undone for predictions and targets, COCO's order, the rank within each class, the
-overlaps, the pairs that can match and the matching's extent (about two hundred operators a
-batch of 4 on the device's path, issue 11, session 32: `tools/bench_metric_update.py`). Each is
-a kernel the host launches; replayed, the chain is the static inputs' copies, one launch and the
+overlaps, the pairs that can match and the matching's extent (a batch of 4 at 640 px on the
+device's path: 198 operators for boxes, 348 with keypoints, 641 for rotated boxes; issue 11,
+session 33, ``tools/bench_metric_update.py``). Each is a kernel the host launches; replayed, the chain is the static inputs' copies, one launch and the
 copies of what the metric keeps.
 
 The scoring is a function of named tensors and scalars (the network's outputs, the batch's
 target fields, the input size); a region takes positional tensors and scalars, so the names
 travel as one ``str`` argument, which the signature keys like any scalar. Its outputs are cloned
-(``clone_outputs``): the metric keeps them across batches, and the next replay rewrites the
-graph's own. The graphs live in a pool of their own, beside the training step's, as the
-matching's do (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`).
+(``clone_outputs``), which correctness needs: the metric keeps them across batches while the
+next replay rewrites the graph's own, and some of them are one tensor under several names or
+a static input itself (the batch's int64 classes pass through as the targets' classes). The
+graphs live in a pool of their own, beside the training step's, as the matching's do
+(:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`).
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ Scoring = Callable[[Mapping[str, ScoringValue]], dict[str, Tensor]]
 
 MAX_SIGNATURES = 8
 """Scoring graphs recorded per device: a validation set has one batch shape and a smaller last
-batch, once under autocast and once outside; a further signature runs eagerly."""
+batch (the evaluator scores with autocast off, and fixes its confidence cut and top-k), so a few
+serve a run; a further signature runs eagerly."""
 
 _SEPARATOR = "\n"
 

@@ -184,11 +184,7 @@ class MeanAveragePrecision:
             pred_images.append(prediction)
             target_images.append(target)
         if not pred_images:
-            if image_ids is not None and len(image_ids):
-                raise MetricsInputError(
-                    f"got 0 images and {len(image_ids)!r} image ids: pass one id per image, "
-                    "in the same order"
-                )
+            _check_image_ids(0, image_ids)
             return
         self.update_batch(
             BatchPredictions.from_images(pred_images),
@@ -239,9 +235,11 @@ class MeanAveragePrecision:
     def score_batch(self, predictions: BatchPredictions, targets: BatchTargets) -> ScoredBatch:
         """Order, rank, overlap and bound the matching of a padded batch, for every kind.
 
-        A function of its arguments and of the accumulator's options alone: it keeps nothing
-        and, off the CPU and for every kind but masks, never waits for the device nor reads
-        a tensor on the host, so a CUDA graph can hold it
+        A function of its arguments and of the accumulator's options alone (``kinds``,
+        ``max_dets``, ``sigmas``: a graph holds them as they were when it was recorded, so they
+        are not to change after construction): it keeps nothing of the batch and, off the CPU
+        and for every kind but masks, never waits for the device nor reads a tensor on the
+        host, so a CUDA graph can hold it
         (:class:`~lucid_yolo.train.scoring_replay.ScoringReplay`). Masks call their
         producers image by image inside :attr:`mask_scratch`.
 
