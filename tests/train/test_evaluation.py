@@ -662,24 +662,9 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
     options: dict[str, Any] = {"strides": (8, 16, 32), "conf": 0.001, "max_det": 300}
     replayed = Evaluator("segment", replay_scoring=True, **options)
     eager = Evaluator("segment", **options)
+    _three_passes(replayed, eager, on_cuda)
     for evaluator in (replayed, eager):
-        for repeat in range(3):
-            evaluator.reset()
-            debug = evaluator is replayed and repeat == 2
-            torch.cuda.synchronize()
-            if debug:
-                torch.cuda.set_sync_debug_mode("warn")
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    for output, batch in on_cuda:
-                        evaluator.update(output, batch)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-            if debug:
-                assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
-            metrics = evaluator.compute()
-        assert metrics["mask/mAP50-95"] > 0.2
+        assert evaluator.compute()["mask/mAP50-95"] > 0.2
     assert replayed.compute() == eager.compute()
     telemetry = replayed.metric.matching_telemetry.as_dict()
     # 2 kinds x len(batches) matchings a pass, 3 passes; at most one native warm-up each
@@ -728,22 +713,7 @@ def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
     options: dict[str, Any] = {"strides": strides, "conf": 0.001, "max_det": 300}
     replayed = Evaluator(task, replay_scoring=True, **options)
     eager = Evaluator(task, **options)
-    for evaluator in (replayed, eager):
-        for repeat in range(3):
-            evaluator.reset()
-            debug = evaluator is replayed and repeat == 2
-            torch.cuda.synchronize()
-            if debug:
-                torch.cuda.set_sync_debug_mode("warn")
-            try:
-                with warnings.catch_warnings(record=True) as caught:
-                    warnings.simplefilter("always")
-                    for output, batch in on_cuda:
-                        evaluator.update(output, batch)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
-            if debug:
-                assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
+    _three_passes(replayed, eager, on_cuda)
     assert replayed.compute() == eager.compute()
     kind = TASK_KINDS[task][0]
     assert replayed.metric.per_class(kind) == eager.metric.per_class(kind)
@@ -760,6 +730,30 @@ def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
     assert telemetry["replays"] >= len(on_cuda), telemetry
     assert telemetry["retirements"] == 0, telemetry
     assert set(eager.scoring_telemetry.as_dict().values()) == {0}
+
+
+def _three_passes(
+    replayed: Evaluator, eager: Evaluator, on_cuda: list[tuple[dict[str, Tensor], Batch]]
+) -> None:
+    """Three validation passes of each evaluator over ``on_cuda``: a batch shape's first
+    scoring and matching run eagerly, the second records, later ones replay; the replayed
+    evaluator's third pass runs under torch's sync debug mode and must never wait."""
+    for evaluator in (replayed, eager):
+        for repeat in range(3):
+            evaluator.reset()
+            debug = evaluator is replayed and repeat == 2
+            torch.cuda.synchronize()
+            if debug:
+                torch.cuda.set_sync_debug_mode("warn")
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    for output, batch in on_cuda:
+                        evaluator.update(output, batch)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+            if debug:
+                assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
 
 
 class _BatchSyncs(pl.Callback):
