@@ -537,12 +537,7 @@ def test_evaluator_update_launches_as_many_operations_for_any_batch_size(
         data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=size, workers=0)
         data.setup("validate")
         batch = next(iter(data.val_dataloader()))
-        shape = data.spec.kpt_shape
-        module = YoloModule(
-            f"yolo26n{TASK_SUFFIXES[task]}",
-            num_classes=data.num_classes,
-            kpt_shape=(17, 3) if shape is None else (shape[0], 3),
-        ).eval()
+        module = _fresh_module(data, task)
         with torch.no_grad():
             outputs = module.ema_net(batch["images"].float() / 255)
         module.evaluator.update(outputs, batch)  # warm: first calls
@@ -595,18 +590,23 @@ def test_evaluator_replay_scoring_on_the_cpu_scores_eagerly(tmp_path: Path) -> N
     assert set(replayed.scoring_telemetry.as_dict().values()) == {0}
 
 
+def _fresh_module(data: YoloDataModule, task: str) -> YoloModule:
+    """A fresh ``yolo26n`` of the task for the data's classes and keypoints, in eval mode."""
+    shape = data.spec.kpt_shape
+    return YoloModule(
+        f"yolo26n{TASK_SUFFIXES[task]}",
+        num_classes=data.num_classes,
+        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
+    ).eval()
+
+
 def _network_outputs(tmp_path: Path, task: str) -> tuple[dict[str, Tensor], Batch, YoloModule]:
     """A fresh network's evaluation outputs for a validation batch of 4 synthetic images."""
     yaml = generate_synthetic(tmp_path / task, task=task, num_train=2, num_val=4, imgsz=64)
     data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=4, workers=0)
     data.setup("validate")
     batch = next(iter(data.val_dataloader()))
-    shape = data.spec.kpt_shape
-    module = YoloModule(
-        f"yolo26n{TASK_SUFFIXES[task]}",
-        num_classes=data.num_classes,
-        kpt_shape=(17, 3) if shape is None else (shape[0], 3),
-    ).eval()
+    module = _fresh_module(data, task)
     with torch.no_grad():
         outputs = module.ema_net(batch["images"].float() / 255)
     return outputs, batch, module
@@ -698,12 +698,7 @@ def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
         yaml = generate_synthetic(tmp_path / task, task=task, num_train=2, num_val=6, imgsz=64)
         data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=4, workers=0)
         data.setup("validate")
-        shape = data.spec.kpt_shape
-        module = YoloModule(
-            f"yolo26n{TASK_SUFFIXES[task]}",
-            num_classes=data.num_classes,
-            kpt_shape=(17, 3) if shape is None else (shape[0], 3),
-        ).eval()
+        module = _fresh_module(data, task)
         net = module.ema_net.cuda()
         with torch.no_grad():
             on_cuda = [
@@ -788,8 +783,9 @@ class _BatchSyncs(pl.Callback):
 def test_validation_pass_on_cuda_does_not_wait_for_the_device(
     tmp_path: Path, task: str, replayed: bool
 ) -> None:
-    # replayed: the evaluation forward and the metric's matching from CUDA graphs, counted on
-    # the third pass (the first warms each signature up, the second records)
+    # replayed: the evaluation forward, the scoring (but for masks) and the metric's matching
+    # from CUDA graphs, counted on the third pass (the first warms each signature up, the
+    # second records)
     yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)
     data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=2, workers=0)
     shape = data.spec.kpt_shape
@@ -825,3 +821,6 @@ def test_validation_pass_on_cuda_does_not_wait_for_the_device(
         recorder = module.replay.evaluation
         assert recorder is not None
         assert recorder.telemetry.replays >= 3
+        scoring = module.evaluator.scoring_telemetry
+        assert scoring.replays >= (0 if task == "segment" else 3)  # masks are not replayed
+        assert scoring.as_dict()["retirements"] == 0
