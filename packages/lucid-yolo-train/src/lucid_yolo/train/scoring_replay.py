@@ -5,8 +5,8 @@ through a fixed chain of tensor operators of static shape: the deployed path's t
 letterbox undone for predictions and targets, COCO's order, the rank within each class, the
 overlaps, the pairs that can match and the matching's extent (a batch of 4 at 640 px on the
 device's path: 198 operators for boxes, 348 with keypoints, 641 for rotated boxes; issue 11,
-session 33, ``tools/bench_metric_update.py``). Each is a kernel the host launches; replayed, the chain is the static inputs' copies, one launch and the
-copies of what the metric keeps.
+session 33, ``tools/bench_metric_update.py``). Each is a kernel the host launches; replayed,
+the chain is the static inputs' copies, one launch and the copies of what the metric keeps.
 
 The scoring is a function of named tensors and scalars (the network's outputs, the batch's
 target fields, the input size); a region takes positional tensors and scalars, so the names
