@@ -49,9 +49,9 @@ PHASES = (
     "update_batch",
 )
 """The evaluator's steps whose operations are counted apart (the last three the metric's).
-``score`` is what a GPU replays from one graph for boxes, keypoints and rotated boxes (it holds
-the next three and ``score_batch``); ``add_scored`` keeps the batch and matches the one before;
-``update_batch`` is a mask batch's path."""
+``score`` is what a GPU replays from one graph: the next three and, for boxes, keypoints and
+rotated boxes, ``score_batch``; ``add_scored`` keeps the batch and matches the one before;
+``update_batch`` is a mask batch's scoring, one update late (its ``score_batch`` inside it)."""
 
 _METRIC_PHASES = ("score_batch", "add_scored", "update_batch")
 

@@ -547,7 +547,7 @@ def test_evaluator_update_launches_as_many_operations_for_any_batch_size(
     assert counts[1] == counts[0]
 
 
-@pytest.mark.parametrize("task", ["detect", "pose", "obb"])
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_evaluator_scoring_replays_through_the_cpu_stand_in_bit_for_bit(
     tmp_path: Path, task: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -570,9 +570,8 @@ def test_evaluator_scoring_replays_through_the_cpu_stand_in_bit_for_bit(
         assert replayed.keys() == eager.keys()
         for name, tensor in eager.items():
             assert torch.equal(replayed[name], tensor), name
-    assert not torch.equal(
-        kept[-1][0][f"{TASK_KINDS[task][0]}/scores"], kept[-2][0][f"{TASK_KINDS[task][0]}/scores"]
-    )
+    scores = "predictions/scores" if task == "segment" else f"{TASK_KINDS[task][0]}/scores"
+    assert not torch.equal(kept[-1][0][scores], kept[-2][0][scores])
     telemetry = replay.telemetry.as_dict()
     # the first call runs eagerly, the second records and replays, the others replay
     assert (telemetry["native_calls"], telemetry["recordings"], telemetry["replays"]) == (1, 1, 3)
@@ -674,15 +673,16 @@ def test_evaluator_replays_its_matching_with_the_same_metrics_and_no_wait(tmp_pa
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("task", ["detect", "pose", "obb"])
+@pytest.mark.parametrize("task", ["detect", "segment", "pose", "obb"])
 def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
     tmp_path: Path, task: str
 ) -> None:
     # each batch shape's first scoring runs eagerly, its second records, the others replay;
     # the third pass runs under torch's sync debug mode. Detect scores the oracle's outputs
-    # (pairs at every threshold, so the metrics would tell), pose and obb a fresh network's
+    # (pairs at every threshold, so the metrics would tell), the others a fresh network's
     # in batches of 4 and 2, whose overlaps hardly reach a threshold: the scored tensors
-    # themselves are compared, replayed against eager, bit for bit
+    # themselves are compared, replayed against eager, bit for bit (for masks, what comes
+    # before them)
     if task == "detect":
         data = _crowd_segment_data(tmp_path)
         batches = list(data.val_dataloader())
@@ -783,9 +783,8 @@ class _BatchSyncs(pl.Callback):
 def test_validation_pass_on_cuda_does_not_wait_for_the_device(
     tmp_path: Path, task: str, replayed: bool
 ) -> None:
-    # replayed: the evaluation forward, the scoring (but for masks) and the metric's matching
-    # from CUDA graphs, counted on the third pass (the first warms each signature up, the
-    # second records)
+    # replayed: the evaluation forward, the scoring and the metric's matching from CUDA
+    # graphs, counted on the third pass (the first warms each signature up, the second records)
     yaml = generate_synthetic(tmp_path / "data", task=task, num_train=2, num_val=6, imgsz=64)
     data = YoloDataModule(yaml, imgsz=64, batch_size=2, val_batch_size=2, workers=0)
     shape = data.spec.kpt_shape
@@ -822,5 +821,5 @@ def test_validation_pass_on_cuda_does_not_wait_for_the_device(
         assert recorder is not None
         assert recorder.telemetry.replays >= 3
         scoring = module.evaluator.scoring_telemetry
-        assert scoring.replays >= (0 if task == "segment" else 3)  # masks are not replayed
+        assert scoring.replays >= 3
         assert scoring.as_dict()["retirements"] == 0

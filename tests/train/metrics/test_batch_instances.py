@@ -11,6 +11,8 @@ from lucid_yolo.train.metrics import (
     ImagePredictions,
     ImageTargets,
     MetricsInputError,
+    flat_tensors,
+    from_flat_tensors,
 )
 
 
@@ -59,3 +61,34 @@ def test_batch_targets_image_gives_back_the_padded_rows() -> None:
     assert image.valid.tolist() == [True, False]
     assert image.iscrowd.tolist() == [True, False]
     assert batch.ignore_flags().tolist() == [[False, True], [True, False]]
+
+
+def test_batch_records_travel_as_flat_tensors_under_their_prefix() -> None:
+    # a CUDA graph's region returns tensors only: the masks (a function) and the fields left
+    # None are not among them, and each record takes back only the names under its prefix
+    predictions = BatchPredictions.from_images([_image(3), _image(1)])
+    targets = BatchTargets(
+        classes=torch.tensor([[0, 1]]),
+        valid=torch.tensor([[True, False]]),
+        boxes=torch.rand(1, 2, 4),
+    )
+    flat = {**flat_tensors(predictions, "p/"), **flat_tensors(targets, "t/")}
+    assert sorted(flat) == [
+        "p/boxes",
+        "p/classes",
+        "p/scores",
+        "p/valid",
+        "t/boxes",
+        "t/classes",
+        "t/valid",
+    ]
+    back = from_flat_tensors(BatchPredictions, flat, "p/")
+    assert back.masks is None
+    assert back.keypoints is None
+    assert back.scores is predictions.scores
+    assert back.boxes is predictions.boxes
+    again = from_flat_tensors(BatchTargets, flat, "t/")
+    assert again.classes is targets.classes
+    assert again.valid is targets.valid
+    assert again.boxes is targets.boxes
+    assert again.iscrowd is None

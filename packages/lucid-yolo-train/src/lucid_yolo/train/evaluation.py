@@ -60,7 +60,7 @@ from lucid_yolo.models.decode import (
     resample_masks,
     topk_dense,
 )
-from lucid_yolo.models.outputs import O2O
+from lucid_yolo.models.outputs import O2O, PROTOS
 from lucid_yolo.replay import Telemetry, merge_telemetry
 from lucid_yolo.train.data.augment.letterbox import (
     unletterbox_boxes,
@@ -79,6 +79,8 @@ from lucid_yolo.train.metrics import (
     MeanAveragePrecision,
     MetricsInputError,
     ScoredBatch,
+    flat_tensors,
+    from_flat_tensors,
     gather_across_ranks,
 )
 from lucid_yolo.train.scoring_replay import Scoring, ScoringReplay, ScoringValue
@@ -169,27 +171,28 @@ class Evaluator:
         them is copied).
 
         The batch is decoded and scored as one padded batch, not image by image
-        (:meth:`MeanAveragePrecision.score_batch`). No host synchronisation. Boxes, keypoints
-        and rotated boxes are scored in one function of the outputs and the batch's tensors
-        (:meth:`_score`), replayed from a CUDA graph with ``replay_scoring``. Masks are built
-        at each image's source size, which the host must know: a mask task starts copying the
-        batch's sizes to the host and scores the batch at the next ``update`` (or at
-        ``compute``), when the copy has long finished.
+        (:meth:`MeanAveragePrecision.score_batch`). No host synchronisation. What can be done
+        without the host is one function of the outputs and the batch's tensors
+        (:meth:`_score`), replayed from a CUDA graph with ``replay_scoring``: the whole scoring
+        of boxes, keypoints and rotated boxes; for masks the decoding and source pixels. Masks
+        are built at each image's source size, which the host must know: a mask task starts
+        copying the batch's sizes to the host and scores the batch at the next ``update`` (or
+        at ``compute``), when the copy has long finished.
         """
         device = batch["images"].device
         with torch.autocast(device.type, enabled=False):
+            scored = self._scoring(device)(self._scoring_inputs(outputs, batch))
             if "mask" not in TASK_KINDS[self.task]:
-                scored = self._scoring(device)(self._scoring_inputs(outputs, batch))
                 self.metric.add_scored(ScoredBatch.from_tensors(scored), batch["image_ids"])
                 return
-            top = self._top_k(outputs, batch["images"].shape[-2:], self.conf, self.max_det)
-            predictions = self._source_predictions(top, batch)
-            targets = self._source_targets(batch)
-            sizes = HostCopy(SourceSizes.pack(batch))
-            pairing = HostCopy(_rows_that_can_pair(predictions, targets))
-            protos = _own(top["protos"], outputs)
             waiting = _WaitingForSizes(
-                predictions, targets, top["mask_coef"], protos, batch, sizes, pairing
+                predictions=from_flat_tensors(BatchPredictions, scored, _PREDICTIONS),
+                targets=from_flat_tensors(BatchTargets, scored, _TARGETS),
+                mask_coef=scored["mask_coef"],
+                protos=_own(scored["protos"], outputs),
+                batch=batch,
+                sizes=HostCopy(scored["sizes"]),
+                pairing=HostCopy(scored["pairing"]),
             )
             self._score_waiting()
             self._waiting = waiting
@@ -368,7 +371,8 @@ class Evaluator:
         self, outputs: Mapping[str, Tensor], batch: Batch
     ) -> dict[str, ScoringValue]:
         """What :meth:`_score` reads: the input size, the confidence cut and top-k, the outputs
-        of the one-to-one branch (the only one decoded) and the batch's target fields."""
+        of the one-to-one branch (the only one decoded) and the prototypes, and the batch's
+        target fields."""
         height, width = batch["images"].shape[-2:]
         inputs: dict[str, ScoringValue] = {
             "height": int(height),
@@ -377,14 +381,19 @@ class Evaluator:
             "max_det": int(self.max_det),
         }
         branch = f"{O2O}."
-        inputs.update({_OUTPUT + k: v for k, v in outputs.items() if k.startswith(branch)})
+        decoded = {k: v for k, v in outputs.items() if k.startswith(branch) or k == PROTOS}
+        inputs.update({_OUTPUT + k: v for k, v in decoded.items()})
         fields = cast(Mapping[str, Tensor], batch)
         inputs.update({k: fields[k] for k in _SCORED_FIELDS if k in fields})
         return inputs
 
     def _score(self, inputs: Mapping[str, ScoringValue]) -> dict[str, Tensor]:
-        """A box, keypoint or rotated-box batch scored (:meth:`_scoring_inputs`' names): top-k,
-        source pixels, then :meth:`MeanAveragePrecision.score_batch`, flattened.
+        """What a batch's evaluation does without the host (:meth:`_scoring_inputs`' names):
+        the top-k and source pixels, then for boxes, keypoints and rotated boxes
+        :meth:`MeanAveragePrecision.score_batch`, flattened (:meth:`ScoredBatch.as_tensors`);
+        for masks, whose scoring needs each image's size on the host, the predictions and
+        targets (under ``predictions/`` and ``targets/``), the coefficients, the prototypes,
+        the batch's :meth:`SourceSizes.pack` and the rows that can pair.
 
         Pure and free of host reads off the CPU, so a CUDA graph can hold it; the scalars it
         reads (input size, confidence cut, top-k) are inputs, so that a graph is keyed by them.
@@ -398,7 +407,16 @@ class Evaluator:
         top = self._top_k(outputs, size, float(inputs["conf"]), int(inputs["max_det"]))
         predictions = self._source_predictions(top, fields)
         targets = self._source_targets(fields)
-        return self.metric.score_batch(predictions, targets).as_tensors()
+        if "mask" not in TASK_KINDS[self.task]:
+            return self.metric.score_batch(predictions, targets).as_tensors()
+        return {
+            **flat_tensors(predictions, _PREDICTIONS),
+            **flat_tensors(targets, _TARGETS),
+            "mask_coef": top["mask_coef"],
+            "protos": top["protos"],
+            "sizes": SourceSizes.pack(fields),
+            "pairing": _rows_that_can_pair(predictions, targets),
+        }
 
     def _top_k(
         self, outputs: Mapping[str, Tensor], image_size: Sequence[int], conf: float, max_det: int
@@ -536,6 +554,10 @@ class _WaitingForSizes:
 
 _OUTPUT = "output/"
 """Prefix of the network's outputs among the scoring's inputs (the batch's fields have none)."""
+
+_PREDICTIONS = "predictions/"
+_TARGETS = "targets/"
+"""Prefixes of a mask batch's predictions and targets among the scoring's outputs."""
 
 _SCORED_FIELDS = (
     "scale_pad",

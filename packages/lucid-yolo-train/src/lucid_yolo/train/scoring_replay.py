@@ -5,7 +5,9 @@ through a fixed chain of tensor operators of static shape: the deployed path's t
 letterbox undone for predictions and targets, COCO's order, the rank within each class, the
 overlaps, the pairs that can match and the matching's extent (a batch of 4 at 640 px on the
 device's path: 198 operators for boxes, 348 with keypoints, 641 for rotated boxes; issue 11,
-session 33, ``tools/bench_metric_update.py``). Each is a kernel the host launches; replayed,
+session 33, ``tools/bench_metric_update.py``). A mask batch's chain stops before the masks,
+which need each image's size on the host: the top-k, the source pixels, the rows that can pair
+and the sizes to copy (108 operators). Each is a kernel the host launches; replayed,
 the chain is the static inputs' copies, one launch and the copies of what the metric keeps.
 
 The scoring is a function of named tensors and scalars (the network's outputs, the batch's

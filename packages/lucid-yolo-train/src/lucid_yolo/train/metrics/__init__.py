@@ -1,6 +1,12 @@
 """COCO-style evaluation: mAP50-95, mAP50 and a best-F1 P/R for boxes, masks, keypoints, OBB."""
 
-from lucid_yolo.train.metrics.batch_instances import BatchPredictions, BatchTargets, ImageMasks
+from lucid_yolo.train.metrics.batch_instances import (
+    BatchPredictions,
+    BatchTargets,
+    ImageMasks,
+    flat_tensors,
+    from_flat_tensors,
+)
 from lucid_yolo.train.metrics.coco_matching import (
     IOU_THRESHOLDS,
     ImageMatches,
@@ -48,6 +54,8 @@ __all__ = [
     "BatchPredictions",
     "BatchTargets",
     "ImageMasks",
+    "flat_tensors",
+    "from_flat_tensors",
     "MetricsInputError",
     "ScoredBatch",
     "ScoredKind",

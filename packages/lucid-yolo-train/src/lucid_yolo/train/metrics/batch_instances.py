@@ -18,8 +18,9 @@ read (issue 11: most of a segment validation's work is building masks).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -145,6 +146,27 @@ class BatchTargets:
         )
 
 
+BatchRecord = TypeVar("BatchRecord", BatchPredictions, BatchTargets)
+
+
+def flat_tensors(record: BatchPredictions | BatchTargets, prefix: str) -> dict[str, Tensor]:
+    """The record's tensors under ``<prefix><field>``, the fields left ``None`` and the masks (a
+    function) left out: a record as a CUDA graph's region returns it."""
+    values = ((f.name, getattr(record, f.name)) for f in fields(record))
+    return {prefix + name: value for name, value in values if isinstance(value, Tensor)}
+
+
+def from_flat_tensors(
+    kind: type[BatchRecord], flat: Mapping[str, Tensor], prefix: str
+) -> BatchRecord:
+    """The record of ``kind`` that :func:`flat_tensors` flattened under ``prefix`` (masks
+    ``None``); the names without the prefix are someone else's."""
+    values: dict[str, Any] = {
+        k.removeprefix(prefix): v for k, v in flat.items() if k.startswith(prefix)
+    }
+    return kind(**values)
+
+
 def _pad(parts: Sequence[Tensor]) -> Tensor:
     """(len(parts), longest, *rest) on the first part's device: each part's rows, then zeros.
 
@@ -196,4 +218,11 @@ def _flags(value: Tensor | None, like: Tensor) -> Tensor:
     return value.to(device=like.device, dtype=torch.bool)
 
 
-__all__ = ["BatchPredictions", "BatchTargets", "ImageMasks"]
+__all__ = [
+    "BatchPredictions",
+    "BatchRecord",
+    "BatchTargets",
+    "ImageMasks",
+    "flat_tensors",
+    "from_flat_tensors",
+]

@@ -37,8 +37,8 @@ class ReplayConfig:
             clones what it keeps (nothing raises: the next replay rewrites them). The metric's
             matching of each batch is replayed too, in a pool of its own, with the same matches
             (:class:`~lucid_yolo.train.metrics.match_replay.MatchReplay`, at most 64 graphs a
-            device, apart from ``max_signatures``), and so is the scoring of a box, keypoint or
-            rotated-box batch before it (top-k, source pixels, order, overlaps:
+            device, apart from ``max_signatures``), and so is each batch's scoring before it
+            (top-k, source pixels, and but for masks the order and overlaps:
             :class:`~lucid_yolo.train.scoring_replay.ScoringReplay`, at most 8 graphs a
             device), with the same bits.
         max_signatures: distinct input signatures recorded per region before further ones run
