@@ -19,8 +19,8 @@ It also counts the torch operations one ``update`` dispatches per image (the sec
 warm one), with the metric's CPU-only shortcuts switched off so that the code takes the path it
 takes on a GPU, where each operation is a kernel launch the host pays for (issue 11, session 6),
 and the batch's count by phase (:data:`PHASES`; ``add_scored`` and ``update_batch`` hold the
-matching of the batch before, replayed on a GPU, and for a mask task ``update_batch`` the whole
-scoring of the batch before).
+matching of the batch before, replayed on a GPU, and for a mask task ``update_batch`` the batch
+before's masks and their scoring, whose part before the masks is that batch's ``score``).
 """
 
 from __future__ import annotations

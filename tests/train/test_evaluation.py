@@ -578,6 +578,33 @@ def test_evaluator_scoring_replays_through_the_cpu_stand_in_bit_for_bit(
     assert telemetry["retirements"] == 0, telemetry
 
 
+def test_evaluator_scores_masks_through_a_scoring_replay_as_eagerly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a mask batch waits for its sizes with what its scoring returned; through a replay that
+    # is copies of the graph's outputs, which the next batch's replay rewrites (the CPU
+    # stand-in rewrites them in place as a CUDA graph does): every pass's metrics must be the
+    # eager evaluator's, the third replayed throughout
+    data = _crowd_segment_data(tmp_path)
+    batches = list(data.val_dataloader())
+    options: dict[str, Any] = {"strides": (8, 16, 32), "conf": 0.001, "max_det": 300}
+    replayed, eager = Evaluator("segment", **options), Evaluator("segment", **options)
+    replay = ScoringReplay(replayed._score, torch.device("cpu"))
+    monkeypatch.setattr(replayed, "_scoring", lambda device: replay)
+    for repeat in range(3):
+        for evaluator in (replayed, eager):
+            evaluator.reset()
+        for seed, batch in enumerate(batches):
+            outputs = _oracle_outputs(batch, 3, seed=seed + repeat)
+            for evaluator in (replayed, eager):
+                evaluator.update(outputs, batch)
+        metrics = replayed.compute()
+        assert metrics == eager.compute()
+    assert metrics["mask/mAP50-95"] > 0.2
+    telemetry = replay.telemetry.as_dict()
+    assert telemetry["replays"] == 3 * len(batches) - 1, telemetry  # all but the first call
+
+
 def test_evaluator_replay_scoring_on_the_cpu_scores_eagerly(tmp_path: Path) -> None:
     outputs, batch, module = _network_outputs(tmp_path, "obb")
     options: dict[str, Any] = {"strides": module.net.strides, "conf": 0.001, "max_det": 300}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 import torch
 
@@ -71,24 +73,25 @@ def test_batch_records_travel_as_flat_tensors_under_their_prefix() -> None:
         classes=torch.tensor([[0, 1]]),
         valid=torch.tensor([[True, False]]),
         boxes=torch.rand(1, 2, 4),
+        keypoints=torch.rand(1, 2, 17, 3),
+        rboxes=torch.rand(1, 2, 5),
+        iscrowd=torch.tensor([[False, True]]),
+        difficult=torch.tensor([[True, False]]),
+        areas=torch.rand(1, 2),
     )
     flat = {**flat_tensors(predictions, "p/"), **flat_tensors(targets, "t/")}
-    assert sorted(flat) == [
+    assert sorted(k for k in flat if k.startswith("p/")) == [
         "p/boxes",
         "p/classes",
         "p/scores",
         "p/valid",
-        "t/boxes",
-        "t/classes",
-        "t/valid",
     ]
     back = from_flat_tensors(BatchPredictions, flat, "p/")
-    assert back.masks is None
-    assert back.keypoints is None
-    assert back.scores is predictions.scores
-    assert back.boxes is predictions.boxes
     again = from_flat_tensors(BatchTargets, flat, "t/")
-    assert again.classes is targets.classes
-    assert again.valid is targets.valid
-    assert again.boxes is targets.boxes
-    assert again.iscrowd is None
+    for record, original in ((back, predictions), (again, targets)):
+        for field in fields(original):
+            value = getattr(record, field.name)
+            if field.name == "masks" or getattr(original, field.name) is None:
+                assert value is None, field.name
+            else:
+                assert value is getattr(original, field.name), field.name

@@ -106,11 +106,11 @@ class Evaluator:
         strides: the network's strides.
         conf: score threshold of kept predictions.
         max_det: top-k detections per image.
-        replay_scoring: on a GPU, replay each batch's scoring (boxes, keypoints and rotated
-            boxes: top-k, source pixels, order, overlaps; :mod:`~lucid_yolo.train.scoring_replay`)
-            and its matching (every kind: :class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s
-            ``replay_matching``) from CUDA graphs: the same metrics with a few launches a batch
-            instead of a few hundred.
+        replay_scoring: on a GPU, replay each batch's scoring (top-k, source pixels, and for
+            boxes, keypoints and rotated boxes the order and overlaps; for masks the part
+            before them: :mod:`~lucid_yolo.train.scoring_replay`) and its matching (every kind:
+            :class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s ``replay_matching``) from
+            CUDA graphs: the same metrics with a few launches a batch instead of a few hundred.
         mask_scratch: the context a batch's masks are built and scored in
             (:class:`~lucid_yolo.train.metrics.MeanAveragePrecision`'s option; a replayed fit
             lends its graph pool's free blocks there). What is kept across batches is made
@@ -149,7 +149,7 @@ class Evaluator:
     @property
     def scoring_telemetry(self) -> Telemetry:
         """The replayed scoring's counters over every device (all zero when it does not
-        replay: masks, the CPU, ``replay_scoring`` off)."""
+        replay: on the CPU, or with ``replay_scoring`` off)."""
         return merge_telemetry(*(replay.telemetry for replay in self._scoring_replays.values()))
 
     @property
