@@ -191,7 +191,7 @@ class YoloModule(pl.LightningModule):
 
     @override
     def setup(self, stage: str) -> None:
-        names = getattr(getattr(self.trainer, "datamodule", None), "names", None)
+        names = getattr(self._datamodule, "names", None)
         if names:
             self.names = tuple(names)
         self._apply_memory_format(self.trainer.strategy.root_device)

@@ -229,7 +229,7 @@ class MeanAveragePrecision:
         _check_image_ids(B, image_ids)
         if B == 0:
             return
-        self.add_scored(self.score_batch(predictions, targets), image_ids)
+        self._keep_scored(self.score_batch(predictions, targets), image_ids)
 
     @torch.no_grad()
     def score_batch(self, predictions: BatchPredictions, targets: BatchTargets) -> ScoredBatch:
@@ -301,8 +301,11 @@ class MeanAveragePrecision:
                 f"a batch scored for kinds {tuple(scored.kinds)!r} was given to an accumulator "
                 f"of {self.kinds!r}: score it with this accumulator's score_batch"
             )
-        B = scored.kinds[self.kinds[0]].scores.shape[0]
-        _check_image_ids(B, image_ids)
+        _check_image_ids(scored.kinds[self.kinds[0]].scores.shape[0], image_ids)
+        self._keep_scored(scored, image_ids)
+
+    def _keep_scored(self, scored: ScoredBatch, image_ids: Sequence[int] | Tensor | None) -> None:
+        """:meth:`add_scored` once its arguments are checked (``update_batch`` checked its own)."""
         self._check_class_ids(scored.lowest_classes)
         ids = None if image_ids is None else torch.as_tensor(image_ids, dtype=torch.int64)
         pending = {kind: PendingBatch.start(scored.kinds[kind], ids) for kind in self.kinds}
