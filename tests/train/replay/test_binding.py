@@ -34,11 +34,19 @@ from lucid_yolo.replay import (
     grads_of,
     state_digest,
 )
-from lucid_yolo.train import YoloDataModule, YoloModule
+from lucid_yolo.train import TrainConfigError, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import EpochSummary
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.losses import build_loss
-from lucid_yolo.train.replay import NetworkReplay, ReplayConfig
+from lucid_yolo.train.replay import (
+    SHAPE_ONLY_FIELDS,
+    TOTAL,
+    NetworkLossRegion,
+    NetworkRegion,
+    NetworkReplay,
+    ReplayConfig,
+    shape_carrier,
+)
 
 
 def test_segment_heads_option_needs_a_segment_model() -> None:
@@ -292,6 +300,136 @@ def test_regions_record_a_second_signature_when_the_image_size_changes(
     for recorder in replay.recorders():
         assert (recorder.recordings, recorder.telemetry.replays) == (2, 3), recorder.name
         assert recorder.telemetry.as_dict()["retirements"] == 0, recorder.name
+
+
+def test_network_loss_region_is_the_network_then_the_loss(
+    tiny_dataset: Callable[[str], Path],
+) -> None:
+    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
+    net = create_model("yolo26n", num_classes=num_classes)
+    criterion = build_loss("detect", num_classes, strides=net.strides)
+    fields: dict[str, Any] = dict(batch)
+    keys = tuple(sorted(fields))
+    images = batch["images"].float() / 255
+    fraction = torch.tensor(0.25)
+    expected_total, expected_terms = criterion(net(images), batch, fraction)
+    region = NetworkLossRegion(NetworkRegion(net), criterion, keys)
+    tensors = (shape_carrier(fields[k]) if k in SHAPE_ONLY_FIELDS else fields[k] for k in keys)
+    result = region(images, *tensors, fraction)
+    assert region.batch_keys == keys
+    assert set(result) == {TOTAL, *(f"term.{name}" for name in expected_terms)}
+    assert torch.equal(result[TOTAL], expected_total)
+    for name, value in expected_terms.items():
+        assert torch.equal(result[f"term.{name}"], value), name
+    assert list(region.region_modules()) == [*NetworkRegion(net).region_modules(), criterion]
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+@pytest.mark.filterwarnings(r"ignore:When using `Trainer\(accumulate_grad_batches != 1\)`")
+@pytest.mark.parametrize(
+    ("task", "accumulate", "direct_gradients", "update"),
+    [
+        ("detect", 1, True, True),
+        ("detect", 2, True, True),
+        ("detect", 1, False, False),
+        ("segment", 1, True, True),
+    ],
+)
+def test_network_and_loss_as_one_region_cpu_fit_equals_native(
+    task: str,
+    accumulate: int,
+    direct_gradients: bool,
+    update: bool,
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+) -> None:
+    yaml = tiny_dataset(task)
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3}
+    native = fit_digests(yaml, task, "32-true", accumulate, **cpu)
+    replay = ReplayConfig(network=True, loss=True, loss_with_network=True, update=update)
+    callbacks = [] if direct_gradients else [_HandOffGradients()]
+    replayed = fit_digests(
+        yaml, task, "32-true", accumulate, replay=replay, callbacks=callbacks, **cpu
+    )
+    binding = replayed.module.replay
+    assert (binding.network, binding.loss_recorder) == (None, None)
+    assert binding.network_with_loss is not None
+    assert binding.network_with_loss.direct_gradients is direct_gradients
+    expected = {"network+loss": len(replayed.losses) - 1}
+    if update:
+        expected["optimizer MuSGD"] = replayed.ema_updates - 1
+    assert {name: t["replays"] for name, t in replayed.regions.items()} == expected
+    assert replayed.telemetry["retirements"] == 0
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
+
+
+def test_network_and_loss_as_one_region_build_the_images_in_its_static_input(
+    tiny_dataset: Callable[[str], Path],
+) -> None:
+    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
+    net = create_model("yolo26n", num_classes=num_classes)
+    reference = copy.deepcopy(net)
+    criterion = build_loss("detect", num_classes, strides=net.strides)
+    config = ReplayConfig(network=True, loss=True, loss_with_network=True)
+    replay = NetworkReplay(net, "detect", config, criterion)
+    fraction = torch.tensor(0.5)
+    built = []
+    for step in range(4):  # native warm-up, recording, then two replays
+        for model in (reference, net):
+            model.zero_grad(set_to_none=True)
+        images = replay.images(batch["images"])
+        built.append(images)
+        total, terms = replay.network_and_loss(images, batch, fraction)
+        total.backward()
+        outputs = reference(batch["images"].float() / 255)
+        expected, expected_terms = criterion(outputs, batch, fraction)
+        expected.backward()
+        assert torch.equal(total, expected), step
+        assert terms.keys() == expected_terms.keys()
+        grads = state_digest(grads_of(net)), state_digest(grads_of(reference))
+        assert first_difference(*grads) is None, step
+    recorder = replay.network_with_loss
+    assert recorder is not None
+    assert replay.network is None
+    static = recorder.static_input(0, TensorSpec.of(built[-1]))
+    assert static is not None
+    assert built[2] is static
+    assert built[3] is static
+    assert built[1] is not static
+    # the recording call replays its fresh graph too
+    assert (recorder.recordings, recorder.telemetry.replays) == (1, 3)
+    assert replay.recorders() == [recorder]
+
+
+def test_network_and_loss_as_one_region_with_changed_batch_fields_run_natively_with_a_reason(
+    tiny_dataset: Callable[[str], Path],
+) -> None:
+    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
+    net = create_model("yolo26n", num_classes=num_classes)
+    criterion = build_loss("detect", num_classes, strides=net.strides)
+    config = ReplayConfig(network=True, loss=True, loss_with_network=True)
+    replay = NetworkReplay(net, "detect", config, criterion)
+    fraction = torch.tensor(0.5)
+    images = batch["images"].float() / 255
+    replay.network_and_loss(images, batch, fraction)
+    changed: Any = {**batch, "extra": torch.zeros(2)}
+    with pytest.warns(ReplayRetiredWarning, match=r"inputs-changed.*'extra'"):
+        total, _ = replay.network_and_loss(images, changed, fraction)
+    expected, _ = criterion(net(images), batch, fraction)
+    assert torch.equal(total, expected)
+    telemetry = replay.telemetry.as_dict()
+    assert telemetry["native.inputs-changed"] == 1
+    assert telemetry["retired.inputs-changed"] == 1
+
+
+def test_network_and_loss_as_one_region_needs_its_option() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    criterion = build_loss("detect", 3, strides=net.strides)
+    replay = NetworkReplay(net, "detect", ReplayConfig(network=True, loss=True), criterion)
+    batch: Any = {"images": torch.zeros(1, 3, 64, 64, dtype=torch.uint8)}
+    with pytest.raises(TrainConfigError, match=r"needs replay.loss_with_network"):
+        replay.network_and_loss(torch.zeros(1, 3, 64, 64), batch, torch.tensor(0.5))
 
 
 def _same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:

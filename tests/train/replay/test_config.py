@@ -17,6 +17,21 @@ def test_replay_config_rejects_negative_verify_every() -> None:
         ReplayConfig(verify_every=-1)
 
 
+@pytest.mark.parametrize(
+    "options", [{"network": True}, {"loss": True}, {}], ids=["no-loss", "no-network", "alone"]
+)
+def test_replay_config_refuses_loss_with_network_without_both_regions(
+    options: dict[str, bool],
+) -> None:
+    with pytest.raises(TrainConfigError, match=r"turn on replay.network and replay.loss"):
+        ReplayConfig(loss_with_network=True, **options)
+
+
+def test_replay_config_refuses_loss_with_network_around_segment_heads() -> None:
+    with pytest.raises(TrainConfigError, match=r"leave replay.segment_heads off"):
+        ReplayConfig(network=True, segment_heads=True, loss=True, loss_with_network=True)
+
+
 def test_replay_config_graphs_counts_the_update_but_regions_do_not() -> None:
     update = ReplayConfig(update=True)
     assert (update.regions, update.graphs) == (False, True)

@@ -26,6 +26,10 @@ pytestmark = [
 ]
 
 
+_ONE_REGION = ReplayConfig(network=True, loss=True, loss_with_network=True, update=True)
+"""Every part of the step replayed, the network and its loss as one region."""
+
+
 @pytest.mark.parametrize(
     ("task", "precision", "accumulate", "replay"),
     [
@@ -47,6 +51,16 @@ pytestmark = [
             "bf16-mixed",
             2,
             ReplayConfig(network=True, loss=True, update=True),
+        ),
+        *(
+            (task, precision, accumulate, _ONE_REGION)
+            for task, precision, accumulate in (
+                ("detect", "bf16-mixed", 2),
+                ("detect", "16-mixed", 1),
+                ("segment", "bf16-mixed", 1),
+                ("pose", "bf16-mixed", 2),
+                ("obb", "32-true", 1),
+            )
         ),
     ],
 )
@@ -75,6 +89,9 @@ def test_replayed_fit_is_bitwise_native(
         "update": "optimizer MuSGD",
     }
     regions = {name for option, name in names.items() if getattr(replay, option)}
+    if replay.loss_with_network:
+        regions = regions - {"network", "loss"} | {"network+loss"}
+        expected["network+loss"] = micro_batches - 1
     assert set(replayed.regions) == regions
     for name in regions:
         assert replayed.regions[name]["replays"] == expected[name], (name, replayed.regions)

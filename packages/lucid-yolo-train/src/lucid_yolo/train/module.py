@@ -260,11 +260,19 @@ class YoloModule(pl.LightningModule):
         """Forward and loss of one micro-batch: ``(total, terms)``."""
         raw = batch["images"]
         images = self.replay.images(raw, self.memory_format, network_input_dtype(raw.device))
-        outputs = self.replay(images)
-        if self.phase_marker is not None:
-            self.phase_marker("network")
         self.loss_progress.fill_(self._epoch_fraction())
+        if self.replay.config.loss_with_network:
+            # one region: the phase timer's network phase holds the loss too
+            result = self.replay.network_and_loss(images, batch, self.loss_progress)
+            self._mark_phase("network")
+            return result
+        outputs = self.replay(images)
+        self._mark_phase("network")
         return self.replay.loss(outputs, batch, self.loss_progress)
+
+    def _mark_phase(self, phase: str) -> None:
+        if self.phase_marker is not None:
+            self.phase_marker(phase)
 
     @override
     def on_train_batch_start(self, batch: Batch, batch_idx: int) -> None:

@@ -1,10 +1,10 @@
 """Runs the network and the loss of a training step, and the evaluation forward, natively or
 through replay recorders.
 
-The regions (:mod:`lucid_yolo.train.replay.regions`) chain network → segment heads → loss, and
-all their graphs share one memory pool, which the update graph joins, and the evaluation graphs
-too unless ``evaluate_in_pool`` is off. With no region enabled the network runs exactly as
-``net(images)`` and the loss natively.
+The regions (:mod:`lucid_yolo.train.replay.regions`) chain network → segment heads → loss, or
+record the network and the loss as one region, and all their graphs share one memory pool,
+which the update graph joins, and the evaluation graphs too unless ``evaluate_in_pool`` is off.
+With no region enabled the network runs exactly as ``net(images)`` and the loss natively.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from lucid_yolo.train.replay.regions import (
     TOTAL,
     EvaluationRegion,
     LossRegion,
+    NetworkLossRegion,
     NetworkRegion,
     SegmentHeadRegion,
     shape_carrier,
@@ -74,6 +75,9 @@ class NetworkReplay:
         self.network: RegionRecorder | None = None
         self.segment_heads: RegionRecorder | None = None
         self.loss_recorder: RegionRecorder | None = None
+        self.network_with_loss: RegionRecorder | None = None
+        """The recorder of the network and the loss as one region (``config.loss_with_network``),
+        built on the first step, when the batch's fields are known."""
         self._pool: ReplayPool | None = None
         self.evaluation_loan: ScratchLoan | None = None
         """The step pool's free blocks lent to evaluation's eager work between replayed steps
@@ -99,7 +103,7 @@ class NetworkReplay:
     @direct_gradients.setter
     def direct_gradients(self, on: bool) -> None:
         self._direct_gradients = on
-        for recorder in (self.network, self.segment_heads):
+        for recorder in (self.network, self.segment_heads, self.network_with_loss):
             if recorder is not None:
                 recorder.direct_gradients = on
 
@@ -125,11 +129,12 @@ class NetworkReplay:
             dtype: the result's dtype (:func:`~lucid_yolo.train.memory_format.network_input_dtype`).
         """
         buffer = None
-        if self.network is not None:
+        recorder = self.network or self.network_with_loss
+        if recorder is not None:
             shape = tuple(raw.shape)
             stride = layout_stride(shape, memory_format)
             spec = TensorSpec(shape, stride, dtype, raw.device, False)
-            buffer = self.network.static_input(0, spec)
+            buffer = recorder.static_input(0, spec)
         if buffer is None:
             return float_images(raw, memory_format, dtype)
         with torch.no_grad():
@@ -284,17 +289,55 @@ class NetworkReplay:
             total, terms = self.criterion(outputs, batch, fraction)
             return total, terms
         result = self.loss_recorder(
-            *(outputs[k] for k in output_keys),
-            *(
-                shape_carrier(fields[k]) if k in SHAPE_ONLY_FIELDS else fields[k]
-                for k in batch_keys
-            ),
-            fraction,
+            *(outputs[k] for k in output_keys), *_batch_tensors(fields, batch_keys), fraction
         )
-        assert isinstance(result, Mapping)
-        prefix = "term."
-        terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
-        return result[TOTAL], terms
+        return _total_and_terms(result)
+
+    def network_and_loss(
+        self, images: Tensor, batch: Batch, fraction: Tensor
+    ) -> tuple[Tensor, dict[str, Tensor]]:
+        """The loss ``(total, terms)`` of the network's outputs for ``images``, through the one
+        region of both (``config.loss_with_network``).
+
+        Args:
+            images: float network input (:meth:`images`).
+            batch: the padded dense batch, on the images' device.
+            fraction: ProgLoss progress, a 0-dim float32 device tensor.
+
+        Raises:
+            TrainConfigError: ``config.loss_with_network`` is off.
+        """
+        if not self.config.loss_with_network:
+            raise TrainConfigError(
+                "NetworkReplay.network_and_loss needs replay.loss_with_network: call it only "
+                "when that option is on, or the network and the loss apart otherwise"
+            )
+        assert self.criterion is not None, "loss_with_network is checked to come with loss"
+        fields = cast(dict[str, Tensor], batch)
+        batch_keys = tuple(sorted(fields))
+        if self.network_with_loss is None:
+            self.network_with_loss = RegionRecorder(
+                NetworkLossRegion(self._network_region, self.criterion, batch_keys),
+                name="network+loss",
+                max_signatures=self.config.max_signatures,
+                pool=self._bind(images.device),
+                direct_gradients=self._direct_gradients,
+            )
+        recorder = self.network_with_loss
+        region = recorder.region
+        assert isinstance(region, NetworkLossRegion)
+        if region.batch_keys != batch_keys:
+            recorder.fall_back(
+                RetireReason.INPUTS_CHANGED,
+                f"the step got batch fields {batch_keys!r}, the network and loss region was "
+                f"built for {region.batch_keys!r}; this step's network and loss run natively",
+            )
+            total: Tensor
+            terms: dict[str, Tensor]
+            total, terms = self.criterion(self._network_region(images), batch, fraction)
+            return total, terms
+        result = recorder(images, *_batch_tensors(fields, batch_keys), fraction)
+        return _total_and_terms(result)
 
     def shared_pool(self, device: torch.device) -> ReplayPool:
         """The one memory pool of every graph of the step, for the update graph to join.
@@ -324,7 +367,7 @@ class NetworkReplay:
         module to the CPU, makes the pool only); the loss recorder joins the pool on its first
         call."""
         pool = self._pool_on(device)
-        if self.config.network and self.network is None:
+        if self.config.network and not self.config.loss_with_network and self.network is None:
             self.network = RegionRecorder(
                 self._network_region,
                 name="network",
@@ -344,7 +387,8 @@ class NetworkReplay:
 
     def recorders(self) -> list[RegionRecorder]:
         """The region recorders in use (none when replay is off)."""
-        return [r for r in (self.network, self.segment_heads, self.loss_recorder) if r is not None]
+        recorders = (self.network, self.segment_heads, self.loss_recorder, self.network_with_loss)
+        return [r for r in recorders if r is not None]
 
     @property
     def telemetry(self) -> Telemetry:
@@ -357,6 +401,20 @@ class NetworkReplay:
         a move included (all zero when it does not replay)."""
         current = () if self.evaluation is None else (self.evaluation.telemetry,)
         return merge_telemetry(self._earlier_evaluations, *current)
+
+
+def _batch_tensors(fields: Mapping[str, Tensor], keys: tuple[str, ...]) -> list[Tensor]:
+    """The batch's fields in ``keys``' order as a loss region takes them: a zero-byte carrier
+    of the fields the losses read only for their shape (:data:`SHAPE_ONLY_FIELDS`)."""
+    return [shape_carrier(fields[k]) if k in SHAPE_ONLY_FIELDS else fields[k] for k in keys]
+
+
+def _total_and_terms(result: object) -> tuple[Tensor, dict[str, Tensor]]:
+    """A loss region's outputs as the criterion returns them: ``(total, terms)``."""
+    assert isinstance(result, Mapping)
+    prefix = "term."
+    terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
+    return result[TOTAL], terms
 
 
 def _evaluates(

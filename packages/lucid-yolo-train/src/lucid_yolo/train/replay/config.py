@@ -25,6 +25,12 @@ class ReplayConfig:
             own, chained after the network.
         loss: replay the loss (assignment and every term, forward and backward), chained after
             the network (every task; bitwise in all 72 parity-matrix cases on an H200).
+        loss_with_network: with ``network`` and ``loss``, record them as one region
+            (:class:`~lucid_yolo.train.replay.regions.NetworkLossRegion`): a replayed step then
+            launches one forward and one backward graph for both instead of two each, and pays
+            the host's work of one region (its identity check, signature, copies and autograd
+            node) instead of two. The same operators run in the same order as the native step.
+            Not with ``segment_heads``, which chains a region between the two.
         update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.replay.update_step`).
         evaluation: replay the evaluation forward (validation, test: the image conversion and
@@ -61,7 +67,8 @@ class ReplayConfig:
             pass's largest tensors, in the loan (issue 11, session 27).
 
     Raises:
-        TrainConfigError: ``max_signatures`` below 1 or a negative ``verify_every``.
+        TrainConfigError: ``max_signatures`` below 1, a negative ``verify_every``, or
+            ``loss_with_network`` without ``network`` and ``loss`` or with ``segment_heads``.
     """
 
     EVALUATION_OPTIONS: ClassVar[tuple[str, ...]] = ("evaluation", "max_signatures")
@@ -70,6 +77,7 @@ class ReplayConfig:
     network: bool = False
     segment_heads: bool = False
     loss: bool = False
+    loss_with_network: bool = False
     update: bool = False
     evaluation: bool = False
     max_signatures: int = 4
@@ -80,6 +88,17 @@ class ReplayConfig:
         if self.max_signatures < 1:
             raise TrainConfigError(
                 f"replay.max_signatures must be >= 1, got {self.max_signatures!r}"
+            )
+        if self.loss_with_network and not (self.network and self.loss):
+            raise TrainConfigError(
+                "replay.loss_with_network records the network and the loss as one region: turn "
+                "on replay.network and replay.loss with it, or leave it off"
+            )
+        if self.loss_with_network and self.segment_heads:
+            raise TrainConfigError(
+                "replay.loss_with_network cannot join the network and the loss around a "
+                "segment-head region: leave replay.segment_heads off (the network region then "
+                "runs the segment heads) or leave replay.loss_with_network off"
             )
         if self.verify_every < 0:
             raise TrainConfigError(

@@ -13,6 +13,8 @@ forward parts (:meth:`YOLO26.features`, :meth:`YOLO26.predictions`,
 * the **loss** (assigners and every loss term), chained after them: it reads the raw outputs and
   the batch tensors, returns the total and the detached terms, and its backward graph hands the
   outputs' gradients to the regions before it;
+* the **network and its loss** as one region (``ReplayConfig.loss_with_network``): the same
+  operators as the two chained, one forward and one backward graph for both;
 * the **evaluation** forward (validation, test), a forward without autograd: the batch's uint8
   images made float network input, then the EMA network in eval mode.
 """
@@ -174,17 +176,58 @@ class LossRegion:
         self.batch_keys = tuple(batch_keys)
 
     def __call__(self, *tensors: Tensor) -> dict[str, Tensor]:
-        n, m = len(self.output_keys), len(self.batch_keys)
-        outputs = dict(zip(self.output_keys, tensors[:n], strict=True))
-        batch = dict(zip(self.batch_keys, tensors[n : n + m], strict=True))
+        n = len(self.output_keys)
+        return self.loss_of(dict(zip(self.output_keys, tensors[:n], strict=True)), tensors[n:])
+
+    def loss_of(
+        self, outputs: Mapping[str, Tensor], tensors: Sequence[Tensor]
+    ) -> dict[str, Tensor]:
+        """The total and the terms of ``outputs`` against the batch fields (in
+        :attr:`batch_keys`' order) and the progress, as ``tensors`` holds them."""
+        m = len(self.batch_keys)
+        batch = dict(zip(self.batch_keys, tensors[:m], strict=True))
         for key in SHAPE_ONLY_FIELDS:
             if key in batch:
                 batch[key] = stand_in(batch[key])
-        total, terms = self.criterion(outputs, batch, tensors[n + m])
+        total, terms = self.criterion(dict(outputs), batch, tensors[m])
         return {TOTAL: total, **{f"term.{name}": value for name, value in terms.items()}}
 
     def region_modules(self) -> Sequence[nn.Module]:
         return (self.criterion,)
+
+
+class NetworkLossRegion:
+    """The network and its loss as one region: from the images and the batch to the total and
+    the terms.
+
+    Chained as two regions, a replayed step pays the host's work of a region twice over, in
+    its forward and in its backward: the identity check, the signature, the copy-in, the
+    launch, and autograd's node between them (issue 11, session 34). As one region the graphs
+    run the same operators in the same order as ``net(images)`` followed by the loss, so the
+    bits are those of the native step; the network's outputs never leave the graph.
+
+    Args:
+        network: the network region (with its segment heads, if any).
+        criterion: the task loss.
+        batch_keys: the batch keys, in the order they are passed after the images.
+    """
+
+    def __init__(
+        self, network: NetworkRegion, criterion: nn.Module, batch_keys: Sequence[str]
+    ) -> None:
+        self.network = network
+        self.loss = LossRegion(criterion, (), batch_keys)
+
+    @property
+    def batch_keys(self) -> tuple[str, ...]:
+        """The batch keys it was built for."""
+        return self.loss.batch_keys
+
+    def __call__(self, images: Tensor, *tensors: Tensor) -> dict[str, Tensor]:
+        return self.loss.loss_of(self.network(images), tensors)
+
+    def region_modules(self) -> Sequence[nn.Module]:
+        return (*self.network.region_modules(), *self.loss.region_modules())
 
 
 __all__ = [
@@ -193,6 +236,7 @@ __all__ = [
     "TOTAL",
     "EvaluationRegion",
     "LossRegion",
+    "NetworkLossRegion",
     "NetworkRegion",
     "SegmentHeadRegion",
     "branch_groups",
