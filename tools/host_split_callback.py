@@ -133,6 +133,7 @@ TARGETS = (
     ("lucid_yolo.replay._recycling", "GradientRecycler", "keep_after_backward"),
     ("lucid_yolo.replay._recycling", "GradientRecycler", "keep_now"),
     ("lucid_yolo.replay._sharing", "OutsideUseWatch", "_check"),
+    ("lucid_yolo.replay._graphs", "RegionGraphs", "launch_forward"),
     ("lucid_yolo.replay._graphs", "RegionGraphs", "launch_backward"),
     ("lucid_yolo.replay.signature", "Binding", "check"),
     ("lucid_yolo.replay.signature", "Binding", "signature"),

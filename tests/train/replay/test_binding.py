@@ -329,7 +329,6 @@ def test_network_loss_region_is_the_network_then_the_loss(
 @pytest.mark.parametrize(
     ("task", "accumulate", "direct_gradients", "update"),
     [
-        ("detect", 1, True, True),
         ("detect", 2, True, True),
         ("detect", 1, False, False),
         ("segment", 1, True, True),
