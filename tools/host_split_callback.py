@@ -122,6 +122,7 @@ TARGETS = (
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "images"),
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "__call__"),
     ("lucid_yolo.train.replay.binding", "NetworkReplay", "loss"),
+    ("lucid_yolo.train.replay.binding", "NetworkReplay", "network_and_loss"),
     ("lucid_yolo.replay.recorder", "RegionRecorder", "__call__"),
     ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_forward"),
     ("lucid_yolo.replay.recorder", "RegionRecorder", "_launch_backward"),

@@ -757,7 +757,8 @@ def test_evaluator_replays_its_scoring_with_the_same_metrics_and_no_wait(
 def _three_passes(
     replayed: Evaluator, eager: Evaluator, on_cuda: list[tuple[dict[str, Tensor], Batch]]
 ) -> None:
-    """Three validation passes of each evaluator over ``on_cuda``: a batch shape's first
+    """Three validation passes of each evaluator over ``on_cuda``, each ended by ``compute``
+    as a validation epoch ends (a pass's last batches are matched there): a batch shape's first
     scoring and matching run eagerly, the second records, later ones replay; the replayed
     evaluator's third pass runs under torch's sync debug mode and must never wait."""
     for evaluator in (replayed, eager):
@@ -776,6 +777,7 @@ def _three_passes(
                 torch.cuda.set_sync_debug_mode("default")
             if debug:
                 assert [w for w in caught if SYNC_WARNING in str(w.message)] == []
+            evaluator.compute()
 
 
 class _BatchSyncs(pl.Callback):

@@ -39,14 +39,13 @@ from lucid_yolo.train.callbacks import EpochSummary
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.losses import build_loss
 from lucid_yolo.train.replay import (
-    SHAPE_ONLY_FIELDS,
     TOTAL,
     NetworkLossRegion,
     NetworkRegion,
     NetworkReplay,
     ReplayConfig,
-    shape_carrier,
 )
+from lucid_yolo.train.replay.regions import SHAPE_ONLY_FIELDS, shape_carrier
 
 
 def test_segment_heads_option_needs_a_segment_model() -> None:
@@ -420,6 +419,15 @@ def test_network_and_loss_as_one_region_with_changed_batch_fields_run_natively_w
     telemetry = replay.telemetry.as_dict()
     assert telemetry["native.inputs-changed"] == 1
     assert telemetry["retired.inputs-changed"] == 1
+
+
+def test_network_alone_is_refused_when_it_replays_with_its_loss() -> None:
+    net = create_model("yolo26n", num_classes=3)
+    criterion = build_loss("detect", 3, strides=net.strides)
+    config = ReplayConfig(network=True, loss=True, loss_with_network=True)
+    replay = NetworkReplay(net, "detect", config, criterion)
+    with pytest.raises(TrainConfigError, match=r"call NetworkReplay.network_and_loss"):
+        replay(torch.zeros(1, 3, 64, 64))
 
 
 def test_network_and_loss_as_one_region_needs_its_option() -> None:

@@ -52,11 +52,12 @@ _ONE_REGION = ReplayConfig(network=True, loss=True, loss_with_network=True, upda
             2,
             ReplayConfig(network=True, loss=True, update=True),
         ),
+        # fp16's GradScaler skips this short fit's updates (no update to count), as above
+        ("detect", "16-mixed", 1, ReplayConfig(network=True, loss=True, loss_with_network=True)),
         *(
             (task, precision, accumulate, _ONE_REGION)
             for task, precision, accumulate in (
                 ("detect", "bf16-mixed", 2),
-                ("detect", "16-mixed", 1),
                 ("segment", "bf16-mixed", 1),
                 ("pose", "bf16-mixed", 2),
                 ("obb", "32-true", 1),

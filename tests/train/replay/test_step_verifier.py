@@ -42,6 +42,24 @@ def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
 
 
 @pytest.mark.slow
+def test_step_verifier_shadows_the_network_with_its_loss_as_one_region(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # the shadow step turns the one region off and runs the network and the loss natively
+    yaml = tiny_dataset("detect")
+    replay = ReplayConfig(network=True, loss=True, loss_with_network=True, verify_every=1)
+    native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
+    verified = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **CPU_FIT)
+    assert verified.telemetry["verified"] == 3
+    assert verified.telemetry["parity_mismatches"] == 0
+    assert verified.telemetry["retirements"] == 0
+    assert verified.regions["network+loss"]["replays"] == len(verified.losses) - 1
+    assert verified.regions["network+loss"]["native.disabled"] == 3
+    assert first_difference(native.digests, verified.digests) is None
+    assert native.losses == verified.losses
+
+
+@pytest.mark.slow
 def test_step_verifier_retires_on_injected_difference_and_keeps_native_result(
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],

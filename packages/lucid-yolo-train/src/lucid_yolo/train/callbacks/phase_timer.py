@@ -41,8 +41,10 @@ class PhaseTimer(Callback):
 
     Phases: ``data`` (waiting for the next batch, host time), ``network`` (forward of the network
     or its replay), ``loss`` (loss and assignment), ``backward``, ``update`` (optimizer step, EMA;
-    zero on accumulation micro-batches). A step whose boundaries are not all reached (for instance a
-    skipped backward) is dropped from the means.
+    zero on accumulation micro-batches). With the network and its loss replayed as one region
+    (``replay.loss_with_network``) the network phase holds the loss, and ``loss`` reads about 0.
+    A step whose boundaries are not all reached (for instance a skipped backward) is dropped
+    from the means.
 
     The means run over the epoch so far. ``img_s`` (images per second of step time, data wait
     included) and, on CUDA, ``mem_gib`` (reserved memory) are shown in the progress bar every

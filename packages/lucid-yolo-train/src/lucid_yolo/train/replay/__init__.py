@@ -10,7 +10,6 @@ from lucid_yolo.train.replay.binding import NetworkReplay
 from lucid_yolo.train.replay.config import ReplayConfig
 from lucid_yolo.train.replay.regions import (
     FEATURE_KEYS,
-    SHAPE_ONLY_FIELDS,
     TOTAL,
     EvaluationRegion,
     LossRegion,
@@ -18,7 +17,6 @@ from lucid_yolo.train.replay.regions import (
     NetworkRegion,
     SegmentHeadRegion,
     branch_groups,
-    shape_carrier,
 )
 from lucid_yolo.train.replay.step_verifier import StepVerifier, training_digest, training_state
 from lucid_yolo.train.replay.update_step import UpdateStep
@@ -28,7 +26,6 @@ __all__ = [
     "ReplayConfig",
     # regions of the step
     "FEATURE_KEYS",
-    "SHAPE_ONLY_FIELDS",
     "TOTAL",
     "EvaluationRegion",
     "LossRegion",
@@ -36,7 +33,6 @@ __all__ = [
     "NetworkRegion",
     "SegmentHeadRegion",
     "branch_groups",
-    "shape_carrier",
     # running them
     "NetworkReplay",
     "UpdateStep",

@@ -10,7 +10,7 @@ With no region enabled the network runs exactly as ``net(images)`` and the loss 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import cast
 
 import torch
@@ -93,11 +93,12 @@ class NetworkReplay:
 
     @property
     def direct_gradients(self) -> bool:
-        """Whether the network's and the segment heads' replayed backwards write the parameters'
-        ``.grad`` themselves (:class:`~lucid_yolo.replay.RegionRecorder`'s
-        ``direct_gradients``): on for a fit in one process, where nothing but the step's own
-        ``backward()`` reads the gradients' way to ``.grad``; off under DDP, whose hooks on
-        the parameters' gradient accumulators all-reduce them. Applies from the next step."""
+        """Whether the replayed backwards of the regions with parameters (the network, the
+        segment heads, the network with its loss) write the parameters' ``.grad`` themselves
+        (:class:`~lucid_yolo.replay.RegionRecorder`'s ``direct_gradients``): on for a fit in one
+        process, where nothing but the step's own ``backward()`` reads the gradients' way to
+        ``.grad``; off under DDP, whose hooks on the parameters' gradient accumulators
+        all-reduce them. Applies from the next step."""
         return self._direct_gradients
 
     @direct_gradients.setter
@@ -141,7 +142,17 @@ class NetworkReplay:
             return buffer.copy_(raw).div_(255.0)
 
     def __call__(self, images: Tensor) -> dict[str, Tensor]:
-        """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images."""
+        """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images.
+
+        Raises:
+            TrainConfigError: ``config.loss_with_network``, where the network replays only with
+                its loss (:meth:`network_and_loss`); a forward alone would run natively unseen.
+        """
+        if self.config.loss_with_network:
+            raise TrainConfigError(
+                "with replay.loss_with_network the network replays with its loss: call "
+                "NetworkReplay.network_and_loss, or leave the option off for the network alone"
+            )
         if not (self.config.network or self.config.segment_heads):
             result: dict[str, Tensor] = self.net(images)
             return result
@@ -263,35 +274,28 @@ class NetworkReplay:
             fraction: ProgLoss progress, a 0-dim float32 device tensor.
         """
         assert self.criterion is not None, "NetworkReplay.loss needs the criterion"
+        criterion = self.criterion
         if not self.config.loss:
-            total: Tensor
-            terms: dict[str, Tensor]
-            total, terms = self.criterion(outputs, batch, fraction)
-            return total, terms
+            return _criterion_loss(criterion, outputs, batch, fraction)
         fields = cast(dict[str, Tensor], batch)
-        output_keys, batch_keys = tuple(sorted(outputs)), tuple(sorted(fields))
+        keys = (tuple(sorted(outputs)), tuple(sorted(fields)))
         if self.loss_recorder is None:
             self.loss_recorder = RegionRecorder(
-                LossRegion(self.criterion, output_keys, batch_keys),
+                LossRegion(criterion, *keys),
                 name="loss",
                 max_signatures=self.config.max_signatures,
                 pool=self._bind(fraction.device),
             )
         region = self.loss_recorder.region
         assert isinstance(region, LossRegion)
-        if (region.output_keys, region.batch_keys) != (output_keys, batch_keys):
-            self.loss_recorder.fall_back(
-                RetireReason.INPUTS_CHANGED,
-                f"the loss got outputs {output_keys!r} and batch fields {batch_keys!r}, its "
-                f"region was built for {region.output_keys!r} and {region.batch_keys!r}; this "
-                "step's loss runs natively",
-            )
-            total, terms = self.criterion(outputs, batch, fraction)
-            return total, terms
-        result = self.loss_recorder(
-            *(outputs[k] for k in output_keys), *_batch_tensors(fields, batch_keys), fraction
+        return _replayed_loss(
+            self.loss_recorder,
+            "outputs and batch fields",
+            keys,
+            (region.output_keys, region.batch_keys),
+            lambda: (*(outputs[k] for k in keys[0]), *_batch_tensors(fields, keys[1]), fraction),
+            lambda: _criterion_loss(criterion, outputs, batch, fraction),
         )
-        return _total_and_terms(result)
 
     def network_and_loss(
         self, images: Tensor, batch: Batch, fraction: Tensor
@@ -313,31 +317,27 @@ class NetworkReplay:
                 "when that option is on, or the network and the loss apart otherwise"
             )
         assert self.criterion is not None, "loss_with_network is checked to come with loss"
+        criterion, network = self.criterion, self._network_region
         fields = cast(dict[str, Tensor], batch)
-        batch_keys = tuple(sorted(fields))
+        keys = tuple(sorted(fields))
         if self.network_with_loss is None:
             self.network_with_loss = RegionRecorder(
-                NetworkLossRegion(self._network_region, self.criterion, batch_keys),
+                NetworkLossRegion(network, criterion, keys),
                 name="network+loss",
                 max_signatures=self.config.max_signatures,
                 pool=self._bind(images.device),
                 direct_gradients=self._direct_gradients,
             )
-        recorder = self.network_with_loss
-        region = recorder.region
+        region = self.network_with_loss.region
         assert isinstance(region, NetworkLossRegion)
-        if region.batch_keys != batch_keys:
-            recorder.fall_back(
-                RetireReason.INPUTS_CHANGED,
-                f"the step got batch fields {batch_keys!r}, the network and loss region was "
-                f"built for {region.batch_keys!r}; this step's network and loss run natively",
-            )
-            total: Tensor
-            terms: dict[str, Tensor]
-            total, terms = self.criterion(self._network_region(images), batch, fraction)
-            return total, terms
-        result = recorder(images, *_batch_tensors(fields, batch_keys), fraction)
-        return _total_and_terms(result)
+        return _replayed_loss(
+            self.network_with_loss,
+            "batch fields",
+            keys,
+            region.batch_keys,
+            lambda: (images, *_batch_tensors(fields, keys), fraction),
+            lambda: _criterion_loss(criterion, network(images), batch, fraction),
+        )
 
     def shared_pool(self, device: torch.device) -> ReplayPool:
         """The one memory pool of every graph of the step, for the update graph to join.
@@ -364,8 +364,9 @@ class NetworkReplay:
         """Build the network recorders in the step's pool on first use, once the network sits
         on its training device (a recording keys on parameter storage, which moving the network
         replaces: an evaluation before the fit, which ``Trainer.validate`` ends by moving the
-        module to the CPU, makes the pool only); the loss recorder joins the pool on its first
-        call."""
+        module to the CPU, makes the pool only); the loss recorder, and the network's with its
+        loss (``config.loss_with_network``), join the pool on their first call, when the batch's
+        fields are known."""
         pool = self._pool_on(device)
         if self.config.network and not self.config.loss_with_network and self.network is None:
             self.network = RegionRecorder(
@@ -409,12 +410,39 @@ def _batch_tensors(fields: Mapping[str, Tensor], keys: tuple[str, ...]) -> list[
     return [shape_carrier(fields[k]) if k in SHAPE_ONLY_FIELDS else fields[k] for k in keys]
 
 
-def _total_and_terms(result: object) -> tuple[Tensor, dict[str, Tensor]]:
-    """A loss region's outputs as the criterion returns them: ``(total, terms)``."""
+def _replayed_loss(
+    recorder: RegionRecorder,
+    keyed_on: str,
+    keys: object,
+    built_for: object,
+    arguments: Callable[[], tuple[Tensor, ...]],
+    native: Callable[[], tuple[Tensor, dict[str, Tensor]]],
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss ``(total, terms)`` through ``recorder``, a region ending in the loss, or
+    ``native`` with ``inputs-changed`` when the step's ``keys`` are not those the region was
+    ``built_for`` (its arguments follow the keys' order)."""
+    if keys != built_for:
+        recorder.fall_back(
+            RetireReason.INPUTS_CHANGED,
+            f"the {recorder.name} region got {keyed_on} {keys!r} and was built for "
+            f"{built_for!r}; this step's {recorder.name} runs natively",
+        )
+        return native()
+    result = recorder(*arguments())
     assert isinstance(result, Mapping)
     prefix = "term."
     terms = {k.removeprefix(prefix): v for k, v in result.items() if k.startswith(prefix)}
     return result[TOTAL], terms
+
+
+def _criterion_loss(
+    criterion: nn.Module, outputs: dict[str, Tensor], batch: Batch, fraction: Tensor
+) -> tuple[Tensor, dict[str, Tensor]]:
+    """The loss ``(total, terms)`` run natively."""
+    total: Tensor
+    terms: dict[str, Tensor]
+    total, terms = criterion(outputs, batch, fraction)
+    return total, terms
 
 
 def _evaluates(

@@ -177,23 +177,29 @@ class LossRegion:
 
     def __call__(self, *tensors: Tensor) -> dict[str, Tensor]:
         n = len(self.output_keys)
-        return self.loss_of(dict(zip(self.output_keys, tensors[:n], strict=True)), tensors[n:])
-
-    def loss_of(
-        self, outputs: Mapping[str, Tensor], tensors: Sequence[Tensor]
-    ) -> dict[str, Tensor]:
-        """The total and the terms of ``outputs`` against the batch fields (in
-        :attr:`batch_keys`' order) and the progress, as ``tensors`` holds them."""
-        m = len(self.batch_keys)
-        batch = dict(zip(self.batch_keys, tensors[:m], strict=True))
-        for key in SHAPE_ONLY_FIELDS:
-            if key in batch:
-                batch[key] = stand_in(batch[key])
-        total, terms = self.criterion(dict(outputs), batch, tensors[m])
-        return {TOTAL: total, **{f"term.{name}": value for name, value in terms.items()}}
+        outputs = dict(zip(self.output_keys, tensors[:n], strict=True))
+        return loss_terms(self.criterion, self.batch_keys, outputs, tensors[n:])
 
     def region_modules(self) -> Sequence[nn.Module]:
         return (self.criterion,)
+
+
+def loss_terms(
+    criterion: nn.Module,
+    batch_keys: Sequence[str],
+    outputs: dict[str, Tensor],
+    tensors: Sequence[Tensor],
+) -> dict[str, Tensor]:
+    """A loss region's outputs: the criterion's total and terms on ``outputs`` against the batch
+    fields (``tensors`` in ``batch_keys``' order, :data:`SHAPE_ONLY_FIELDS` as carriers) and the
+    progress (``tensors``' last)."""
+    m = len(batch_keys)
+    batch = dict(zip(batch_keys, tensors[:m], strict=True))
+    for key in SHAPE_ONLY_FIELDS:
+        if key in batch:
+            batch[key] = stand_in(batch[key])
+    total, terms = criterion(outputs, batch, tensors[m])
+    return {TOTAL: total, **{f"term.{name}": value for name, value in terms.items()}}
 
 
 class NetworkLossRegion:
@@ -216,18 +222,14 @@ class NetworkLossRegion:
         self, network: NetworkRegion, criterion: nn.Module, batch_keys: Sequence[str]
     ) -> None:
         self.network = network
-        self.loss = LossRegion(criterion, (), batch_keys)
-
-    @property
-    def batch_keys(self) -> tuple[str, ...]:
-        """The batch keys it was built for."""
-        return self.loss.batch_keys
+        self.criterion = criterion
+        self.batch_keys = tuple(batch_keys)
 
     def __call__(self, images: Tensor, *tensors: Tensor) -> dict[str, Tensor]:
-        return self.loss.loss_of(self.network(images), tensors)
+        return loss_terms(self.criterion, self.batch_keys, self.network(images), tensors)
 
     def region_modules(self) -> Sequence[nn.Module]:
-        return (*self.network.region_modules(), *self.loss.region_modules())
+        return (*self.network.region_modules(), self.criterion)
 
 
 __all__ = [
@@ -240,4 +242,5 @@ __all__ = [
     "NetworkRegion",
     "SegmentHeadRegion",
     "branch_groups",
+    "loss_terms",
 ]
