@@ -23,7 +23,7 @@ import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, GradientAccumulationScheduler
 
-from lucid_yolo.models import create_model
+from lucid_yolo.models import YOLO26, create_model
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import (
     PoolLeakError,
@@ -301,12 +301,17 @@ def test_regions_record_a_second_signature_when_the_image_size_changes(
         assert recorder.telemetry.as_dict()["retirements"] == 0, recorder.name
 
 
+def _detect_step_parts(yaml: Path) -> tuple[Batch, YOLO26, torch.nn.Module]:
+    """The first 64 px training batch, a fresh ``yolo26n`` for its classes, and its loss."""
+    batch, num_classes = _first_batch(yaml, 64)
+    net = create_model("yolo26n", num_classes=num_classes)
+    return batch, net, build_loss("detect", num_classes, strides=net.strides)
+
+
 def test_network_loss_region_is_the_network_then_the_loss(
     tiny_dataset: Callable[[str], Path],
 ) -> None:
-    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
-    net = create_model("yolo26n", num_classes=num_classes)
-    criterion = build_loss("detect", num_classes, strides=net.strides)
+    batch, net, criterion = _detect_step_parts(tiny_dataset("detect"))
     fields: dict[str, Any] = dict(batch)
     keys = tuple(sorted(fields))
     images = batch["images"].float() / 255
@@ -365,10 +370,8 @@ def test_network_and_loss_as_one_region_cpu_fit_equals_native(
 def test_network_and_loss_as_one_region_build_the_images_in_its_static_input(
     tiny_dataset: Callable[[str], Path],
 ) -> None:
-    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
-    net = create_model("yolo26n", num_classes=num_classes)
+    batch, net, criterion = _detect_step_parts(tiny_dataset("detect"))
     reference = copy.deepcopy(net)
-    criterion = build_loss("detect", num_classes, strides=net.strides)
     config = ReplayConfig(network=True, loss=True, loss_with_network=True)
     replay = NetworkReplay(net, "detect", config, criterion)
     fraction = torch.tensor(0.5)
@@ -403,9 +406,7 @@ def test_network_and_loss_as_one_region_build_the_images_in_its_static_input(
 def test_network_and_loss_as_one_region_with_changed_batch_fields_run_natively_with_a_reason(
     tiny_dataset: Callable[[str], Path],
 ) -> None:
-    batch, num_classes = _first_batch(tiny_dataset("detect"), 64)
-    net = create_model("yolo26n", num_classes=num_classes)
-    criterion = build_loss("detect", num_classes, strides=net.strides)
+    batch, net, criterion = _detect_step_parts(tiny_dataset("detect"))
     config = ReplayConfig(network=True, loss=True, loss_with_network=True)
     replay = NetworkReplay(net, "detect", config, criterion)
     fraction = torch.tensor(0.5)
