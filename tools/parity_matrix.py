@@ -18,6 +18,7 @@ Example (GPU machine, from the repository root, deterministic cuBLAS)::
 
 ``--shard 1/2`` and ``--shard 2/2`` split the cases over two commands; ``--tasks detect``,
 ``--precisions bf16-mixed`` and ``--accelerator cpu --limit 1`` give a quick smoke run.
+``--one-region`` records the network and its loss as one region (``replay.loss_with_network``).
 ``--extra imgsz-changed ...`` runs the extra cases of :mod:`parity_extras` instead (per task and
 precision, accumulation 1, contiguous).
 """
@@ -63,20 +64,25 @@ class Case:
     accumulation: int
     layout: MemoryFormat
     segment_heads: bool = True
+    one_region: bool = False
+    """The network and its loss as one region (``ReplayConfig.loss_with_network``; the segment
+    heads then inside the network's)."""
     extra: str = ""
     """An extra case's name (:data:`parity_extras.EXTRAS`), empty for a matrix case."""
 
     @property
     def name(self) -> str:
         name = f"{self.task}/{self.precision}/acc{self.accumulation}/{self.layout}"
+        name += "/one-region" if self.one_region else ""
         return f"{name}/{self.extra}" if self.extra else name
 
     def replay_config(self) -> ReplayConfig:
         """Every region that applies to the task."""
         return ReplayConfig(
             network=True,
-            segment_heads=self.task == "segment" and self.segment_heads,
+            segment_heads=self.task == "segment" and self.segment_heads and not self.one_region,
             loss=True,
+            loss_with_network=self.one_region,
             update=True,
         )
 
@@ -267,10 +273,13 @@ def _expected(fit: _Fit, case: Case) -> dict[str, int]:
     """Replays each region must show: every call after the warm-up one of each signature."""
     signatures = EXTRAS[case.extra].signatures if case.extra else 1
     calls = fit.micro_batches - REGION_WARMUP * signatures
-    expected = {"network": calls}
-    if case.task == "segment" and case.segment_heads:
-        expected["segment-heads"] = calls
-    expected["loss"] = calls
+    if case.one_region:
+        expected = {"network+loss": calls}
+    else:
+        expected = {"network": calls}
+        if case.task == "segment" and case.segment_heads:
+            expected["segment-heads"] = calls
+        expected["loss"] = calls
     # GradScaler skips the update on a step with inf gradients: count applied updates.
     expected["optimizer MuSGD"] = max(fit.updates - REGION_WARMUP, 0)
     return expected
@@ -313,6 +322,7 @@ def _cases(args: argparse.Namespace) -> list[Case]:
             accumulation,
             layout,
             segment_heads=args.segment_heads,
+            one_region=args.one_region,
             extra=extra,
         )
         for task, precision, accumulation, layout, extra in grid
@@ -344,6 +354,11 @@ def main() -> int:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="segment: the prototype heads as a region of their own (else inside the network's)",
+    )
+    parser.add_argument(
+        "--one-region",
+        action="store_true",
+        help="the network and its loss as one region (replay.loss_with_network)",
     )
     args = parser.parse_args()
     if args.accelerator == "gpu":
