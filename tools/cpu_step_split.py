@@ -1,15 +1,15 @@
 """The host's bookkeeping of a replayed training step, read on a machine without a GPU.
 
-Why (issue 11, docs/engineering/whole-fit-speed.md, session 34): at batch 4 the replayed step
-waits for the host, and much of the host's work is the replay's own bookkeeping around each
-region (the identity check, the signature, the copies, the launch, autograd's node and the
-gradients' hand-off), paid per region in the forward and again in the backward. On the CPU the
-replay library's stand-in runs every recorded body eagerly, but its bookkeeping is the code a
-GPU fit runs, so the split of a CPU fit tells what a change to the bookkeeping removes, in
-calls a step and in host milliseconds, before a GPU is at hand. The stand-in's own work (the
-bodies re-run, and copies that move bytes where a GPU only queues them) is taken out: a
-region's bookkeeping is ``RegionRecorder.__call__`` less ``RegionGraphs.launch_forward``, plus
-``RegionRecorder._launch_backward`` less ``RegionGraphs.launch_backward``.
+Why (issue 11, docs/engineering/whole-fit-speed.md, session 34): much of a replayed step's host
+work is the replay's own bookkeeping around each region (the identity check, the signature, the
+copies, the launch, autograd's node and the gradients' hand-off), paid per region in the forward
+and again in the backward. On the CPU the replay library's stand-in runs every recorded body
+eagerly, but its bookkeeping is the code a GPU fit runs, so the split of a CPU fit tells what a
+change to the bookkeeping removes, in calls a step and in host milliseconds, before a GPU is at
+hand. The stand-in's own work (the bodies re-run, and copies that move bytes where a GPU only
+queues them) is taken out: a region's bookkeeping is ``RegionRecorder.__call__`` less
+``RegionGraphs.launch_forward``, plus ``RegionRecorder._launch_backward`` less
+``RegionGraphs.launch_backward``.
 
 Each configuration is a fresh process (``lucid-yolo fit`` refuses replay on the CPU, so this
 runs :class:`~lucid_yolo.train.YoloModule` under a Lightning trainer itself), alternating over
@@ -113,6 +113,7 @@ def child(config: str, data: Path, args: argparse.Namespace) -> None:
     import lightning.pytorch as pl
 
     from host_split_callback import RESULT_ENV, HostSplitCallback
+    from lucid_yolo.models.registry import TASK_SUFFIXES
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 
     pl.seed_everything(0, verbose=False)
@@ -120,7 +121,7 @@ def child(config: str, data: Path, args: argparse.Namespace) -> None:
         data, task=args.task, imgsz=args.imgsz, batch_size=args.batch, workers=0, seed=0
     )
     module = YoloModule(
-        "yolo26n" if args.task == "detect" else f"yolo26n-{args.task}",
+        f"yolo26n{TASK_SUFFIXES[args.task]}",
         num_classes=datamodule.num_classes,
         replay=ReplayConfig(**CONFIGS[config]),
     )
@@ -182,13 +183,13 @@ def main(argv: list[str] | None = None) -> int:
             order = configs if round_ % 2 == 0 else configs[::-1]
             for config in order:
                 result = Path(folder) / f"{config}-{round_}.json"
-                command = [
+                fit = [
                     sys.executable, __file__, "--child", config, "--data", str(data),
                     "--task", args.task, "--batch", str(args.batch),
                     "--imgsz", str(args.imgsz), "--epochs", str(args.epochs),
                 ]  # fmt: skip
                 environment = {**os.environ, "LUCID_HOST_SPLIT": str(result)}
-                subprocess.run(command, check=True, capture_output=True, env=environment)
+                subprocess.run(fit, check=True, capture_output=True, env=environment)
                 fits[config].append(summary(json.loads(result.read_text())))
     report = {
         "settings": {k: v for k, v in vars(args).items() if k not in ("child", "data")},
