@@ -24,6 +24,11 @@ and its last third is profiled, recording:
   ``gpu_busy_ms``), how many kernels ran under ``SHORT_KERNEL_US`` and for how long, and the
   kernels that took the most time, by name: whether a step's GPU time is a few long kernels or
   many short ones;
+* ``launches``: the same work split by what launched it (:func:`launch_split`): each recorded
+  graph (its kernel count and first kernel name it; how often it ran a step, its kernels' time,
+  its span on the device) and the eager rest by the host operator that launched it; and
+  ``waits_before``, per group, the long idle gaps that ended with its work: what the device
+  waited for;
 * ``syncs_per_step`` and ``sync_sites``: host synchronisations with the device per step
   (``torch.cuda.set_sync_debug_mode("warn")`` over the window), and the Python lines that made
   them;
@@ -44,6 +49,9 @@ With ``--native`` nothing is replayed and the profile also records input shapes,
   (session 21; which part took the time is not known), and an eager period is not a replayed
   step's. ``--steps`` is 30 by default there (10 profiled steps).
 
+With ``--one-region`` the network and its loss replay as one region
+(``ReplayConfig.loss_with_network``; not for segment, whose heads have their own region).
+
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
     python3 tools/profile_step.py --task detect --batch 4 --steps 150 --out $OUT/detect-b4.json
@@ -55,6 +63,7 @@ GPU columns are then empty.
 from __future__ import annotations
 
 import argparse
+import bisect
 import cProfile
 import io
 import json
@@ -234,6 +243,124 @@ def device_work(events: list[dict[str, Any]], steps: int, count: int) -> dict[st
     }
 
 
+GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
+"""Runtime and driver calls that launch a recorded graph (torch.profiler's names)."""
+
+
+def launch_split(trace: Path, steps: int) -> dict[str, Any]:
+    """Per step, the device's work and its waits by what launched them.
+
+    A kernel carries the correlation id of the host call that launched it; a graph launch gives
+    all its kernels one id. Each graph is named by its kernel count and first kernel (a replayed
+    region's graphs differ in both), so the split says per graph how often it ran a step, its
+    kernels' time and its span on the device, and for the eager rest, which operator (the
+    innermost ``cpu_op`` around the launch on its thread) ran the kernels. ``waits_before``
+    sums, per group, the long idle gaps (``SHORT_GAP_US`` and more) that ended with one of its
+    activities: what the device was waiting for when it sat idle."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    launchers = {
+        e["args"]["correlation"]: e
+        for e in events
+        if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
+    }
+    operators = _operators_by_thread(events)
+    device = sorted(
+        (e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e),
+        key=lambda e: float(e["ts"]),
+    )
+    by_launch: dict[Any, list[dict[str, Any]]] = {}
+    for event in device:
+        by_launch.setdefault(event.get("args", {}).get("correlation"), []).append(event)
+    group_of: dict[int, str] = {}
+    for correlation, activities in by_launch.items():
+        launcher = launchers.get(correlation)
+        if launcher is not None and launcher.get("name") in GRAPH_LAUNCHES:
+            name = f"graph: {len(activities)} nodes, first {str(activities[0].get('name'))[:60]}"
+        else:
+            name = f"eager: {_innermost_operator(launcher, operators)}"
+        for activity in activities:
+            group_of[id(activity)] = name
+    groups: dict[str, dict[str, float]] = {}
+    for activities in by_launch.values():
+        row = groups.setdefault(
+            group_of[id(activities[0])], {"launches": 0, "activities": 0, "ms": 0.0, "span_ms": 0.0}
+        )
+        row["launches"] += 1
+        row["activities"] += len(activities)
+        row["ms"] += sum(float(a.get("dur", 0.0)) for a in activities) / 1000.0
+        start = float(activities[0]["ts"])
+        row["span_ms"] += (
+            max(float(a["ts"]) + float(a.get("dur", 0.0)) for a in activities) / 1000.0
+        )
+        row["span_ms"] -= start / 1000.0
+    waits: dict[str, float] = {}
+    end = float("-inf")
+    for event in device:
+        start, stop = float(event["ts"]), float(event["ts"]) + float(event.get("dur", 0.0))
+        if end > float("-inf") and start - end >= SHORT_GAP_US:
+            name = group_of[id(event)]
+            waits[name] = waits.get(name, 0.0) + (start - end) / 1000.0
+        end = max(end, stop)
+    return {
+        "groups": sorted(
+            (
+                {
+                    "group": name,
+                    "per_step": round(row["launches"] / steps, 2),
+                    "activities_per_launch": round(row["activities"] / row["launches"], 1),
+                    "ms": round(row["ms"] / steps, 3),
+                    "span_ms": round(row["span_ms"] / steps, 3),
+                }
+                for name, row in groups.items()
+            ),
+            key=lambda row: -float(row["ms"]),
+        ),
+        "waits_before": {
+            name: round(ms / steps, 3) for name, ms in sorted(waits.items(), key=lambda kv: -kv[1])
+        },
+    }
+
+
+def _operators_by_thread(
+    events: list[dict[str, Any]],
+) -> dict[Any, tuple[list[float], list[dict[str, Any]]]]:
+    """Each thread's host operators sorted by start, with their starts (for bisection)."""
+    threads: dict[Any, list[dict[str, Any]]] = {}
+    for event in events:
+        if event.get("cat") == "cpu_op" and "ts" in event:
+            threads.setdefault(event.get("tid"), []).append(event)
+    return {
+        tid: ([float(e["ts"]) for e in ops], ops)
+        for tid, ops in (
+            (tid, sorted(ops, key=lambda e: float(e["ts"]))) for tid, ops in threads.items()
+        )
+    }
+
+
+ENCLOSING_SCAN = 500
+"""How many host operators before a launch :func:`_innermost_operator` looks through."""
+
+
+def _innermost_operator(
+    launcher: dict[str, Any] | None,
+    operators: dict[Any, tuple[list[float], list[dict[str, Any]]]],
+) -> str:
+    """The latest-starting host operator on the launcher's thread that encloses the launch
+    (nested operators start after their parents), looked for among the ``ENCLOSING_SCAN``
+    operators before it, or the launch call's own name."""
+    if launcher is None:
+        return "?"
+    starts, ops = operators.get(launcher.get("tid"), ([], []))
+    begin = float(launcher["ts"])
+    finish = begin + float(launcher.get("dur", 0.0))
+    last = bisect.bisect_right(starts, begin) - 1
+    for index in range(last, max(last - ENCLOSING_SCAN, -1), -1):
+        op = ops[index]
+        if float(op["ts"]) + float(op.get("dur", 0.0)) >= finish:
+            return str(op.get("name"))
+    return str(launcher.get("name"))
+
+
 def ops_by_device_time(device: profile, steps: int, count: int) -> list[dict[str, Any]]:
     """The ``count`` operators, told apart by their input shapes, whose own kernels took the
     most device time per step: which operator a costly kernel belongs to. Only an eager step
@@ -287,7 +414,14 @@ def main() -> None:
         action="store_true",
         help="replay nothing, and name the operators whose kernels take the device's time",
     )
+    parser.add_argument(
+        "--one-region",
+        action="store_true",
+        help="replay the network and its loss as one region (not with segment's heads)",
+    )
     args = parser.parse_args()
+    if args.one_region and (args.native or args.task == "segment"):
+        parser.error("--one-region: neither with --native nor for segment (its heads' region)")
     if args.steps is None:
         args.steps = 30 if args.native else 150
     if args.steps < 3:
@@ -317,6 +451,7 @@ def main() -> None:
             segment_heads=args.task == "segment" and not args.native,
             loss=not args.native,
             update=not args.native,
+            loss_with_network=args.one_region,
         ),
     )
     window = _Window(args.steps // 3, 2 * args.steps // 3, cuda, shapes=args.native)
@@ -329,6 +464,7 @@ def main() -> None:
         "task": args.task,
         "batch": args.batch,
         "replayed": not args.native,
+        "one_region": args.one_region,
         "workers": data.workers,
         "steps_unprofiled": window.plain_steps,
         "unprofiled_period_ms": round(
@@ -350,6 +486,7 @@ def main() -> None:
         row["gpu_busy_ms"] = round(busy / steps, 3)
         row["gpu_idle_gaps"] = gap_split(gaps, steps)
         row["device_work"] = device_work(events, steps, 25)
+        row["launches"] = launch_split(trace, steps)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)

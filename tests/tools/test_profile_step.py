@@ -163,3 +163,59 @@ def test_operators_rank_by_their_own_device_time_per_step(tool: ModuleType) -> N
         ("aten::add", 20.0, 0.2),
     ]
     assert rows[0]["input_shapes"] == "[[4, 16]]"
+
+
+def test_launch_split_groups_device_work_by_graph_and_by_the_operator_that_launched_it(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    def launch(name: str, correlation: int, ts: float) -> dict[str, object]:
+        return {
+            "cat": "cuda_runtime",
+            "name": name,
+            "tid": 7,
+            "ts": ts,
+            "dur": 2,
+            "args": {"correlation": correlation},
+        }
+
+    def kernel(name: str, correlation: int, ts: float, dur: float) -> dict[str, object]:
+        return {
+            "cat": "kernel",
+            "name": name,
+            "ts": ts,
+            "dur": dur,
+            "args": {"correlation": correlation},
+        }
+
+    trace = _trace(
+        tmp_path,
+        [
+            launch("cudaGraphLaunch", 1, 0),
+            *(kernel(name, 1, 10 + 10 * i, 5) for i, name in enumerate(("conv", "bn", "silu"))),
+            {"cat": "cpu_op", "name": "aten::to", "tid": 7, "ts": 40, "dur": 30},
+            {"cat": "cpu_op", "name": "aten::copy_", "tid": 7, "ts": 45, "dur": 20},
+            {"cat": "cpu_op", "name": "aten::empty", "tid": 7, "ts": 41, "dur": 2},  # ended before
+            launch("cudaLaunchKernel", 2, 50),
+            kernel("copy", 2, 100, 4),  # 65 us after the graph's last kernel ended: a wait
+            launch("cudaGraphLaunch", 3, 200),
+            *(kernel(name, 3, 210 + 6 * i, 5) for i, name in enumerate(("conv", "bn", "silu"))),
+            kernel("stray", 9, 300, 1),  # its launch is not in the trace
+        ],
+    )
+    split = tool.launch_split(trace, steps=2)
+    rows = {row["group"]: row for row in split["groups"]}
+    graph = rows["graph: 3 nodes, first conv"]
+    assert (graph["per_step"], graph["activities_per_launch"]) == (1.0, 3.0)
+    assert graph["ms"] == pytest.approx(6 * 5 / 1000 / 2)  # 6 kernels of 5 us in 2 steps
+    assert graph["span_ms"] == pytest.approx((25 + 17) / 1000 / 2)
+    assert (rows["eager: aten::copy_"]["per_step"], rows["eager: aten::copy_"]["ms"]) == (
+        0.5,
+        0.002,
+    )
+    assert "eager: ?" in rows
+    # rounded to microseconds, ranked by the wait
+    assert list(split["waits_before"].items()) == [
+        ("graph: 3 nodes, first conv", pytest.approx((210 - 104) / 1000 / 2, abs=1e-3)),
+        ("eager: ?", pytest.approx((300 - 227) / 1000 / 2, abs=1e-3)),
+        ("eager: aten::copy_", pytest.approx((100 - 35) / 1000 / 2, abs=1e-3)),
+    ]
