@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 CONFIGS: dict[str, dict[str, bool]] = {
-    "chain": {"network": True, "loss": True, "update": True},
+    "chain": {"network": True, "loss": True, "update": True, "loss_with_network": False},
     "one-region": {"network": True, "loss": True, "update": True, "loss_with_network": True},
 }
 """The replay options of each configuration a run can compare."""

@@ -50,12 +50,19 @@ class DigestedFit:
     ema_updates: int
     module: YoloModule
     regions: dict[str, dict[str, int]]
-    """Telemetry per recorder, by name (``network``, ``segment-heads``, ``loss``, ``optimizer
-    MuSGD``)."""
+    """Telemetry per recorder, by name (``network``, ``segment-heads``, ``loss``,
+    ``network+loss``, ``optimizer MuSGD``)."""
     val: list[dict[str, str]]
     """The bits of each validation pass's metrics after the sanity check (``validate``)."""
     val_outputs: list[dict[str, str]]
     """Digests of every evaluation forward's outputs, sanity check included (``validate``)."""
+
+    @property
+    def network_replays(self) -> int:
+        """Replays of the recorder that runs the network: alone (``network``) or with its loss
+        (``network+loss``, the default where both replay)."""
+        name = "network+loss" if "network+loss" in self.regions else "network"
+        return self.regions[name]["replays"]
 
 
 def _bits(value: Tensor) -> str:

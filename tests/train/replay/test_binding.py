@@ -106,7 +106,7 @@ def test_loss_region_cpu_fit_equals_native(
     yaml = tiny_dataset(task)
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "grad_clip_norm": 0.0}
     native = fit_digests(yaml, task, "32-true", 1, **cpu)
-    replay = ReplayConfig(network=True, loss=True)
+    replay = ReplayConfig(network=True, loss=True, loss_with_network=False)
     callbacks = [] if direct_gradients else [_HandOffGradients()]
     replayed = fit_digests(yaml, task, "32-true", 1, replay=replay, callbacks=callbacks, **cpu)
     network = replayed.module.replay.network
@@ -135,8 +135,7 @@ def test_replayed_cpu_fit_with_the_default_gradient_clip_equals_native(
     replay = ReplayConfig(network=True, loss=True, update=True)
     replayed = fit_digests(yaml, "detect", "32-true", 2, replay=replay, **cpu)
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
-        "network": 5,
-        "loss": 5,
+        "network+loss": 5,
         "optimizer MuSGD": 2,
     }
     assert replayed.telemetry["retirements"] == 0
@@ -157,11 +156,10 @@ def test_replayed_cpu_fit_in_channels_last_equals_native(
     replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **cpu)
     assert replayed.module.memory_format == torch.channels_last
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
-        "network": 2,
-        "loss": 2,
+        "network+loss": 2,
         "optimizer MuSGD": 2,
     }
-    assert [r.recordings for r in replayed.module.replay.recorders()] == [1, 1]
+    assert [r.recordings for r in replayed.module.replay.recorders()] == [1]
     assert replayed.telemetry["retirements"] == 0
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses
@@ -250,8 +248,7 @@ def test_replayed_fit_with_accumulation_changed_mid_fit_equals_native(
     replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, callbacks=schedule(), **cpu)
     assert len(replayed.losses) == 4
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
-        "network": 3,
-        "loss": 3,
+        "network+loss": 3,
         "optimizer MuSGD": 2,
     }
     assert replayed.telemetry["retirements"] == 0
@@ -278,7 +275,8 @@ def test_regions_record_a_second_signature_when_the_image_size_changes(
     net = create_model("yolo26n", num_classes=num_classes)
     reference = copy.deepcopy(net)
     criterion = build_loss("detect", num_classes, strides=net.strides)
-    replay = NetworkReplay(net, "detect", ReplayConfig(network=True, loss=True), criterion)
+    chain = ReplayConfig(network=True, loss=True, loss_with_network=False)
+    replay = NetworkReplay(net, "detect", chain, criterion)
     fraction = torch.zeros(())
     for call, size in enumerate((64, 96, 64, 96, 64)):
         batch = sizes[size]
@@ -431,12 +429,13 @@ def test_network_alone_is_refused_when_it_replays_with_its_loss() -> None:
         replay(torch.zeros(1, 3, 64, 64))
 
 
-def test_network_and_loss_as_one_region_needs_its_option() -> None:
+def test_network_and_loss_as_one_region_is_refused_for_the_chain() -> None:
     net = create_model("yolo26n", num_classes=3)
     criterion = build_loss("detect", 3, strides=net.strides)
-    replay = NetworkReplay(net, "detect", ReplayConfig(network=True, loss=True), criterion)
+    chain = ReplayConfig(network=True, loss=True, loss_with_network=False)
+    replay = NetworkReplay(net, "detect", chain, criterion)
     batch: Any = {"images": torch.zeros(1, 3, 64, 64, dtype=torch.uint8)}
-    with pytest.raises(TrainConfigError, match=r"needs replay.loss_with_network"):
+    with pytest.raises(TrainConfigError, match=r"needs the network and its loss replayed as one"):
         replay.network_and_loss(torch.zeros(1, 3, 64, 64), batch, torch.tensor(0.5))
 
 

@@ -32,6 +32,35 @@ def test_replay_config_refuses_loss_with_network_around_segment_heads() -> None:
         ReplayConfig(network=True, segment_heads=True, loss=True, loss_with_network=True)
 
 
+@pytest.mark.parametrize(
+    ("options", "joined"),
+    [
+        ({"network": True, "loss": True}, True),
+        ({"network": True, "loss": True, "update": True, "evaluation": True}, True),
+        ({"network": True, "loss": True, "loss_with_network": False}, False),
+        ({"network": True, "loss": True, "loss_with_network": True}, True),
+        ({"network": True, "segment_heads": True, "loss": True}, False),
+        ({"network": True, "update": True}, False),
+        ({"loss": True}, False),
+        ({}, False),
+    ],
+    ids=[
+        "both",
+        "everything",
+        "chain",
+        "insisted",
+        "segment-heads",
+        "no-loss",
+        "no-network",
+        "none",
+    ],
+)
+def test_replay_config_joins_the_network_and_its_loss_by_default_where_both_replay(
+    options: dict[str, bool], joined: bool
+) -> None:
+    assert ReplayConfig(**options).joins_network_and_loss is joined
+
+
 def test_replay_config_graphs_counts_the_update_but_regions_do_not() -> None:
     update = ReplayConfig(update=True)
     assert (update.regions, update.graphs) == (False, True)

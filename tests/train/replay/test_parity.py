@@ -26,8 +26,8 @@ pytestmark = [
 ]
 
 
-_ONE_REGION = ReplayConfig(network=True, loss=True, loss_with_network=True, update=True)
-"""Every part of the step replayed, the network and its loss as one region."""
+_ONE_REGION = ReplayConfig(network=True, loss=True, update=True)
+"""Every part of the step replayed, the network and its loss as one region (the default)."""
 
 
 @pytest.mark.parametrize(
@@ -50,10 +50,10 @@ _ONE_REGION = ReplayConfig(network=True, loss=True, loss_with_network=True, upda
             "detect",
             "bf16-mixed",
             2,
-            ReplayConfig(network=True, loss=True, update=True),
+            ReplayConfig(network=True, loss=True, loss_with_network=False, update=True),
         ),
         # fp16's GradScaler skips this short fit's updates (no update to count), as above
-        ("detect", "16-mixed", 1, ReplayConfig(network=True, loss=True, loss_with_network=True)),
+        ("detect", "16-mixed", 1, ReplayConfig(network=True, loss=True)),
         *(
             (task, precision, accumulate, _ONE_REGION)
             for task, precision, accumulate in (
@@ -90,7 +90,7 @@ def test_replayed_fit_is_bitwise_native(
         "update": "optimizer MuSGD",
     }
     regions = {name for option, name in names.items() if getattr(replay, option)}
-    if replay.loss_with_network:
+    if replay.joins_network_and_loss:
         regions = regions - {"network", "loss"} | {"network+loss"}
         expected["network+loss"] = micro_batches - 1
     assert set(replayed.regions) == regions
@@ -139,7 +139,7 @@ def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
     assert native_loan is not None
     assert (loan.borrowed, native_loan.borrowed) == (6 + _MASK_BLOCKS[task], 0)
     assert not loan.lending
-    assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    assert replayed.network_replays == len(replayed.losses) - 1
     _assert_same_validation_and_training(native, replayed)
 
 
@@ -227,7 +227,7 @@ def test_replayed_fit_in_the_default_layout_is_channels_last_and_bitwise_native(
         for net in (fit.module.net, fit.module.ema_net):
             weights = [p for p in net.parameters() if p.dim() == 4]
             assert all(p.is_contiguous(memory_format=torch.channels_last) for p in weights)
-    assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    assert replayed.network_replays == len(replayed.losses) - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses
@@ -251,7 +251,7 @@ def test_replayed_fit_clipped_or_not_is_bitwise_native(
     native = fit_digests(yaml, "detect", precision, 2, **options)
     replayed = fit_digests(yaml, "detect", precision, 2, replay=replay, **options)
     assert native.ema_updates == replayed.ema_updates >= 3, replayed.telemetry
-    assert replayed.regions["network"]["replays"] == len(replayed.losses) - 1
+    assert replayed.network_replays == len(replayed.losses) - 1
     assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
     assert first_difference(native.digests, replayed.digests) is None
@@ -306,7 +306,7 @@ def test_replayed_fit_with_verifier_finds_no_difference(
     verified = fit_digests(yaml, "detect", precision, 2, replay=replay)
     assert verified.telemetry["verified"] == 2, verified.telemetry
     assert verified.telemetry["parity_mismatches"] == 0, verified.telemetry
-    assert verified.regions["network"]["replays"] == len(verified.losses) - 1
+    assert verified.network_replays == len(verified.losses) - 1
     assert first_difference(native.digests, verified.digests) is None
     assert native.losses == verified.losses
 
@@ -329,9 +329,11 @@ def test_replayed_fit_with_loss_is_bitwise_native_under_bf16_accumulation(
     native = fit_digests(yaml, task, "bf16-mixed", accumulate, **options)
     replayed = fit_digests(yaml, task, "bf16-mixed", accumulate, replay=replay, **options)
     micro_batches = len(replayed.losses)
-    expected = {"network": micro_batches - 1, "loss": micro_batches - 1}
-    if task == "segment":
-        expected["segment-heads"] = micro_batches - 1
+    if replay.joins_network_and_loss:
+        expected = {"network+loss": micro_batches - 1}
+    else:
+        expected = {"network": micro_batches - 1, "segment-heads": micro_batches - 1}
+        expected["loss"] = micro_batches - 1
     expected["optimizer MuSGD"] = replayed.ema_updates - 1
     assert {name: t["replays"] for name, t in replayed.regions.items()} == expected
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry

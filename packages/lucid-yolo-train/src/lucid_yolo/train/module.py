@@ -261,7 +261,7 @@ class YoloModule(pl.LightningModule):
         raw = batch["images"]
         images = self.replay.images(raw, self.memory_format, network_input_dtype(raw.device))
         self.loss_progress.fill_(self._epoch_fraction())
-        if self.replay.config.loss_with_network:
+        if self.replay.config.joins_network_and_loss:
             # one region: the phase timer's network phase holds the loss too
             result = self.replay.network_and_loss(images, batch, self.loss_progress)
             self._mark_phase("network")

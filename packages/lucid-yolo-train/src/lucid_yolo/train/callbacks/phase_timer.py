@@ -42,7 +42,8 @@ class PhaseTimer(Callback):
     Phases: ``data`` (waiting for the next batch, host time), ``network`` (forward of the network
     or its replay), ``loss`` (loss and assignment), ``backward``, ``update`` (optimizer step, EMA;
     zero on accumulation micro-batches). With the network and its loss replayed as one region
-    (``replay.loss_with_network``) the network phase holds the loss, and ``loss`` reads about 0.
+    (``replay.loss_with_network``, the default where both replay without segment heads) the
+    network phase holds the loss, and ``loss`` reads about 0.
     A step whose boundaries are not all reached (for instance a skipped backward) is dropped
     from the means.
 

@@ -76,8 +76,9 @@ class NetworkReplay:
         self.segment_heads: RegionRecorder | None = None
         self.loss_recorder: RegionRecorder | None = None
         self.network_with_loss: RegionRecorder | None = None
-        """The recorder of the network and the loss as one region (``config.loss_with_network``),
-        built on the first step, when the batch's fields are known."""
+        """The recorder of the network and the loss as one region
+        (``config.joins_network_and_loss``), built on the first step, when the batch's fields
+        are known."""
         self._pool: ReplayPool | None = None
         self.evaluation_loan: ScratchLoan | None = None
         """The step pool's free blocks lent to evaluation's eager work between replayed steps
@@ -145,13 +146,15 @@ class NetworkReplay:
         """Raw network outputs (:mod:`lucid_yolo.models.outputs`) for float images.
 
         Raises:
-            TrainConfigError: ``config.loss_with_network``, where the network replays only with
-                its loss (:meth:`network_and_loss`); a forward alone would run natively unseen.
+            TrainConfigError: ``config.joins_network_and_loss``, where the network replays only
+                with its loss (:meth:`network_and_loss`); a forward alone would run natively
+                unseen.
         """
-        if self.config.loss_with_network:
+        if self.config.joins_network_and_loss:
             raise TrainConfigError(
-                "with replay.loss_with_network the network replays with its loss: call "
-                "NetworkReplay.network_and_loss, or leave the option off for the network alone"
+                "the network replays with its loss as one region (replay.loss_with_network, "
+                "on by default where both replay): call NetworkReplay.network_and_loss, or set "
+                "replay.loss_with_network false for the network alone"
             )
         if not (self.config.network or self.config.segment_heads):
             result: dict[str, Tensor] = self.net(images)
@@ -301,7 +304,7 @@ class NetworkReplay:
         self, images: Tensor, batch: Batch, fraction: Tensor
     ) -> tuple[Tensor, dict[str, Tensor]]:
         """The loss ``(total, terms)`` of the network's outputs for ``images``, through the one
-        region of both (``config.loss_with_network``).
+        region of both (``config.joins_network_and_loss``).
 
         Args:
             images: float network input (:meth:`images`).
@@ -309,14 +312,15 @@ class NetworkReplay:
             fraction: ProgLoss progress, a 0-dim float32 device tensor.
 
         Raises:
-            TrainConfigError: ``config.loss_with_network`` is off.
+            TrainConfigError: the network and its loss do not replay as one region.
         """
-        if not self.config.loss_with_network:
+        if not self.config.joins_network_and_loss:
             raise TrainConfigError(
-                "NetworkReplay.network_and_loss needs replay.loss_with_network: call it only "
-                "when that option is on, or the network and the loss apart otherwise"
+                "NetworkReplay.network_and_loss needs the network and its loss replayed as one "
+                "region (replay.network and replay.loss, replay.loss_with_network not false, no "
+                "replay.segment_heads): call the network and the loss apart otherwise"
             )
-        assert self.criterion is not None, "loss_with_network is checked to come with loss"
+        assert self.criterion is not None, "the one region is checked to come with the loss"
         criterion, network = self.criterion, self._network_region
         fields = cast(dict[str, Tensor], batch)
         keys = tuple(sorted(fields))
@@ -365,10 +369,10 @@ class NetworkReplay:
         on its training device (a recording keys on parameter storage, which moving the network
         replaces: an evaluation before the fit, which ``Trainer.validate`` ends by moving the
         module to the CPU, makes the pool only); the loss recorder, and the network's with its
-        loss (``config.loss_with_network``), join the pool on their first call, when the batch's
-        fields are known."""
+        loss (``config.joins_network_and_loss``), join the pool on their first call, when the
+        batch's fields are known."""
         pool = self._pool_on(device)
-        if self.config.network and not self.config.loss_with_network and self.network is None:
+        if self.config.network and not self.config.joins_network_and_loss and self.network is None:
             self.network = RegionRecorder(
                 self._network_region,
                 name="network",

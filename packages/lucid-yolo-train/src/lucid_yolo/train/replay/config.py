@@ -25,12 +25,15 @@ class ReplayConfig:
             own, chained after the network.
         loss: replay the loss (assignment and every term, forward and backward), chained after
             the network (every task; bitwise in all 72 parity-matrix cases on an H200).
-        loss_with_network: with ``network`` and ``loss``, record them as one region
+        loss_with_network: record ``network`` and ``loss`` as one region
             (:class:`~lucid_yolo.train.replay.regions.NetworkLossRegion`): a replayed step then
             launches one forward and one backward graph for both instead of two each, and pays
             the host's work of one region (its identity check, signature, copies and autograd
             node) instead of two. The same operators run in the same order as the native step.
-            Not with ``segment_heads``, which chains a region between the two.
+            ``None`` (the default) joins them wherever both replay and ``segment_heads``, which
+            chains a region between the two, does not (:attr:`joins_network_and_loss`);
+            ``False`` keeps the two regions chained; ``True`` insists, and is refused where it
+            cannot apply.
         update: replay the MuSGD update and the EMA blend from one CUDA graph
             (:mod:`lucid_yolo.train.replay.update_step`).
         evaluation: replay the evaluation forward (validation, test: the image conversion and
@@ -68,7 +71,8 @@ class ReplayConfig:
 
     Raises:
         TrainConfigError: ``max_signatures`` below 1, a negative ``verify_every``, or
-            ``loss_with_network`` without ``network`` and ``loss`` or with ``segment_heads``.
+            ``loss_with_network`` true without ``network`` and ``loss`` or with
+            ``segment_heads``.
     """
 
     EVALUATION_OPTIONS: ClassVar[tuple[str, ...]] = ("evaluation", "max_signatures")
@@ -77,7 +81,7 @@ class ReplayConfig:
     network: bool = False
     segment_heads: bool = False
     loss: bool = False
-    loss_with_network: bool = False
+    loss_with_network: bool | None = None
     update: bool = False
     evaluation: bool = False
     max_signatures: int = 4
@@ -91,14 +95,16 @@ class ReplayConfig:
             )
         if self.loss_with_network and not (self.network and self.loss):
             raise TrainConfigError(
-                "replay.loss_with_network records the network and the loss as one region: turn "
-                "on replay.network and replay.loss with it, or leave it off"
+                "replay.loss_with_network true records the network and the loss as one region: "
+                "turn on replay.network and replay.loss with it, or leave it unset (it then "
+                "joins them wherever both replay)"
             )
         if self.loss_with_network and self.segment_heads:
             raise TrainConfigError(
                 "replay.loss_with_network cannot join the network and the loss around a "
                 "segment-head region: leave replay.segment_heads off (the network region then "
-                "runs the segment heads) or leave replay.loss_with_network off"
+                "runs the segment heads) or leave replay.loss_with_network unset (it then "
+                "joins them only without a segment-head region)"
             )
         if self.verify_every < 0:
             raise TrainConfigError(
@@ -114,6 +120,14 @@ class ReplayConfig:
         holds none and ``evaluate_in_pool`` changes nothing there.
         """
         return ReplayConfig(**{name: getattr(self, name) for name in self.EVALUATION_OPTIONS})
+
+    @property
+    def joins_network_and_loss(self) -> bool:
+        """Whether the network and its loss replay as one region: ``loss_with_network`` where
+        given, otherwise wherever both replay without a segment-head region between them."""
+        if self.loss_with_network is not None:
+            return self.loss_with_network
+        return self.network and self.loss and not self.segment_heads
 
     @property
     def regions(self) -> bool:

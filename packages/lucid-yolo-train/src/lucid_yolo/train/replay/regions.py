@@ -13,8 +13,9 @@ forward parts (:meth:`YOLO26.features`, :meth:`YOLO26.predictions`,
 * the **loss** (assigners and every loss term), chained after them: it reads the raw outputs and
   the batch tensors, returns the total and the detached terms, and its backward graph hands the
   outputs' gradients to the regions before it;
-* the **network and its loss** as one region (``ReplayConfig.loss_with_network``): the same
-  operators as the two chained, one forward and one backward graph for both;
+* the **network and its loss** as one region (``ReplayConfig.joins_network_and_loss``: by
+  default wherever both replay without the segment heads' region): the same operators as the
+  two chained, one forward and one backward graph for both;
 * the **evaluation** forward (validation, test), a forward without autograd: the batch's uint8
   images made float network input, then the EMA network in eval mode.
 """
