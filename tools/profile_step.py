@@ -172,10 +172,20 @@ well above the 0.5-0.6 µs a replayed graph's node-to-node gaps took on the H200
 well below a host's launch of a graph."""
 
 
-def device_events(trace: Path) -> list[dict[str, Any]]:
-    """A chrome trace's events of work on the device (kernels, copies, memsets)."""
-    events = json.loads(trace.read_text())["traceEvents"]
+def trace_events(trace: Path) -> list[dict[str, Any]]:
+    """Every event of a chrome trace (host and device)."""
+    events: list[dict[str, Any]] = json.loads(trace.read_text())["traceEvents"]
+    return events
+
+
+def device_only(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events of work on the device (kernels, copies, memsets)."""
     return [e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e]
+
+
+def device_events(trace: Path) -> list[dict[str, Any]]:
+    """A chrome trace's events of work on the device."""
+    return device_only(trace_events(trace))
 
 
 def busy_and_gaps(events: list[dict[str, Any]]) -> tuple[float, list[float]]:
@@ -247,7 +257,7 @@ GRAPH_LAUNCHES = ("cudaGraphLaunch", "cuGraphLaunch")
 """Runtime and driver calls that launch a recorded graph (torch.profiler's names)."""
 
 
-def launch_split(trace: Path, steps: int) -> dict[str, Any]:
+def launch_split(events: list[dict[str, Any]], steps: int) -> dict[str, Any]:
     """Per step, the device's work and its waits by what launched them.
 
     A kernel carries the correlation id of the host call that launched it; a graph launch gives
@@ -256,43 +266,33 @@ def launch_split(trace: Path, steps: int) -> dict[str, Any]:
     kernels' time and its span on the device, and for the eager rest, which operator (the
     innermost ``cpu_op`` around the launch on its thread) ran the kernels. ``waits_before``
     sums, per group, the long idle gaps (``SHORT_GAP_US`` and more) that ended with one of its
-    activities: what the device was waiting for when it sat idle."""
-    events = json.loads(trace.read_text())["traceEvents"]
+    activities: what the device was waiting for when it sat idle. ``events``: every event of
+    the trace (:func:`trace_events`)."""
     launchers = {
         e["args"]["correlation"]: e
         for e in events
         if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})
     }
     operators = _operators_by_thread(events)
-    device = sorted(
-        (e for e in events if e.get("cat") in DEVICE_ACTIVITY_TYPES and "ts" in e),
-        key=lambda e: float(e["ts"]),
-    )
+    device = sorted(device_only(events), key=lambda e: float(e["ts"]))
     by_launch: dict[Any, list[dict[str, Any]]] = {}
     for event in device:
         by_launch.setdefault(event.get("args", {}).get("correlation"), []).append(event)
     group_of: dict[int, str] = {}
+    groups: dict[str, dict[str, float]] = {}
     for correlation, activities in by_launch.items():
         launcher = launchers.get(correlation)
         if launcher is not None and launcher.get("name") in GRAPH_LAUNCHES:
             name = f"graph: {len(activities)} nodes, first {str(activities[0].get('name'))[:60]}"
         else:
             name = f"eager: {_innermost_operator(launcher, operators)}"
-        for activity in activities:
-            group_of[id(activity)] = name
-    groups: dict[str, dict[str, float]] = {}
-    for activities in by_launch.values():
-        row = groups.setdefault(
-            group_of[id(activities[0])], {"launches": 0, "activities": 0, "ms": 0.0, "span_ms": 0.0}
-        )
+        group_of.update((id(activity), name) for activity in activities)
+        ends = (float(a["ts"]) + float(a.get("dur", 0.0)) for a in activities)
+        row = groups.setdefault(name, {"launches": 0, "activities": 0, "ms": 0.0, "span_ms": 0.0})
         row["launches"] += 1
         row["activities"] += len(activities)
         row["ms"] += sum(float(a.get("dur", 0.0)) for a in activities) / 1000.0
-        start = float(activities[0]["ts"])
-        row["span_ms"] += (
-            max(float(a["ts"]) + float(a.get("dur", 0.0)) for a in activities) / 1000.0
-        )
-        row["span_ms"] -= start / 1000.0
+        row["span_ms"] += (max(ends) - float(activities[0]["ts"])) / 1000.0
     waits: dict[str, float] = {}
     end = float("-inf")
     for event in device:
@@ -481,12 +481,13 @@ def main() -> None:
     elif window.device is not None:
         trace = args.out.with_suffix(".trace.json")
         window.device.export_chrome_trace(str(trace))
-        events = device_events(trace)
+        everything = trace_events(trace)
+        events = device_only(everything)
         busy, gaps = busy_and_gaps(events)
         row["gpu_busy_ms"] = round(busy / steps, 3)
         row["gpu_idle_gaps"] = gap_split(gaps, steps)
         row["device_work"] = device_work(events, steps, 25)
-        row["launches"] = launch_split(trace, steps)
+        row["launches"] = launch_split(everything, steps)
         trace.unlink()
     row["host_cumulative"] = _host_top(window.host, steps, "cum_ms", 60)
     row["host_self"] = _host_top(window.host, steps, "self_ms", 30)

@@ -202,7 +202,7 @@ def test_launch_split_groups_device_work_by_graph_and_by_the_operator_that_launc
             kernel("stray", 9, 300, 1),  # its launch is not in the trace
         ],
     )
-    split = tool.launch_split(trace, steps=2)
+    split = tool.launch_split(tool.trace_events(trace), steps=2)
     rows = {row["group"]: row for row in split["groups"]}
     graph = rows["graph: 3 nodes, first conv"]
     assert (graph["per_step"], graph["activities_per_launch"]) == (1.0, 3.0)

@@ -331,9 +331,8 @@ def test_replayed_fit_with_loss_is_bitwise_native_under_bf16_accumulation(
     micro_batches = len(replayed.losses)
     if replay.joins_network_and_loss:
         expected = {"network+loss": micro_batches - 1}
-    else:
-        expected = {"network": micro_batches - 1, "segment-heads": micro_batches - 1}
-        expected["loss"] = micro_batches - 1
+    else:  # segment: its heads' region sits between the network and the loss
+        expected = dict.fromkeys(("network", "segment-heads", "loss"), micro_batches - 1)
     expected["optimizer MuSGD"] = replayed.ema_updates - 1
     assert {name: t["replays"] for name, t in replayed.regions.items()} == expected
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry

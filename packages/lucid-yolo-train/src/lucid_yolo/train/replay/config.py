@@ -24,7 +24,8 @@ class ReplayConfig:
         segment_heads: segment only: replay the prototype/semantic heads as a region of their
             own, chained after the network.
         loss: replay the loss (assignment and every term, forward and backward), chained after
-            the network (every task; bitwise in all 72 parity-matrix cases on an H200).
+            the network (every task; bitwise in all 72 parity-matrix cases on an H200), or with
+            it as one region (``loss_with_network``).
         loss_with_network: record ``network`` and ``loss`` as one region
             (:class:`~lucid_yolo.train.replay.regions.NetworkLossRegion`): a replayed step then
             launches one forward and one backward graph for both instead of two each, and pays
