@@ -19,6 +19,8 @@ Example (GPU machine, from the repository root, deterministic cuBLAS)::
 ``--shard 1/2`` and ``--shard 2/2`` split the cases over two commands; ``--tasks detect``,
 ``--precisions bf16-mixed`` and ``--accelerator cpu --limit 1`` give a quick smoke run.
 ``--one-region`` records the network and its loss as one region (``replay.loss_with_network``).
+``--skip-passed a.json ...`` leaves out the cases that earlier runs' files record as passed, so
+a run cut by a device call's limit goes on where it stopped.
 ``--extra imgsz-changed ...`` runs the extra cases of :mod:`parity_extras` instead (per task and
 precision, accumulation 1, contiguous).
 """
@@ -310,6 +312,25 @@ def run_case(yaml: Path, case: Case, args: argparse.Namespace) -> Row:
     )
 
 
+def passed_cases(reports: list[Path]) -> set[str]:
+    """Names of the cases that earlier runs' files (this tool's ``--out``) record as passed.
+
+    Raises:
+        SystemExit: naming a file that is missing or not such a report, before any case runs.
+    """
+    passed: set[str] = set()
+    for report in reports:
+        try:
+            rows = json.loads(report.read_text())
+            passed.update(row["case"] for row in rows if row["passed"])
+        except (OSError, ValueError, TypeError, KeyError) as error:
+            raise SystemExit(
+                f"--skip-passed {report}: not a parity matrix report ({error!r}); give files "
+                "written by this tool's --out"
+            ) from error
+    return passed
+
+
 def _cases(args: argparse.Namespace) -> list[Case]:
     """The matrix's cases, or with ``--extra`` each extra at accumulation 1, contiguous."""
     grid = itertools.product(args.tasks, args.precisions, ACCUMULATIONS, LAYOUTS, [""])
@@ -328,6 +349,8 @@ def _cases(args: argparse.Namespace) -> list[Case]:
         for task, precision, accumulation, layout, extra in grid
         if args.accelerator != "cpu" or precision != "16-mixed"
     ]
+    passed = passed_cases(args.skip_passed)
+    cases = [case for case in cases if case.name not in passed]
     index, count = (int(x) for x in args.shard.split("/"))
     cases = cases[index - 1 :: count]
     return cases[: args.limit] if args.limit else cases
@@ -349,6 +372,13 @@ def main() -> int:
     parser.add_argument("--accelerator", default="gpu")
     parser.add_argument("--shard", default="1/1", help="i/n: run every n-th case from the i-th")
     parser.add_argument("--limit", type=int, default=0, help="run at most this many cases")
+    parser.add_argument(
+        "--skip-passed",
+        nargs="+",
+        type=Path,
+        default=[],
+        help="leave out the cases these earlier reports (--out files) record as passed",
+    )
     parser.add_argument(
         "--segment-heads",
         action=argparse.BooleanOptionalAction,

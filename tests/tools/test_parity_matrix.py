@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -34,3 +37,43 @@ def test_a_segment_case_chains_its_regions_or_records_them_as_one(tool: ModuleTy
         "optimizer MuSGD": 3,
     }
     assert tool._expected(fit, one) == {"network+loss": 7, "optimizer MuSGD": 3}
+
+
+def _args(**overrides: object) -> argparse.Namespace:
+    args = argparse.Namespace(
+        tasks=["detect"],
+        precisions=["bf16-mixed"],
+        extra=[],
+        accelerator="gpu",
+        segment_heads=True,
+        one_region=True,
+        skip_passed=[],
+        shard="1/1",
+        limit=0,
+    )
+    vars(args).update(overrides)
+    return args
+
+
+def test_a_cut_run_goes_on_without_the_cases_it_passed(tool: ModuleType, tmp_path: Path) -> None:
+    every = [case.name for case in tool._cases(_args())]
+    assert len(every) == 6
+    report = tmp_path / "cut.json"
+    report.write_text(
+        json.dumps([{"case": every[0], "passed": True}, {"case": every[1], "passed": False}])
+    )
+    left = [case.name for case in tool._cases(_args(skip_passed=[report]))]
+    assert left == every[1:]
+    halves = [tool._cases(_args(skip_passed=[report], shard=f"{i}/2")) for i in (1, 2)]
+    assert sorted(case.name for half in halves for case in half) == sorted(left)
+
+
+def test_a_report_that_is_not_the_matrix_s_is_refused_by_name(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    report = tmp_path / "other.json"
+    report.write_text(json.dumps({"rows": []}))
+    with pytest.raises(SystemExit, match=r"--skip-passed .*other\.json: not a parity matrix"):
+        tool._cases(_args(skip_passed=[report]))
+    with pytest.raises(SystemExit, match=r"missing\.json"):
+        tool._cases(_args(skip_passed=[tmp_path / "missing.json"]))
