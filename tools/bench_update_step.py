@@ -10,6 +10,8 @@ issue one step (no synchronisation), replayed with and without the late non-fini
 backup, for each MuSGD ``ns_max_flop_ratio`` asked for (2.0, the default, against 1.0, one
 Newton–Schulz stack per matrix shape), plus the model's parameter tensors, matrices, their shapes
 and Newton–Schulz stacks, and the kernels one native update dispatches (counted on the CPU).
+``--ns-dtypes`` and ``--ns-steps`` time MuSGD's orthogonalisation in another compute dtype or
+with another iteration count (``--ns-steps 5 0``: what the Newton–Schulz part of an update costs).
 Rounds alternate the runs; the JSON is rewritten and the rows printed after each round, so a run
 cut short keeps what finished. Times are only clean on a GPU the run has to itself.
 
@@ -44,6 +46,9 @@ in fp32 and bf16 when the update replays)."""
 MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 """``--memory-format``: the layout of the timed models' weights (the CPU counts stay contiguous)."""
 
+NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+"""``--ns-dtypes``: MuSGD's Newton–Schulz compute dtypes to time."""
+
 
 def _build(
     name: str,
@@ -52,6 +57,8 @@ def _build(
     backup: bool = False,
     memory_format: torch.memory_format = torch.contiguous_format,
     ns_max_flop_ratio: float = 2.0,
+    ns_dtype: torch.dtype = torch.float32,
+    ns_steps: int = 5,
 ) -> tuple[MuSGD, UpdateStep]:
     torch.manual_seed(0)
     net = create_model(name, num_classes=80).to(device, memory_format=memory_format)
@@ -61,6 +68,8 @@ def _build(
         lr=0.01,
         weight_decay=5e-4,
         ns_max_flop_ratio=ns_max_flop_ratio,
+        ns_dtype=ns_dtype,
+        ns_steps=ns_steps,
     )
     step = UpdateStep(optimizer, ema, replay=replay, backup=backup)
     for p in net.parameters():
@@ -103,12 +112,18 @@ def _time(optimizer: MuSGD, steps: int) -> tuple[float, float]:
     return float(start.elapsed_time(end)) / steps, host_ms  # type: ignore[no-untyped-call]
 
 
-def _rows(samples: dict[tuple[str, float, str], list[tuple[float, float]]]) -> list[dict[str, Any]]:
-    """One row per model, flop ratio and mode: medians (and the device range) over the rounds."""
+_Key = tuple[str, float, str, int, str]
+"""A timed run: model, ``ns_max_flop_ratio``, ``ns_dtype`` name, ``ns_steps``, mode."""
+
+
+def _rows(samples: dict[_Key, list[tuple[float, float]]]) -> list[dict[str, Any]]:
+    """One row per timed run: medians (and the device range) over the rounds."""
     return [
         {
             "model": name,
             "ns_max_flop_ratio": ratio,
+            "ns_dtype": dtype,
+            "ns_steps": ns_steps,
             "mode": mode,
             "device_ms": round(statistics.median(r[0] for r in rows), 3),
             "device_ms_range": [
@@ -118,7 +133,7 @@ def _rows(samples: dict[tuple[str, float, str], list[tuple[float, float]]]) -> l
             "host_ms": round(statistics.median(r[1] for r in rows), 3),
             "rounds": len(rows),
         }
-        for (name, ratio, mode), rows in samples.items()
+        for (name, ratio, dtype, ns_steps, mode), rows in samples.items()
         if rows
     ]
 
@@ -134,6 +149,20 @@ def main() -> None:
         nargs="+",
         default=[2.0, 1.0],
         help="MuSGD ns_max_flop_ratio values to time (1.0: one Newton-Schulz stack per shape)",
+    )
+    parser.add_argument(
+        "--ns-dtypes",
+        nargs="+",
+        choices=sorted(NS_DTYPES),
+        default=["float32"],
+        help="MuSGD ns_dtype values to time (float32 is the default's)",
+    )
+    parser.add_argument(
+        "--ns-steps",
+        type=int,
+        nargs="+",
+        default=[5],
+        help="MuSGD ns_steps values to time (5, the default's; 0 leaves the orthogonalisation out)",
     )
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument(
@@ -154,21 +183,25 @@ def main() -> None:
             flush=True,
         )
     runs = {
-        (name, ratio, mode): _build(
+        (name, ratio, dtype, ns_steps, mode): _build(
             name,
             "cuda",
             replay=mode.startswith("replay"),
             backup=mode == "replay-backup",
             memory_format=memory_format,
             ns_max_flop_ratio=ratio,
+            ns_dtype=NS_DTYPES[dtype],
+            ns_steps=ns_steps,
         )[0]
         for name in args.models
         for ratio in args.flop_ratios
+        for dtype in args.ns_dtypes
+        for ns_steps in args.ns_steps
         for mode in args.modes
     }
     for optimizer in runs.values():
         _time(optimizer, 3)  # native warm-up step, then the recording
-    samples: dict[tuple[str, float, str], list[tuple[float, float]]] = {key: [] for key in runs}
+    samples: dict[_Key, list[tuple[float, float]]] = {key: [] for key in runs}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     for round_index in range(args.rounds):
         keys = list(runs) if round_index % 2 == 0 else list(runs)[::-1]
