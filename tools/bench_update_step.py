@@ -36,7 +36,7 @@ import torch
 
 from dispatch_count import VIEW_OPS, DispatchCount
 from lucid_yolo.models import create_model
-from lucid_yolo.train.optim import MuSGD, param_groups, trainer_ema
+from lucid_yolo.train.optim import NEWTON_SCHULZ_DTYPES, MuSGD, param_groups, trainer_ema
 from lucid_yolo.train.replay import UpdateStep
 
 MODES = ("native", "replay", "replay-backup")
@@ -45,9 +45,6 @@ in fp32 and bf16 when the update replays)."""
 
 MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
 """``--memory-format``: the layout of the timed models' weights (the CPU counts stay contiguous)."""
-
-NS_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
-"""``--ns-dtypes``: MuSGD's Newton–Schulz compute dtypes to time."""
 
 
 def _build(
@@ -153,7 +150,7 @@ def main() -> None:
     parser.add_argument(
         "--ns-dtypes",
         nargs="+",
-        choices=sorted(NS_DTYPES),
+        choices=sorted(NEWTON_SCHULZ_DTYPES),
         default=["float32"],
         help="MuSGD ns_dtype values to time (float32 is the default's)",
     )
@@ -190,7 +187,7 @@ def main() -> None:
             backup=mode == "replay-backup",
             memory_format=memory_format,
             ns_max_flop_ratio=ratio,
-            ns_dtype=NS_DTYPES[dtype],
+            ns_dtype=NEWTON_SCHULZ_DTYPES[dtype],
             ns_steps=ns_steps,
         )[0]
         for name in args.models

@@ -40,4 +40,3 @@ def test_the_timed_update_takes_the_newton_schulz_dtype_and_steps(bench: ModuleT
     assert {"bmm", "baddbmm"}.isdisjoint(count.ops)
     optimizer, _ = bench._build("yolo26n", "cpu", replay=False, ns_dtype=torch.bfloat16)
     assert (optimizer.ns_dtype, optimizer.ns_steps) == (torch.bfloat16, 5)
-    assert bench.NS_DTYPES["bfloat16"] is torch.bfloat16

@@ -17,6 +17,7 @@ from lucid_yolo.replay import state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.memory_format import MemoryFormat
+from lucid_yolo.train.optim import NewtonSchulzDtype
 
 
 @pytest.fixture(scope="session")
@@ -107,6 +108,7 @@ def digested_fit(
     memory_format: MemoryFormat = "auto",
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
+    newton_schulz_dtype: NewtonSchulzDtype = "float32",
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
     max_instances: int | None = 48,
@@ -116,10 +118,11 @@ def digested_fit(
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
     the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
-    ``gradient_clip_val`` the trainer's (by norm); ``callbacks`` join the loss recorder;
-    ``max_instances`` the data module's target rows (``None``: its choice); ``validate``
-    validates every epoch (2 training batches) in batches of 2 (2 a pass) and records each
-    pass's metric bits and each evaluation forward's output digests."""
+    ``newton_schulz_dtype`` the module's, ``gradient_clip_val`` the trainer's (by norm);
+    ``callbacks`` join the loss recorder; ``max_instances`` the data module's target rows
+    (``None``: its choice); ``validate`` validates every epoch (2 training batches) in
+    batches of 2 (2 a pass) and records each pass's metric bits and each evaluation
+    forward's output digests."""
     pl.seed_everything(0)
     data = YoloDataModule(
         yaml,
@@ -142,6 +145,7 @@ def digested_fit(
         weights=weights,
         replay=replay,
         memory_format=memory_format,
+        newton_schulz_dtype=newton_schulz_dtype,
         **clip,
     )
     losses, val = _LossBits(), _ValBits()

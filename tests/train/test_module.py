@@ -23,6 +23,7 @@ from lucid_yolo.replay import (
     RetireReason,
     ScratchLoan,
     Telemetry,
+    first_difference,
 )
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.augment.config import AugmentConfig
@@ -398,6 +399,37 @@ def test_module_gradient_clip_of_the_trainer_takes_precedence(
     never = fit_digests(yaml, "detect", "32-true", 1, gradient_clip_val=1e12, **cpu)
     unclipped = fit_digests(yaml, "detect", "32-true", 1, grad_clip_norm=0.0, **cpu)
     assert never.digests == unclipped.digests
+
+
+def test_module_rejects_an_unknown_newton_schulz_dtype() -> None:
+    with pytest.raises(
+        TrainConfigError,
+        match=r"newton_schulz_dtype must be one of \['bfloat16', 'float32'\], got 'float16'",
+    ):
+        YoloModule("yolo26n", num_classes=2, newton_schulz_dtype="float16")  # type: ignore[arg-type]
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_newton_schulz_in_bfloat16_is_its_own_fit_and_replays_bitwise(
+    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # MuSGD orthogonalises in the dtype the module names: a float32 fit and a bfloat16 one
+    # differ, and the bfloat16 fit's replayed update (the CPU stand-in) equals its native one.
+    yaml = tiny_dataset("detect")
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3}
+    float32 = fit_digests(yaml, "detect", "32-true", 1, **cpu)
+    native = fit_digests(yaml, "detect", "32-true", 1, newton_schulz_dtype="bfloat16", **cpu)
+    replay = ReplayConfig(network=True, loss=True, update=True)
+    replayed = fit_digests(
+        yaml, "detect", "32-true", 1, newton_schulz_dtype="bfloat16", replay=replay, **cpu
+    )
+    assert float32.module.trainer.optimizers[0].ns_dtype is torch.float32
+    assert native.module.hparams["newton_schulz_dtype"] == "bfloat16"
+    assert replayed.module.trainer.optimizers[0].ns_dtype is torch.bfloat16
+    assert float32.digests != native.digests
+    assert replayed.regions["optimizer MuSGD"]["replays"] == 2
+    assert first_difference(native.digests, replayed.digests) is None
+    assert native.losses == replayed.losses
 
 
 def test_module_memory_format_defaults_to_auto_outside_the_hyperparameters() -> None:

@@ -39,7 +39,14 @@ from lucid_yolo.train.memory_format import (
     resolve_memory_format,
 )
 from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS, NonFiniteLossGuard, NonFinitePolicy
-from lucid_yolo.train.optim import MuSGD, WarmupLinearSchedule, param_groups, trainer_ema
+from lucid_yolo.train.optim import (
+    NEWTON_SCHULZ_DTYPES,
+    MuSGD,
+    NewtonSchulzDtype,
+    WarmupLinearSchedule,
+    param_groups,
+    trainer_ema,
+)
 from lucid_yolo.train.replay import (
     EvaluationRegion,
     NetworkReplay,
@@ -69,6 +76,13 @@ class YoloModule(pl.LightningModule):
         lr0: initial learning rate of MuSGD.
         lrf: final learning rate as a fraction of ``lr0`` (linear decay).
         momentum: MuSGD momentum.
+        newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation,
+            ``float32`` or ``bfloat16``. On an H100 the orthogonalisation is 1.34 of the 2.46 ms a
+            replayed yolo26n update takes on the device in float32 and 0.45 ms in bfloat16
+            (``tools/bench_update_step.py``, docs/engineering/whole-fit-speed.md, session 36);
+            every step pays it, whatever the batch. bfloat16 rounds each matrix update
+            differently, and its effect on accuracy has not been measured, so float32 stays the
+            default. Native and replayed fits agree bit for bit with either.
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
         warmup_epochs: linear warm-up length in epochs.
         warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;
@@ -113,7 +127,8 @@ class YoloModule(pl.LightningModule):
     Raises:
         lucid_yolo.models.UnknownModelError: for an unregistered model name.
         lucid_yolo.models.WeightsError: for unreadable ``weights`` or another task or scale.
-        TrainConfigError: for out-of-range hyperparameters or an unknown ``memory_format``.
+        TrainConfigError: for out-of-range hyperparameters, an unknown ``memory_format`` or
+            ``newton_schulz_dtype``.
     """
 
     def __init__(
@@ -127,6 +142,7 @@ class YoloModule(pl.LightningModule):
         lr0: float = 0.01,
         lrf: float = 0.01,
         momentum: float = 0.937,
+        newton_schulz_dtype: NewtonSchulzDtype = "float32",
         weight_decay: float = 5e-4,
         warmup_epochs: float = 3.0,
         warmup_min_steps: int = 100,
@@ -151,6 +167,11 @@ class YoloModule(pl.LightningModule):
         if not grad_clip_norm >= 0.0:
             raise TrainConfigError(
                 f"grad_clip_norm must be >= 0 (0 never clips), got {grad_clip_norm!r}"
+            )
+        if newton_schulz_dtype not in NEWTON_SCHULZ_DTYPES:
+            raise TrainConfigError(
+                f"newton_schulz_dtype must be one of {sorted(NEWTON_SCHULZ_DTYPES)}, "
+                f"got {newton_schulz_dtype!r}"
             )
         self.memory_format_choice = check_memory_format(memory_format)
         self.memory_format: torch.memory_format = torch.contiguous_format
@@ -405,6 +426,7 @@ class YoloModule(pl.LightningModule):
             lr=hp["lr0"],
             momentum=hp["momentum"],
             weight_decay=hp["weight_decay"],
+            ns_dtype=NEWTON_SCHULZ_DTYPES[hp["newton_schulz_dtype"]],
         )
         # The EMA blends inside the optimizer step, right after each applied update.
         trainer_clips = self.trainer.gradient_clip_val is not None

@@ -8,7 +8,12 @@ docs/engineering/musgd-ema.md).
 from lucid_yolo.train.optim.ema import trainer_ema
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
 from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, MuSGD
-from lucid_yolo.train.optim.newton_schulz import NS_COEFFICIENTS, orthogonalise
+from lucid_yolo.train.optim.newton_schulz import (
+    NEWTON_SCHULZ_DTYPES,
+    NS_COEFFICIENTS,
+    NewtonSchulzDtype,
+    orthogonalise,
+)
 from lucid_yolo.train.optim.param_groups import BIAS, NORM, WEIGHT, param_groups
 from lucid_yolo.train.optim.schedule import WarmupLinearSchedule
 from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
@@ -19,6 +24,8 @@ __all__ = [
     "HYPERPARAMETERS",
     "orthogonalise",
     "NS_COEFFICIENTS",
+    "NEWTON_SCHULZ_DTYPES",
+    "NewtonSchulzDtype",
     "ShapeBuckets",
     # parameter groups
     "param_groups",

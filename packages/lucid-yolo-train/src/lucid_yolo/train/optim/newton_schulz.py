@@ -17,12 +17,23 @@ written for a stack of equal-shape matrices; MuSGD zero-pads matrices of several
 few such stacks (:mod:`.shape_buckets`), so one launch per product serves many conv weights.
 """
 
+from typing import Literal
+
 import torch
 from torch import Tensor
 
 from lucid_yolo.train.optim.errors import OptimizerConfigError
 
-__all__ = ["NS_COEFFICIENTS", "orthogonalise"]
+__all__ = ["NEWTON_SCHULZ_DTYPES", "NS_COEFFICIENTS", "NewtonSchulzDtype", "orthogonalise"]
+
+NewtonSchulzDtype = Literal["float32", "bfloat16"]
+"""A configuration's name for the iteration's compute dtype (``YoloModule.newton_schulz_dtype``)."""
+
+NEWTON_SCHULZ_DTYPES: dict[NewtonSchulzDtype, torch.dtype] = {
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+}
+"""The compute dtypes a configuration can name, and what each is."""
 
 NS_COEFFICIENTS: tuple[float, float, float] = (3.4445, -4.7750, 2.0315)
 """Quintic Newton–Schulz coefficients ``(a, b, c)`` published with Muon."""
