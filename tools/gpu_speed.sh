@@ -29,10 +29,10 @@
 #                    as a user installing it into a new environment has it; default: the
 #                    machine's environment, whose other libraries load into both tools
 #   SUBSTITUTE="name=dist ..."   with ENVIRONMENTS=own: a requirement the machine satisfies
-#                    under another distribution's name; default opencv-python=opencv-python-headless
-#                    (the GPU machine has only the headless build, which Ultralytics' closure then
-#                    lacks: its fit stops at `import cv2`, as a session 36 call did); SUBSTITUTE=""
-#                    for none
+#                    under another distribution's name; default: opencv-python=opencv-python-headless
+#                    where the machine has the headless build and not opencv-python (the GPU
+#                    machine: Ultralytics' closure would otherwise lack cv2), else none;
+#                    SUBSTITUTE="" for none
 #   FIT_TIMEOUT=<s>  cut each fit after this many seconds (default 3600): set it below the call's
 #                    own limit, so that a fit too long for the call is cut by the tool, which then
 #                    still writes the report with the cut fit's finished epochs, instead of the
@@ -60,7 +60,13 @@ warm=()
 environments=()
 if [ "${ENVIRONMENTS:-machine}" = own ]; then
     environments=(--own-environments /tmp/lucid-envs)
-    for pair in ${SUBSTITUTE-opencv-python=opencv-python-headless}; do
+    if [ -z "${SUBSTITUTE+set}" ]; then
+        SUBSTITUTE=$(python3 -c 'import importlib.metadata as m
+names = {d.metadata["Name"].lower() for d in m.distributions()}
+if "opencv-python-headless" in names and "opencv-python" not in names:
+    print("opencv-python=opencv-python-headless")')
+    fi
+    for pair in $SUBSTITUTE; do
         environments+=(--substitute "$pair")
     done
 elif [ "${ENVIRONMENTS:-machine}" != machine ]; then

@@ -20,7 +20,10 @@ Example (GPU machine, from the repository root, deterministic cuBLAS)::
 ``--precisions bf16-mixed`` and ``--accelerator cpu --limit 1`` give a quick smoke run.
 ``--one-region`` records the network and its loss as one region (``replay.loss_with_network``).
 ``--skip-passed a.json ...`` leaves out the cases that earlier runs' files record as passed, so
-a run cut by a device call's limit goes on where it stopped.
+a run cut by a device call's limit goes on where it stopped. Give every shard the same reports
+(the shards split what is left), reports of runs with the same ``--accelerator``, ``--imgsz``
+and ``--segment-heads`` (a case's name does not hold them), and an ``--out`` of its own (the
+run writes only its own rows).
 ``--extra imgsz-changed ...`` runs the extra cases of :mod:`parity_extras` instead (per task and
 precision, accumulation 1, contiguous).
 """
@@ -391,6 +394,8 @@ def main() -> int:
         help="the network and its loss as one region (replay.loss_with_network)",
     )
     args = parser.parse_args()
+    if args.out.resolve() in {report.resolve() for report in args.skip_passed}:
+        parser.error(f"--out {args.out} is one of the --skip-passed reports: write elsewhere")
     if args.accelerator == "gpu":
         torch.backends.cudnn.deterministic = True
         torch.use_deterministic_algorithms(True)

@@ -77,12 +77,12 @@ class YoloModule(pl.LightningModule):
         lrf: final learning rate as a fraction of ``lr0`` (linear decay).
         momentum: MuSGD momentum.
         newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation,
-            ``float32`` or ``bfloat16``. On an H100 the orthogonalisation is 1.34 of the 2.46 ms a
-            replayed yolo26n update takes on the device in float32 and 0.45 ms in bfloat16
-            (``tools/bench_update_step.py``, docs/engineering/whole-fit-speed.md, session 36);
-            every step pays it, whatever the batch. bfloat16 rounds each matrix update
-            differently, and its effect on accuracy has not been measured, so float32 stays the
-            default. Native and replayed fits agree bit for bit with either.
+            ``float32`` or ``bfloat16``. The orthogonalisation is over half of a replayed update's
+            device time in float32, paid every step whatever the batch, and bfloat16 cuts it to
+            about a third (docs/engineering/whole-fit-speed.md, session 36); but bfloat16 rounds
+            each matrix update differently and its effect on accuracy has not been measured, so
+            float32 stays the default. Native and replayed fits agree bit for bit with either
+            (shown for bfloat16 on the CPU stand-in only).
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
         warmup_epochs: linear warm-up length in epochs.
         warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;
