@@ -112,6 +112,8 @@ def test_loss_region_cpu_fit_equals_native(
     network = replayed.module.replay.network
     assert network is not None
     assert network.direct_gradients is direct_gradients
+    # the chain's loss region runs between the network's forward and backward
+    assert not network.frees_activations
     assert {name: t["replays"] for name, t in replayed.regions.items()} == {
         "network": 3,
         "loss": 3,
@@ -356,6 +358,7 @@ def test_network_and_loss_as_one_region_cpu_fit_equals_native(
     assert (binding.network, binding.loss_recorder) == (None, None)
     assert binding.network_with_loss is not None
     assert binding.network_with_loss.direct_gradients is direct_gradients
+    assert binding.network_with_loss.frees_activations
     expected = {"network+loss": len(replayed.losses) - 1}
     if update:
         expected["optimizer MuSGD"] = replayed.ema_updates - 1

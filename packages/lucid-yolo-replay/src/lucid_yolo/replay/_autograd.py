@@ -138,6 +138,8 @@ def reached_targets(
     differentiable: Sequence[int],
     targets: Sequence[Tensor],
     grad_outputs: Mapping[int, Tensor],
+    *,
+    keep_graph: bool = True,
 ) -> dict[int, frozenset[int]]:
     """Per differentiable output, the positions of the targets its gradient reaches.
 
@@ -152,11 +154,18 @@ def reached_targets(
         differentiable: indices of the outputs that require grad.
         targets: the inputs and parameters gradients are computed for.
         grad_outputs: per differentiable output, a gradient of its shape (values unused).
+        keep_graph: ``False`` lets the last backward free the graph's saved tensors as it
+            goes, as a native backward does, so it needs no more memory than one.
     """
     reach = {}
+    last = differentiable[-1] if differentiable else None
     for i in differentiable:
         grads = torch.autograd.grad(
-            outputs[i], targets, grad_outputs[i], allow_unused=True, retain_graph=True
+            outputs[i],
+            targets,
+            grad_outputs[i],
+            allow_unused=True,
+            retain_graph=keep_graph or i != last,
         )
         reach[i] = frozenset(k for k, g in enumerate(grads) if g is not None)
     return reach

@@ -65,11 +65,14 @@ class RegionGraphs:
     ) -> None:
         """Record ``forward``, then each pattern's backward (on CUDA into the shared pool).
 
-        The capture-time outputs stay referenced and every backward body keeps the autograd
+        The capture-time outputs stay referenced and the backward bodies keep the autograd
         graph (``retain_graph=True``), so the activations the backward graphs read keep their
         pool memory: a later capture in the same pool can never reuse it, which is what lets
-        chained regions (forward 1, forward 2, backward 2, backward 1) share a pool. Once
-        captured, the graphs hold the pool (:meth:`ReplayPool.hold`) while this object lives.
+        chained regions (forward 1, forward 2, backward 2, backward 1) share a pool. A recorder
+        with ``frees_activations`` makes its last body free them instead (the pool then keeps
+        every other graph from running while its forward is open:
+        :meth:`ReplayPool.exclusive_open`). Once captured, the graphs hold the pool
+        (:meth:`ReplayPool.hold`) while this object lives.
 
         Args:
             forward: the region over its static inputs.

@@ -29,11 +29,15 @@ class OpenForward:
     Attributes:
         index: capture order of the recording it replayed.
         node_id: ``id`` of the autograd node, to find it in a later input's history.
+        exclusive: its recording's backward frees the forward's activations
+            (``RegionRecorder(frees_activations=True)``), so until that backward runs, the
+            activations sit in blocks the pool counts as free (:meth:`ReplayPool.exclusive_open`).
     """
 
-    def __init__(self, index: int, node_id: int) -> None:
+    def __init__(self, index: int, node_id: int, *, exclusive: bool = False) -> None:
         self.index = index
         self.node_id = node_id
+        self.exclusive = exclusive
         self.closed = False
 
 
@@ -81,6 +85,13 @@ class ReplayPool:
         kept = [token for token in alive if token is not None and not token.closed]
         self._open = [weakref.ref(token) for token in kept]
         return kept
+
+    def exclusive_open(self) -> bool:
+        """Whether an open forward's activations sit in blocks the pool counts as free
+        (:attr:`OpenForward.exclusive`): until its backward has run, no other graph of the pool
+        may replay or record and no warm-up or loan may borrow the pool's free blocks, since
+        each would write those activations."""
+        return any(token.exclusive for token in self.open_forwards())
 
     def push(self, token: OpenForward) -> None:
         """Register a replayed forward that awaits its backward."""
@@ -167,14 +178,16 @@ class ReplayPool:
 
         Routing applies only when ``into_pool`` and a graph keeps the pool alive
         (:attr:`holds_graphs`): the allocator asserts when a caller shares a private pool that
-        nothing holds. Otherwise the body runs unchanged, as it does on the CPU stand-in. The side
+        nothing holds; and never while an exclusive forward is open (:meth:`exclusive_open`),
+        whose activations are among the free blocks. Otherwise the body runs unchanged, as it
+        does on the CPU stand-in. The side
         stream is routed on every thread, so the backward's allocations on autograd's device
         thread go to the pool too.
 
         Raises:
             PoolLeakError: when a block allocated in the body is still alive after it.
         """
-        if not (into_pool and self.holds_graphs):
+        if not (into_pool and self.holds_graphs) or self.exclusive_open():
             yield
             return
         before = self.live_blocks()
@@ -367,14 +380,16 @@ class ScratchLoan:
         return self._before is not None
 
     def open(self) -> None:
-        """Start lending when graphs hold the pool (otherwise the loan stays closed); until
+        """Start lending when graphs hold the pool and no exclusive forward is open
+        (:meth:`ReplayPool.exclusive_open`; otherwise the loan stays closed); until
         :meth:`close`, the pool's recorders run native (:attr:`ReplayPool.lent`), unless the
         loan was made with ``replays_between``.
 
         Each pass opens afresh: what is alive in the pool when it starts is not its own, even
         after a pass that failed before :meth:`close`.
         """
-        self._before = self.pool.live_blocks() if self.pool.holds_graphs else None
+        lends = self.pool.holds_graphs and not self.pool.exclusive_open()
+        self._before = self.pool.live_blocks() if lends else None
         self._captured_before = frozenset(self.pool.captured_blocks)
         self.pool.lent = self._before is not None and not self.replays_between
 

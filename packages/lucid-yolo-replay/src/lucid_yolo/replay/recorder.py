@@ -122,6 +122,14 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             region's parameters, and nothing hooked on their gradient accumulators
             (``DistributedDataParallel`` is: leave it off there). Read at each call, so it may
             change between steps.
+        frees_activations: the recording's backward frees the forward's saved activations as
+            it goes, as a native backward does (the last gradient pattern's, when there are
+            several), so its own scratch and the graphs captured after it in the pool (the
+            update's) reuse that memory instead of reserving their own beside it. In exchange,
+            while a replayed forward awaits its backward nothing else in the pool replays,
+            records, warms up or borrows (it runs native): each would write those activations.
+            So only for a region that nothing runs inside of between its forward and its
+            backward (no chained region after it, no update or evaluation in between).
 
     Raises:
         ReplayConfigError: for a non-positive ``max_signatures`` or ``capture_warmup``, or a
@@ -145,6 +153,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         clone_outputs: bool = False,
         enabled: bool = True,
         direct_gradients: bool = False,
+        frees_activations: bool = False,
     ) -> None:
         super().__init__(
             region,
@@ -158,6 +167,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         )
         self.groups = region.prediction_groups() if isinstance(region, GroupedRegion) else {}
         self.direct_gradients = direct_gradients
+        self.frees_activations = frees_activations
         self._sharing = SharingProbe(self.retire)
         self._outside = OutsideUseWatch(self.retire)
         self._recycler = GradientRecycler(len(self.binding.parameters))
@@ -173,6 +183,8 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             return self._native("disabled", args)
         if self.pool.lent:
             return self._native("pool-lent", args)
+        if self.pool.exclusive_open():
+            return self._native("exclusive-open", args)
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self._native("no-grad", args)
         if self.retired is not None:
@@ -322,29 +334,35 @@ class RegionRecorder(SignatureRecorder[_Recording]):
                     i: self._grad_layouts.static_buffer(signature, i, outputs[i])
                     for i in differentiable
                 }
+            # With frees_activations each pass's last backward frees the activations as it goes
+            # (a native backward's memory), and the next pass runs its forward afresh.
+            frees = self.frees_activations
+            last = len(patterns) - 1
             with self.pool.side_stream():
                 with backward_without_autocast(device_type):
-                    reach = reached_targets(outputs, differentiable, targets, static_grad_outputs)
+                    reach = reached_targets(
+                        outputs, differentiable, targets, static_grad_outputs, keep_graph=not frees
+                    )
                 # Warm-up visits every kernel and shape of the forward and of each backward pattern;
                 # the forwards run under the caller's autocast, the backwards without (as natively).
                 for iteration in range(self.capture_warmup):
-                    if iteration:
+                    if iteration or frees:
                         # One pass's activations at a time: the previous pass is freed before the
                         # next forward allocates, or the warm-up would hold two steps' activations.
                         del outputs
                         outputs = forward()
-                    for indices in patterns.values():
+                    for n, indices in enumerate(patterns.values()):
                         with backward_without_autocast(device_type):
                             torch.autograd.grad(
                                 [outputs[i] for i in indices],
                                 targets,
                                 [static_grad_outputs[i] for i in indices],
                                 allow_unused=True,
-                                retain_graph=True,
+                                retain_graph=not (frees and n == last),
                             )
                 del outputs
 
-        def backward_of(indices: tuple[int, ...]) -> BackwardBody:
+        def backward_of(indices: tuple[int, ...], retain: bool) -> BackwardBody:
             def backward(outs: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
                 with backward_without_autocast(device_type):
                     grads = torch.autograd.grad(
@@ -352,7 +370,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
                         targets,
                         [static_grad_outputs[i] for i in indices],
                         allow_unused=True,
-                        retain_graph=True,
+                        retain_graph=retain,
                     )
                 return tuple(grads)
 
@@ -360,7 +378,11 @@ class RegionRecorder(SignatureRecorder[_Recording]):
 
         self.pool.release_cached_blocks()
         graphs = RegionGraphs(self.pool)
-        graphs.capture(forward, {p: backward_of(ix) for p, ix in patterns.items()}, params)
+        backwards = {
+            p: backward_of(ix, retain=not (frees and n == last))
+            for n, (p, ix) in enumerate(patterns.items())
+        }
+        graphs.capture(forward, backwards, params)
         return _Recording(
             index=self.pool.next_index(),
             graphs=graphs,
@@ -418,7 +440,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         ctx.set_materialize_grads(False)
         ctx.call = call
         if recording.differentiable:
-            call.token = OpenForward(recording.index, id(ctx))
+            call.token = OpenForward(recording.index, id(ctx), exclusive=self.frees_activations)
             ctx.token = call.token
             self.pool.push(call.token)
         return outputs

@@ -150,6 +150,8 @@ class UpdateRecorder:
             return self._native("disabled")
         if self.pool is not None and self.pool.lent:
             return self._native("pool-lent")
+        if self.pool is not None and self.pool.exclusive_open():
+            return self._native("exclusive-open")
         if self.retired is not None:
             return self._native("retired")
         key = self.key()

@@ -331,6 +331,8 @@ class NetworkReplay:
                 max_signatures=self.config.max_signatures,
                 pool=self._bind(images.device),
                 direct_gradients=self._direct_gradients,
+                # nothing of the pool runs between the step's forward and its backward
+                frees_activations=True,
             )
         region = self.network_with_loss.region
         assert isinstance(region, NetworkLossRegion)
