@@ -527,24 +527,36 @@ def test_gpu_loan_with_replays_between_lets_the_blocks_own_error_through(
     loan.close()
 
 
-def test_gpu_freeing_recording_holds_a_smaller_pool_and_the_same_gradients() -> None:
+def test_gpu_freeing_recording_holds_a_smaller_pool_and_the_native_bits() -> None:
     """With ``frees_activations`` the captured backward frees each activation once read, as a
-    native backward does, so its gradients' scratch takes those blocks instead of growing the
-    pool beside every activation; the gradients are the same bits either way."""
-    pools, grads = {}, {}
+    native backward does, so its gradients' scratch and the update graph captured after it in
+    the same pool take those blocks instead of growing the pool beside every activation; the
+    weights, momentum and gradients are the native ones bit for bit either way."""
     x = torch.randn(8, 3, 128, 128, device="cuda")
-    for frees in (False, True):
+
+    def fit(replay: bool, frees: bool) -> tuple[list[Tensor], int]:
         torch.manual_seed(0)
         net = DeepNet().cuda()
-        recorder = RegionRecorder(
-            ModuleRegion(net), pool=ReplayPool("cuda"), frees_activations=frees
-        )
-        for _ in range(3):
-            net.zero_grad(set_to_none=True)
-            recorder(x).square().mean().backward()
+        sgd = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9)
+        pool = ReplayPool("cuda")
+        recorder = RegionRecorder(ModuleRegion(net), pool=pool, frees_activations=frees)
+        step = GraphedOptimizer(sgd, pool=pool) if replay else sgd
+        for _ in range(4):
+            sgd.zero_grad(set_to_none=True)
+            (recorder(x) if replay else net(x)).square().mean().backward()
+            step.step()
         torch.cuda.synchronize()
-        assert recorder.telemetry.replays == 2
-        pools[frees] = recorder.pool.pool_bytes()
-        grads[frees] = [p.grad.clone() for p in net.parameters() if p.grad is not None]
-    assert pools[True] < pools[False], pools
-    assert all(torch.equal(a, b) for a, b in zip(grads[False], grads[True], strict=True))
+        if replay:
+            assert recorder.telemetry.replays == 2
+            assert isinstance(step, GraphedOptimizer)
+            assert step.telemetry.replays == 2
+        state = [*net.parameters(), *(p.grad for p in net.parameters())]
+        state += [sgd.state[p]["momentum_buffer"] for p in net.parameters()]
+        return [s.detach().clone() for s in state if s is not None], pool.pool_bytes()
+
+    native, _ = fit(replay=False, frees=False)
+    kept, kept_pool = fit(replay=True, frees=False)
+    freed, freed_pool = fit(replay=True, frees=True)
+    assert freed_pool < kept_pool, (freed_pool, kept_pool)
+    for got in (kept, freed):
+        assert all(torch.equal(a, b) for a, b in zip(native, got, strict=True))

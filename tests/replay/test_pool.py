@@ -17,6 +17,7 @@ from torch import Tensor
 from lucid_yolo.replay import PoolLeakError, ReplayPool, ScratchLoan
 from lucid_yolo.replay._graphs import RegionGraphs
 from lucid_yolo.replay.leak_evidence import drain_autograd_worker
+from lucid_yolo.replay.pool import OpenForward
 
 
 def _captured(pool: ReplayPool) -> RegionGraphs:
@@ -303,3 +304,39 @@ def test_scratch_loan_stops_lending_once_no_graph_holds_the_pool(
     loan.close()
     assert events == ["route", "body", "unroute", "body"]
     assert loan.borrowed == 1
+
+
+def test_pool_forgets_the_captured_blocks_a_later_capture_frees(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a backward that frees the forward's activations hands their blocks back to the pool
+    forward = frozenset({(0, 512), (512, 1024)})
+    readings = iter([frozenset(), forward, forward, frozenset({(0, 512), (2048, 64)})])
+    monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))
+    pool = ReplayPool("cpu")
+    with pool.capturing():
+        pass
+    with pool.capturing():
+        pass
+    assert pool.captured_blocks == {(0, 512), (2048, 64)}
+
+
+def test_scratch_loan_does_not_route_while_an_exclusive_forward_is_open(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a loan that lets graphs replay between its blocks was open before the forward opened
+    events = _count_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool, replays_between=True)
+    loan.open()
+    token = OpenForward(1, 0, exclusive=True)
+    pool.push(token)
+    with loan.borrowing():
+        events.append("while open")
+    token.closed = True
+    with loan.borrowing():
+        events.append("after")
+    loan.close()
+    assert events == ["while open", "route", "after", "unroute"]
+    del graphs

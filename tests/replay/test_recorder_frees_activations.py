@@ -13,6 +13,7 @@ import torch
 from replay_nets import loss_of, make_net, train_digest
 
 from lucid_yolo.replay import (
+    FreedActivationsError,
     GraphedOptimizer,
     ModuleRegion,
     RegionRecorder,
@@ -136,3 +137,24 @@ def test_a_freeing_recorder_runs_its_own_second_forward_native() -> None:
     assert recorder.telemetry.replays == 2
     assert recorder.retired is None
     assert not pool.exclusive_open()
+
+
+def test_a_second_backward_through_a_freeing_replay_is_refused() -> None:
+    # natively the graph's saved tensors are gone after a backward without retain_graph too
+    recorder = _recorded(True, ReplayPool("cpu"))
+    x, target = torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)
+    loss = loss_of(recorder(x), target)
+    loss.backward(retain_graph=True)
+    with pytest.raises(FreedActivationsError, match="second backward"):
+        loss.backward()
+
+
+def test_the_exclusive_mark_follows_how_the_recording_was_captured() -> None:
+    pool = ReplayPool("cpu")
+    recorder = _recorded(True, pool)
+    recorder.frees_activations = False
+    x, target = torch.randn(2, 3, 8, 8), torch.randn(2, 4, 8, 8)
+    loss = loss_of(recorder(x), target)
+    assert pool.exclusive_open()
+    loss.backward()
+    assert recorder.telemetry.replays == 2

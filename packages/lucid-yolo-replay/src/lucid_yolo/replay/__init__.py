@@ -12,6 +12,7 @@ from lucid_yolo.replay.digest import first_difference, grads_of, state_digest, t
 from lucid_yolo.replay.ema import ModelEMA
 from lucid_yolo.replay.exceptions import (
     CaptureError,
+    FreedActivationsError,
     PoolLeakError,
     ReplayConfigError,
     ReplayError,
@@ -79,6 +80,7 @@ __all__ = [
     "tensor_digest",
     # errors
     "CaptureError",
+    "FreedActivationsError",
     "PoolLeakError",
     "ReplayConfigError",
     "ReplayError",

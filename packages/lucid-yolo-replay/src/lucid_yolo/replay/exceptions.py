@@ -41,12 +41,20 @@ class PoolLeakError(ReplayError):
     """
 
 
+class FreedActivationsError(ReplayError, RuntimeError):
+    """A second backward through one replayed forward of a recording that frees its activations
+    in its backward (``RegionRecorder(frees_activations=True)``): they are gone, as a native
+    graph's saved tensors are after ``backward()`` without ``retain_graph=True``, and the
+    backward graph would read memory its own scratch has overwritten."""
+
+
 class ReplayRetiredWarning(UserWarning):
     """A recorder stopped replaying (for one signature or for good) and runs native instead."""
 
 
 __all__ = [
     "CaptureError",
+    "FreedActivationsError",
     "PoolLeakError",
     "ReplayConfigError",
     "ReplayError",

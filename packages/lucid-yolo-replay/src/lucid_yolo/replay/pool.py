@@ -297,10 +297,14 @@ class ReplayPool:
     @contextlib.contextmanager
     def capturing(self) -> Iterator[None]:
         """Note the blocks a capture in the body leaves alive (:attr:`captured_blocks`; none
-        when it fails); a snapshot on either side, so only around a capture, never per step."""
+        when it fails) and forget those it freed; a snapshot on either side, so only around a
+        capture, never per step."""
         before = self.live_blocks()
         yield
-        self.captured_blocks |= self.live_blocks() - before
+        after = self.live_blocks()
+        # a capture may also free blocks an earlier one left alive (a backward that frees the
+        # forward's activations): those are the pool's free blocks again
+        self.captured_blocks = (self.captured_blocks - (before - after)) | (after - before)
 
     def release_cached_blocks(self) -> None:
         """Hand the allocator's unused cached blocks back to the device (no-op without CUDA).
@@ -410,8 +414,10 @@ class ScratchLoan:
                 alive at the body's end.
         """
         before = self._before
-        if before is None or not self.pool.holds_graphs:
-            yield  # routing into a pool that no graph holds would trip the allocator
+        if before is None or not self.pool.holds_graphs or self.pool.exclusive_open():
+            # routing into a pool that no graph holds would trip the allocator, and an open
+            # exclusive forward's activations are among the free blocks
+            yield
             return
         checked = self.replays_between and self.pool.uses_cuda
         allocated = self._allocated() if checked else 0

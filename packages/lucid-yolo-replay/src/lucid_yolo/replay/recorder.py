@@ -35,7 +35,7 @@ from lucid_yolo.replay._outputs import OutputLayout
 from lucid_yolo.replay._recycling import GradientRecycler
 from lucid_yolo.replay._sharing import OutsideUseWatch, SharingProbe
 from lucid_yolo.replay._signature_recorder import SignatureRecorder
-from lucid_yolo.replay.exceptions import ReplayConfigError
+from lucid_yolo.replay.exceptions import FreedActivationsError, ReplayConfigError
 from lucid_yolo.replay.pool import OpenForward, ReplayPool
 from lucid_yolo.replay.protocols import GroupedRegion, Region, RegionOutput
 from lucid_yolo.replay.retire import RetireReason
@@ -59,6 +59,9 @@ class _Recording:
     reach: dict[int, frozenset[int]]
     positions: tuple[int, ...]
     """Where each of ``params`` stands among the region's parameters (the recycler's slots)."""
+    frees_activations: bool
+    """The backward graph frees the forward's activations (as captured, whatever the
+    recorder's option says since): a replayed forward then holds the pool alone."""
     replays: int = 0
 
 
@@ -396,6 +399,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             groups=groups,
             reach=reach,
             positions=positions,
+            frees_activations=frees,
         )
 
     # ------------------------------------------------------------------ replay
@@ -440,7 +444,9 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         ctx.set_materialize_grads(False)
         ctx.call = call
         if recording.differentiable:
-            call.token = OpenForward(recording.index, id(ctx), exclusive=self.frees_activations)
+            call.token = OpenForward(
+                recording.index, id(ctx), exclusive=recording.frees_activations
+            )
             ctx.token = call.token
             self.pool.push(call.token)
         return outputs
@@ -477,6 +483,13 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         self, ctx: Any, call: _Call, grads: Sequence[Tensor | None]
     ) -> tuple[Tensor | None, ...]:
         recording = call.recording
+        if recording.frees_activations and call.token is not None and call.token.closed:
+            raise FreedActivationsError(
+                f"{self.name}: a second backward through one replayed forward; its recording "
+                "frees the forward's activations in its backward (frees_activations=True), so "
+                "they are gone: run one backward per forward, or record without "
+                "frees_activations"
+            )
         self._check_backward_autocast()
         graded = frozenset(
             name
