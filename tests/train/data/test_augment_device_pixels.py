@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from lucid_yolo.replay import ReplayPool
 from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels, HsvTables, hsv_on_device
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
@@ -215,3 +216,17 @@ def test_device_pixels_replay_a_graph_per_shape_chunk_and_kind_of_batch() -> Non
     assert telemetry["retirements"] == 0, telemetry
     replayed.replay = False  # the graphs and their pools are let go
     assert replayed.telemetry.as_dict()["recordings"] == 0
+
+
+@pytest.mark.gpu
+def test_device_pixels_record_in_the_pool_they_are_given() -> None:
+    pool = ReplayPool("cuda")
+    replayed = DevicePixels(replay=True, pool_for=lambda device: pool)
+    eager = DevicePixels()
+    for seed in range(3):
+        expected = eager(_deferred_cuda(5, seed))["images"]
+        assert torch.equal(replayed(_deferred_cuda(5, seed))["images"], expected), seed
+    assert (replayed.telemetry.recordings, replayed.telemetry.replays) == (1, 1)
+    assert pool.holds_graphs
+    replayed.pool_for = None  # another pool: the graphs recorded so far are let go
+    assert replayed.telemetry.recordings == 0

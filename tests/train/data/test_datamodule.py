@@ -12,6 +12,7 @@ import torch
 from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor
 
+from lucid_yolo.replay import ReplayPool
 from lucid_yolo.train.data.augment import AugmentConfig
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.cache import ImageCache
@@ -230,8 +231,14 @@ def test_datamodule_replays_device_pixels_as_configured_or_as_the_fit(
 ) -> None:
     dm = _module(pose_yaml, augment=AugmentConfig(pixels_replayed=configured))
     assert dm.pixels_replayed is (configured is True)
-    dm.follow_replay(fit_graphs)
+
+    def step_pool(device: torch.device) -> ReplayPool:
+        return ReplayPool(device)
+
+    dm.follow_replay(fit_graphs, step_pool)
     assert dm.pixels_replayed is replayed
+    # the pixel graphs record in the fit's step pool only where the fit records graphs
+    assert dm._device_pixels.pool_for is (step_pool if fit_graphs else None)
 
 
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")

@@ -359,6 +359,8 @@ def test_network_and_loss_as_one_region_cpu_fit_equals_native(
     assert binding.network_with_loss is not None
     assert binding.network_with_loss.direct_gradients is direct_gradients
     assert binding.network_with_loss.frees_activations
+    datamodule = replayed.module.trainer.datamodule
+    assert datamodule._device_pixels.pool_for == binding.shared_pool  # the step's pool
     expected = {"network+loss": len(replayed.losses) - 1}
     if update:
         expected["optimizer MuSGD"] = replayed.ema_updates - 1

@@ -219,7 +219,7 @@ class YoloModule(pl.LightningModule):
         if stage == "fit":
             self.replay.direct_gradients = self.trainer.world_size == 1
             if isinstance(self._datamodule, YoloDataModule):
-                self._datamodule.follow_replay(self.replay.config.graphs)
+                self._datamodule.follow_replay(self.replay.config.graphs, self.replay.shared_pool)
             if self.trainer.world_size > 1:
                 self._setup_data_parallel()
 

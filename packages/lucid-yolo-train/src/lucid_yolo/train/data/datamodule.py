@@ -15,7 +15,7 @@ shape would make the replayed step record again); evaluation loaders keep every 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader
 from typing_extensions import override
 
 from lucid_yolo.models import STRIDES
-from lucid_yolo.replay import Telemetry
+from lucid_yolo.replay import ReplayPool, Telemetry
 from lucid_yolo.train.console import print_line
 from lucid_yolo.train.data.augment.config import AugmentConfig
 from lucid_yolo.train.data.augment.device_pixels import DevicePixels
@@ -318,13 +318,17 @@ class YoloDataModule(L.LightningDataModule):
             batch = batch.unpack()
         return self._device_pixels(batch)
 
-    def follow_replay(self, graphs: bool) -> None:
+    def follow_replay(
+        self, graphs: bool, step_pool: Callable[[torch.device], ReplayPool] | None = None
+    ) -> None:
         """Replay the device's pixel work when the fit records CUDA graphs (``graphs``), unless
         ``AugmentConfig.pixels_replayed`` says otherwise: the training module calls it at its
         ``setup``, as it alone knows its replay options. A fit without graphs then records
-        none here either."""
+        none here either. ``step_pool`` gives the training step's graph pool on a device: with
+        graphs, the pixel graphs record there (:class:`DevicePixels`' ``pool_for``)."""
         if self.augment.pixels_replayed is None:
             self._device_pixels.replay = graphs
+        self._device_pixels.pool_for = step_pool if graphs else None
 
     @property
     def pixels_replayed(self) -> bool:

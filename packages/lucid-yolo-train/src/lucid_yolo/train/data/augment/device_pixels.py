@@ -27,6 +27,7 @@ Segment masks travel the same way bit-packed (``deferred_masks``): a batch of 16
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -68,18 +69,28 @@ class DevicePixels:
     Args:
         chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W))`` at a time.
         replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
-            :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device, in a memory pool
-            of its own). Each recording keeps a static copy of the images it reads and, in its
-            pool, the finished copy it writes and one chunk's temporaries (about 75 MB at 640 px
-            with the default chunk); the first batch of a shape runs eagerly, the second
-            records. No effect on the CPU. The data module sets it as the fit replays
-            (``AugmentConfig.pixels_replayed``).
+            :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device). Each recording
+            keeps a static copy of the images it reads and, in its pool, the finished copy it
+            writes and one chunk's temporaries (about 75 MB at 640 px with the default chunk);
+            the first batch of a shape runs eagerly, the second records. No effect on the
+            CPU. The data module sets it as the fit replays (``AugmentConfig.pixels_replayed``).
+        pool_for: the memory pool the graphs record into on a device; ``None``: a pool of
+            their own. The data module gives the training step's pool when the fit replays:
+            the pixel work runs between steps, when that pool's free blocks (the step's
+            scratch) hold nothing, so its chunk's temporaries take them instead of a pool
+            beside them (issue 11, memory: 39 of the 44 MB such a pool held at detect batch 4).
 
     Example:
         ``batch = DevicePixels()(batch)`` after the batch was moved to the device.
     """
 
-    def __init__(self, chunk_pixels: int = CHUNK_PIXELS, *, replay: bool = False) -> None:
+    def __init__(
+        self,
+        chunk_pixels: int = CHUNK_PIXELS,
+        *,
+        replay: bool = False,
+        pool_for: Callable[[torch.device], ReplayPool] | None = None,
+    ) -> None:
         if chunk_pixels < 1:
             raise TrainConfigError(
                 f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
@@ -87,6 +98,7 @@ class DevicePixels:
             )
         self.chunk_pixels = chunk_pixels
         self._replay = replay
+        self._pool_for = pool_for
         self._regions: dict[torch.device, _FinishImages] = {}
         self._replays: dict[torch.device, ForwardRecorder] = {}
 
@@ -101,6 +113,17 @@ class DevicePixels:
         self._replay = on
         if not on:
             self._replays.clear()
+
+    @property
+    def pool_for(self) -> Callable[[torch.device], ReplayPool] | None:
+        """Where the graphs record (``None``: a pool of their own); changed, the graphs recorded
+        so far are let go, so every later one records in the new pool."""
+        return self._pool_for
+
+    @pool_for.setter
+    def pool_for(self, pool_for: Callable[[torch.device], ReplayPool] | None) -> None:
+        self._pool_for = pool_for
+        self._replays.clear()
 
     @property
     def telemetry(self) -> Telemetry:
@@ -134,8 +157,9 @@ class DevicePixels:
             return
         recorder = self._replays.get(device)
         if recorder is None:
+            pool = ReplayPool(device) if self._pool_for is None else self._pool_for(device)
             recorder = self._replays[device] = ForwardRecorder(
-                region, name="device pixels", max_signatures=MAX_SIGNATURES, pool=ReplayPool(device)
+                region, name="device pixels", max_signatures=MAX_SIGNATURES, pool=pool
             )
         with torch.no_grad():
             finished = cast(Tensor, recorder(images, gains, flips, step))
