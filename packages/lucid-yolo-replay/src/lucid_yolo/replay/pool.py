@@ -180,9 +180,8 @@ class ReplayPool:
         (:attr:`holds_graphs`): the allocator asserts when a caller shares a private pool that
         nothing holds; and never while an exclusive forward is open (:meth:`exclusive_open`),
         whose activations are among the free blocks. Otherwise the body runs unchanged, as it
-        does on the CPU stand-in. The side
-        stream is routed on every thread, so the backward's allocations on autograd's device
-        thread go to the pool too.
+        does on the CPU stand-in. The side stream is routed on every thread, so the backward's
+        allocations on autograd's device thread go to the pool too.
 
         Raises:
             PoolLeakError: when a block allocated in the body is still alive after it.
