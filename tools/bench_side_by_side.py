@@ -72,6 +72,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+BETWEEN_KEY = "between_steps_ms"
+"""``PhaseTimer``'s span between two steps (``lucid_yolo.train.callbacks.BETWEEN_STEPS``), as the
+probe reads it; kept apart here so that this process imports neither trainer."""
+
 TOOLS_DIR = Path(__file__).resolve().parent
 SOURCES = sorted((TOOLS_DIR.parent / "packages").glob("*/src"))
 """lucid-yolo's packages, run from source."""
@@ -465,23 +469,33 @@ def _primary_map(record: dict[str, Any]) -> float | None:
 
 
 def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
-    """Data-wait share of a step and the share of an epoch outside steps, last half of the fit."""
+    """Data-wait share of a step, the share of an epoch outside steps and, where the fit logged
+    it, the share of a step's period the device spends between steps (``PhaseTimer``'s
+    ``between_steps``: the batch's copy, the device's pixel work and any wait for the host),
+    last half of the fit."""
     phases = [p for p in record.get("phases_ms", []) if p]
     epochs = record.get("epochs", [])
     if not phases or not epochs:
         return {}
     half = phases[len(phases) // 2 :]
-    names = sorted({k for p in half for k in p if k.endswith("_ms")})
+    names = sorted({k for p in half for k in p if k.endswith("_ms") and k != BETWEEN_KEY})
     step = {name: statistics.median(p.get(name, 0.0) for p in half) for name in names}
     step_ms = sum(step.values())
     tail = epochs[len(epochs) // 2 :]
     outside = [1 - e["steps"] * step_ms / 1000 / e["wall_s"] for e in tail if e["wall_s"] > 0]
-    return {
+    shares = {
         **{f"step_{k}": v for k, v in step.items()},
         "step_ms": step_ms,
         "data_share": step.get("data_ms", 0.0) / step_ms if step_ms else 0.0,
         "outside_share": statistics.median(outside) if outside else 0.0,
     }
+    betweens = [p[BETWEEN_KEY] for p in half if BETWEEN_KEY in p]
+    if betweens:
+        between = statistics.median(betweens)
+        period = step_ms - step.get("data_ms", 0.0) + between
+        shares[f"step_{BETWEEN_KEY}"] = between
+        shares["between_share"] = between / period if period > 0 else 0.0
+    return shares
 
 
 def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -281,3 +281,26 @@ def test_an_environment_that_cannot_be_built_stops_the_run_with_its_reason(
     args = argparse.Namespace(own_environments=tmp_path, substitute=[])
     with pytest.raises(SystemExit, match=r"the lucid environment: lcz 1\.0: no RECORD"):
         tool.own_environments(["replay", "ultralytics"], args)
+
+
+def test_shares_leave_the_span_between_steps_out_of_the_step_and_report_its_own(
+    tool: ModuleType,
+) -> None:
+    from lucid_yolo.train.callbacks import BETWEEN_STEPS
+
+    assert f"{BETWEEN_STEPS}_ms" == tool.BETWEEN_KEY
+    phases = {"data_ms": 2.0, "network_ms": 10.0, "backward_ms": 6.0, "update_ms": 2.0}
+    record = {
+        "phases_ms": [{**phases, tool.BETWEEN_KEY: 1.0} for _ in range(4)],
+        "epochs": [{"wall_s": 2.0, "steps": 50}] * 4,
+    }
+    shares = tool._lucid_shares(record)
+    assert shares["step_ms"] == 20.0  # the phases only
+    assert shares["data_share"] == 0.1
+    assert shares["step_between_steps_ms"] == 1.0
+    assert shares["between_share"] == pytest.approx(1.0 / 19.0)  # of the device's period
+    assert shares["outside_share"] == pytest.approx(0.5)
+    del record["phases_ms"][0][tool.BETWEEN_KEY]
+    assert "between_share" in tool._lucid_shares(record)  # the later half still has it
+    record["phases_ms"] = [phases] * 4
+    assert "between_share" not in tool._lucid_shares(record)  # fits from before it

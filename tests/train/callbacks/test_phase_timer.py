@@ -10,7 +10,7 @@ import lightning.pytorch as pl
 import pytest
 
 from lucid_yolo.train import YoloDataModule, YoloModule
-from lucid_yolo.train.callbacks import PHASES, PhaseTimer
+from lucid_yolo.train.callbacks import BETWEEN_STEPS, PHASES, PhaseTimer
 
 
 def _detect(tiny_dataset: Callable[[str], Path]) -> tuple[YoloDataModule, YoloModule]:
@@ -63,7 +63,25 @@ def test_phase_timer_times_every_phase_of_a_fit(
     assert summary["backward"] > 0.0
     assert float(trainer.callback_metrics["img_s"]) > 0.0
     assert "time/loss_ms" in trainer.callback_metrics
+    # three steps in one epoch: two spans between them, logged beside the phases
+    between = timer.between_steps_ms()
+    assert between is not None
+    assert between >= 0.0
+    assert float(trainer.callback_metrics[f"time/{BETWEEN_STEPS}_ms"]) == pytest.approx(between)
     assert module.phase_marker is None  # detached again at teardown
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_phase_timer_spans_between_steps_only_within_an_epoch(
+    tiny_dataset: Callable[[str], Path], tmp_path: Path
+) -> None:
+    # one step an epoch: no two steps of an epoch, so no span between steps (validation and
+    # the epoch's turnover are not a step's data path)
+    data, module = _detect(tiny_dataset)
+    timer = PhaseTimer(log_every_n_steps=1)
+    _cpu_trainer(tmp_path, timer, max_steps=2, limit_train_batches=1).fit(module, data)
+    assert timer.summary()["network"] > 0.0
+    assert timer.between_steps_ms() is None
 
 
 def _recorded_logs(module: YoloModule) -> tuple[list[int], list[int]]:

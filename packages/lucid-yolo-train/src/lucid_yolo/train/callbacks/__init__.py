@@ -18,7 +18,7 @@ from lucid_yolo.train.callbacks.epoch_summary import (
     validation_table,
 )
 from lucid_yolo.train.callbacks.pending_update_check import PendingUpdateCheck
-from lucid_yolo.train.callbacks.phase_timer import PHASES, PhaseTimer
+from lucid_yolo.train.callbacks.phase_timer import BETWEEN_STEPS, PHASES, PhaseTimer
 from lucid_yolo.train.callbacks.rng_state import RngState
 from lucid_yolo.train.callbacks.set_up_objects_frozen import SetUpObjectsFrozen
 from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
@@ -26,6 +26,7 @@ from lucid_yolo.train.callbacks.sigterm_checkpoint import SigtermCheckpoint
 __all__ = [
     # reporting
     "EpochSummary",
+    "BETWEEN_STEPS",
     "PHASES",
     "PhaseTimer",
     "replay_line",

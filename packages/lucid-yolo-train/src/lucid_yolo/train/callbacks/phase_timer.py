@@ -26,6 +26,10 @@ from lucid_yolo.train.log_cadence import reaches_loggers
 PHASES = ("data", "network", "loss", "backward", "update")
 """Phase names in step order; logged as ``time/<phase>_ms``."""
 
+BETWEEN_STEPS = "between_steps"
+"""Logged as ``time/between_steps_ms``: the span on the step's timeline from one step's update
+mark to the next step's start mark, within an epoch. Not a phase: it overlaps ``data``."""
+
 _BOUNDARIES = ("start", "network", "loss", "backward", "update")
 
 
@@ -33,6 +37,7 @@ _BOUNDARIES = ("start", "network", "loss", "backward", "update")
 class _Step:
     data_ms: float
     images: int
+    previous_end: DeviceClock | None
     marks: dict[str, DeviceClock] = field(default_factory=dict)
 
 
@@ -46,6 +51,13 @@ class PhaseTimer(Callback):
     network phase holds the loss, and ``loss`` reads about 0.
     A step whose boundaries are not all reached (for instance a skipped backward) is dropped
     from the means.
+
+    Beside the phases, ``between_steps`` is the span between two steps of an epoch on the
+    step's own timeline (on CUDA the device's: the batch's copy, the device's pixel work, and
+    any time the device waits for the host to queue the next step). ``data`` is the host's
+    wait for the batch, which overlaps the device's work of the step before and so need not
+    stall it; ``between_steps`` is what the device spends outside the steps' phases, so what a
+    starved device shows (issue 11's data-wait goal reads both).
 
     The means run over the epoch so far. ``img_s`` (images per second of step time, data wait
     included) and, on CUDA, ``mem_gib`` (reserved memory) are shown in the progress bar every
@@ -67,10 +79,13 @@ class PhaseTimer(Callback):
         self._last_end: float | None = None
         self._step_of_batch = 0
         self._current: _Step | None = None
+        self._previous_end: DeviceClock | None = None
         self._pending: deque[_Step] = deque()
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._count = 0
         self._images = 0
+        self._between_sum = 0.0
+        self._between_count = 0
 
     def mark(self, boundary: str) -> None:
         """Record that the step reached ``boundary`` (one of ``network``, ``loss``, ...)."""
@@ -91,10 +106,13 @@ class PhaseTimer(Callback):
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._last_end = None
+        self._previous_end = None
         self._pending.clear()
         self._sums = dict.fromkeys(PHASES, 0.0)
         self._count = 0
         self._images = 0
+        self._between_sum = 0.0
+        self._between_count = 0
 
     @override
     def on_train_batch_start(
@@ -106,7 +124,11 @@ class PhaseTimer(Callback):
         self._step_of_batch = trainer.global_step + 1
         data_ms = 0.0 if self._last_end is None else (now - self._last_end) * 1000.0
         images = batch["images"] if isinstance(batch, dict) and "images" in batch else None
-        self._current = _Step(data_ms=data_ms, images=0 if images is None else len(images))
+        self._current = _Step(
+            data_ms=data_ms,
+            images=0 if images is None else len(images),
+            previous_end=self._previous_end,
+        )
         self.mark("start")
 
     @override
@@ -130,6 +152,7 @@ class PhaseTimer(Callback):
     ) -> None:
         self.mark("update")
         if self._current is not None:
+            self._previous_end = self._current.marks["update"]
             self._pending.append(self._current)
             self._current = None
         self._collect()
@@ -137,6 +160,9 @@ class PhaseTimer(Callback):
         # sync), and the progress bar reads its values back at every batch (another).
         if self._count and reaches_loggers(trainer, self._step_of_batch, batch_idx):
             means = {f"time/{p}_ms": torch.tensor(self._sums[p] / self._count) for p in PHASES}
+            between = self.between_steps_ms()
+            if between is not None:
+                means[f"time/{BETWEEN_STEPS}_ms"] = torch.tensor(between)
             pl_module.log_dict(means, on_step=True, on_epoch=False, prog_bar=False)
         if self._count and (batch_idx + 1) % self.log_every_n_steps == 0:
             total_ms = sum(self._sums.values())
@@ -155,12 +181,21 @@ class PhaseTimer(Callback):
             return {}
         return {p: self._sums[p] / self._count for p in PHASES}
 
+    def between_steps_ms(self) -> float | None:
+        """Mean milliseconds between two steps of this epoch (:data:`BETWEEN_STEPS`), over the
+        steps resolved so far; ``None`` before the epoch's second."""
+        self._collect()
+        return self._between_sum / self._between_count if self._between_count else None
+
     def _collect(self) -> None:
         while self._pending and self._pending[0].marks["update"].done():
             step = self._pending.popleft()
             durations = _durations(step)
             if durations is None:
                 continue
+            if step.previous_end is not None:
+                self._between_sum += step.marks["start"].ms_since(step.previous_end)
+                self._between_count += 1
             for phase, ms in durations.items():
                 self._sums[phase] += ms
             self._count += 1
@@ -176,4 +211,4 @@ def _durations(step: _Step) -> dict[str, float] | None:
     return times
 
 
-__all__ = ["PHASES", "PhaseTimer"]
+__all__ = ["BETWEEN_STEPS", "PHASES", "PhaseTimer"]
