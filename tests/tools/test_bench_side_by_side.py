@@ -304,3 +304,26 @@ def test_shares_leave_the_span_between_steps_out_of_the_step_and_report_its_own(
     assert "between_share" in tool._lucid_shares(record)  # the later half still has it
     record["phases_ms"] = [phases] * 4
     assert "between_share" not in tool._lucid_shares(record)  # fits from before it
+
+
+def test_table_gives_a_lucid_row_its_step_and_shares(tool: ModuleType) -> None:
+    row = {
+        "task": "detect",
+        "tool": "replay",
+        "runs": 1,
+        "whole_s": {"median": 91.3, "min": 91.3, "max": 91.3},
+        "train_img_per_s": {"median": 211.3},
+        "val_s": {"median": 9.0},
+        "startup_s": {"median": 9.1},
+        "peak_reserved_gib": {"median": 0.98},
+        "mAP50-95": 0.997,
+        "speedup_vs_ultralytics": 4.58,
+    }
+    shares = {"step_ms": 18.32, "data_share": 0.116, "outside_share": 0.074}
+    older = tool.table([{**row, "phases": shares}], _settings()).splitlines()[-1]
+    assert older.endswith("| 18.3: 11.6 %, —; 7.4 % |")
+    newer = {**row, "phases": {**shares, "between_share": 0.041}}
+    line = tool.table([newer], _settings()).splitlines()[-1]
+    assert line.endswith("| 18.3: 11.6 %, 4.1 %; 7.4 % |")
+    ultralytics = {**row, "tool": "ultralytics"}
+    assert tool.table([ultralytics], _settings()).splitlines()[-1].endswith("| 0.997 | — |")
