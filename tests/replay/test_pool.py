@@ -37,6 +37,19 @@ def _count_routing(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return events
 
 
+def _open_replays_between_loan(
+    monkeypatch: pytest.MonkeyPatch,
+) -> tuple[list[str], ReplayPool, RegionGraphs, ScratchLoan]:
+    """A pool that a capture holds, its routing logged, and an open loan that lets graphs
+    replay between its blocks."""
+    events = _count_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    graphs = _captured(pool)
+    loan = ScratchLoan(pool, replays_between=True)
+    loan.open()
+    return events, pool, graphs, loan
+
+
 def test_pool_holds_graphs_while_a_capture_lives() -> None:
     pool = ReplayPool("cpu")
     assert not pool.holds_graphs
@@ -290,11 +303,7 @@ def test_scratch_loan_stops_lending_once_no_graph_holds_the_pool(
 ) -> None:
     # a pass that forgets the pool's only recording (its network moved) must not route into a
     # pool nothing holds: the allocator would assert
-    events = _count_routing(monkeypatch)
-    pool = ReplayPool("cpu")
-    graphs = _captured(pool)
-    loan = ScratchLoan(pool, replays_between=True)
-    loan.open()
+    events, _pool, graphs, loan = _open_replays_between_loan(monkeypatch)
     with loan.borrowing():
         events.append("body")
     del graphs
@@ -325,11 +334,7 @@ def test_scratch_loan_does_not_route_while_an_exclusive_forward_is_open(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a loan that lets graphs replay between its blocks was open before the forward opened
-    events = _count_routing(monkeypatch)
-    pool = ReplayPool("cpu")
-    graphs = _captured(pool)
-    loan = ScratchLoan(pool, replays_between=True)
-    loan.open()
+    events, pool, graphs, loan = _open_replays_between_loan(monkeypatch)
     token = OpenForward(1, 0, exclusive=True)
     pool.push(token)
     with loan.borrowing():

@@ -114,8 +114,9 @@ class ForwardRecorder(SignatureRecorder[_ForwardRecording]):
             return self._native("disabled", args)
         if torch.is_grad_enabled():
             return self._native("grad-enabled", args)
-        if self.pool.lent:
-            return self._native("pool-lent", args)
+        busy = self.pool.busy()
+        if busy is not None:
+            return self._native(busy, args)
         if self.retired is not None:
             return self._native("retired", args)
         if self.pool.open_forwards():

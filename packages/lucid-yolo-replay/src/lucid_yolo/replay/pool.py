@@ -86,6 +86,16 @@ class ReplayPool:
         self._open = [weakref.ref(token) for token in kept]
         return kept
 
+    def busy(self) -> str | None:
+        """Why no recorder of the pool may replay or record now, as the reason its calls run
+        native under (``pool-lent``: a :class:`ScratchLoan` lends the free blocks;
+        ``exclusive-open``: :meth:`exclusive_open`), or ``None``."""
+        if self.lent:
+            return "pool-lent"
+        if self.exclusive_open():
+            return "exclusive-open"
+        return None
+
     def exclusive_open(self) -> bool:
         """Whether an open forward's activations sit in blocks the pool counts as free
         (:attr:`OpenForward.exclusive`): until its backward has run, no other graph of the pool

@@ -184,10 +184,9 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         """Run the region: native, record then replay, or replay (see the class docstring)."""
         if not self.enabled:
             return self._native("disabled", args)
-        if self.pool.lent:
-            return self._native("pool-lent", args)
-        if self.pool.exclusive_open():
-            return self._native("exclusive-open", args)
+        busy = self.pool.busy()
+        if busy is not None:
+            return self._native(busy, args)
         if not torch.is_grad_enabled() or torch.is_inference_mode_enabled():
             return self._native("no-grad", args)
         if self.retired is not None:

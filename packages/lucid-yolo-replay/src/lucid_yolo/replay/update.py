@@ -148,10 +148,9 @@ class UpdateRecorder:
         """Run the update: native (warm-up, retired, new key past the limit) or replayed."""
         if not self.enabled:
             return self._native("disabled")
-        if self.pool is not None and self.pool.lent:
-            return self._native("pool-lent")
-        if self.pool is not None and self.pool.exclusive_open():
-            return self._native("exclusive-open")
+        busy = None if self.pool is None else self.pool.busy()
+        if busy is not None:
+            return self._native(busy)
         if self.retired is not None:
             return self._native("retired")
         key = self.key()

@@ -79,7 +79,8 @@ class YoloModule(pl.LightningModule):
         newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation,
             ``float32`` or ``bfloat16``. The orthogonalisation is over half of a replayed update's
             device time in float32, paid every step whatever the batch, and bfloat16 cuts it to
-            about a third (docs/engineering/whole-fit-speed.md, session 36); but bfloat16 rounds
+            about a third (docs/engineering/whole-fit-speed.md, session 36; on the H200 the
+            step did not get shorter, its pace being the host's, session 37); but bfloat16 rounds
             each matrix update differently and its effect on accuracy has not been measured, so
             float32 stays the default. Native and replayed fits agree bit for bit with either
             (shown for bfloat16 on the CPU stand-in only).

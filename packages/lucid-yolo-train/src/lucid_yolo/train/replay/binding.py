@@ -346,7 +346,8 @@ class NetworkReplay:
         )
 
     def shared_pool(self, device: torch.device) -> ReplayPool:
-        """The one memory pool of every graph of the step, for the update graph to join.
+        """The one memory pool of every graph of the step, for the update graph and the
+        device's pixel graphs (``YoloDataModule.follow_replay``) to join.
 
         Call it once the network sits on ``device`` (Lightning's ``configure_optimizers`` runs
         after the move); it builds the network recorders on the way.
