@@ -24,7 +24,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 from lucid_yolo.replay import first_difference, state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
-from lucid_yolo.train.non_finite_loss import NonFiniteLossError
+from lucid_yolo.train.non_finite_loss import NonFiniteLossError, NonFiniteLossGuard
 
 pytestmark = pytest.mark.filterwarnings(
     "ignore::lightning.fabric.utilities.warnings.PossibleUserWarning"
@@ -275,12 +275,23 @@ def test_fit_late_stop_leaves_the_state_of_the_check_before_the_update(
 
 
 def test_fit_late_skip_of_several_steps_under_accumulation_equals_the_check_before(
-    tiny_dataset: Any,
+    tiny_dataset: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    sent: list[bool] = []
+    observe = NonFiniteLossGuard.observe
+
+    def spy(guard: NonFiniteLossGuard, total: Any, terms: Any, *, send: bool = False) -> None:
+        sent.append(send)
+        observe(guard, total, terms, send=send)
+
+    monkeypatch.setattr(NonFiniteLossGuard, "observe", spy)
     yaml = tiny_dataset("detect")
     options: dict[str, Any] = {"accumulate": 2, "max_steps": 4, "poisoned": (2, 3)}
     now = _fit(yaml, "skip", **options)
+    sent_now, sent[:] = list(sent), []
     late = _fit(yaml, "skip", replay=UPDATE_REPLAY, **options)
+    # checked late, every micro-batch's flags leave at its loss (not behind its backward)
+    assert (sent_now, sent) == ([False] * 8, [True] * 8)
     assert late.module.loss_guard.skipped == now.module.loss_guard.skipped == 2
     assert int(late.module.ema.updates) == int(now.module.ema.updates) == 2
     assert first_difference(now.digest, late.digest) is None

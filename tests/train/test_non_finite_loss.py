@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from lucid_yolo.train.exceptions import TrainConfigError, TrainError
+from lucid_yolo.train.host_copy import HostCopy
 from lucid_yolo.train.non_finite_loss import NonFiniteLossError, NonFiniteLossGuard
 
 NAN = torch.tensor(float("nan"))
@@ -156,3 +157,74 @@ def test_guard_seal_while_a_step_awaits_its_check_is_an_error() -> None:
     guard.observe(ONE, _terms())
     with pytest.raises(TrainError, match=r"step 2 was sealed while step 1 awaits its check"):
         guard.seal(step=2)
+
+
+class _CountedCopy(HostCopy):
+    """A host copy that counts how many were started."""
+
+    started = 0
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        super().__init__(tensor)
+        _CountedCopy.started += 1
+
+
+@pytest.fixture
+def counted_copies(monkeypatch: pytest.MonkeyPatch) -> type[_CountedCopy]:
+    monkeypatch.setattr(_CountedCopy, "started", 0)
+    monkeypatch.setattr("lucid_yolo.train.non_finite_loss.HostCopy", _CountedCopy)
+    return _CountedCopy
+
+
+def test_guard_seals_the_flags_the_last_observation_sent(
+    counted_copies: type[_CountedCopy],
+) -> None:
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    guard.observe(ONE, _terms(box=NAN), send=True)  # the step's first micro-batch
+    guard.observe(ONE, _terms(), send=True)
+    assert counted_copies.started == 2
+    guard.seal(step=5)
+    assert counted_copies.started == 2  # the last micro-batch's copy, none of its own
+    guard.settle(undo)
+    assert (undo.calls, guard.skipped) == (1, 1)  # the first micro-batch's NaN came along
+
+
+def test_guard_seal_copies_the_flags_when_none_were_sent(
+    counted_copies: type[_CountedCopy],
+) -> None:
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    guard.observe(ONE, _terms(cls=INF))
+    assert counted_copies.started == 0
+    guard.seal(step=1)
+    assert counted_copies.started == 1
+    guard.settle(undo)
+    assert guard.skipped == 1
+
+
+def test_guard_never_seals_flags_sent_before_a_check_made_now() -> None:
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    guard.observe(NAN, _terms(), send=True)
+    assert not guard.allows_update(step=1)
+    guard.observe(ONE, _terms())
+    guard.seal(step=2)
+    guard.settle(undo)
+    assert (undo.calls, guard.skipped) == (0, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("send", [True, False])
+def test_guard_late_check_of_sent_flags_does_not_wait_for_the_backward(send: bool) -> None:
+    """Sent at the loss, the flags land before the work queued after it (the step's backward,
+    here a sleeping kernel), so the next step's check returns while that work still runs;
+    copied at the update, they queue behind it and the check waits for it."""
+    guard, undo = NonFiniteLossGuard("skip"), _Undo()
+    nan = torch.tensor(float("nan"), device="cuda")
+    guard.observe(nan, {"box": nan * 0}, send=send)
+    torch.cuda._sleep(2**31)  # type: ignore[no-untyped-call]  # the backward's stand-in
+    backward_done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+    backward_done.record()
+    guard.seal(step=1)
+    guard.settle(undo)
+    assert (undo.calls, guard.skipped) == (1, 1)
+    assert backward_done.query() is not send  # type: ignore[no-untyped-call]
+    torch.cuda.synchronize()

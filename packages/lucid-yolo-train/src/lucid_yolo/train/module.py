@@ -265,7 +265,7 @@ class YoloModule(pl.LightningModule):
         total, terms = self._loss(batch)
         if self._scaler() is None:
             # fp16's GradScaler skips non-finite steps itself (and backs off its scale)
-            self.loss_guard.observe(total, terms)
+            self.loss_guard.observe(total, terms, send=self._update_checked_late())
         # The losses stay off the progress bar: a bar reads its metrics after every batch, and
         # reading a value on the GPU makes the host wait for the step (the CLI's bar shows the
         # loss, read at most once a second).
@@ -377,10 +377,15 @@ class YoloModule(pl.LightningModule):
         if self._scaler() is not None:
             return True
         step = self.global_step + 1
-        if self.update_step is not None and self.update_step.backup is not None:
+        if self._update_checked_late():
             self.loss_guard.seal(step)
             return True
         return self.loss_guard.allows_update(step)
+
+    def _update_checked_late(self) -> bool:
+        """Whether the loss guard checks this step after its update (which backs up what it
+        writes and can be undone) rather than before it."""
+        return self.update_step is not None and self.update_step.backup is not None
 
     def settle_update(self, *, failing: bool = False) -> None:
         """Read the loss guard's verdict on the last replayed update, if it is still pending.

@@ -19,12 +19,15 @@ It decides at one of two moments:
   with one host read. That read waits for the step's forward, loss and backward, so the host can
   never run ahead of the device.
 * **late** (:meth:`~NonFiniteLossGuard.seal` then :meth:`~NonFiniteLossGuard.settle`, replayed
-  updates): at the update, the step's flags start an asynchronous copy to pinned host memory and
-  the update runs at once, having backed up the state it writes (``update_step``). The flags are
-  read when they are long computed, before anything uses or publishes the new state: before the
-  next step's forward, before validation, before a checkpoint, at the end of training and on an
+  updates): the step's flags leave for pinned host memory by an asynchronous copy, and the update
+  runs at once, having backed up the state it writes (``update_step``). The flags are read when
+  they are long computed, before anything uses or publishes the new state: before the next
+  step's forward, before validation, before a checkpoint, at the end of training and on an
   exception. A non-finite step's update is then undone from the backup, which leaves exactly the
-  state the check made now leaves, and the fit stops or skips as above.
+  state the check made now leaves, and the fit stops or skips as above. The copy is best started
+  by :meth:`~NonFiniteLossGuard.observe` itself (``send``), right behind the loss: started at the
+  update, it would queue behind the step's backward, and the next step's check would wait for
+  that backward, so the host could not queue the next step while the device runs it.
 """
 
 from __future__ import annotations
@@ -105,9 +108,10 @@ class NonFiniteLossGuard:
         """Late checks whose flags had not reached the host yet, so the host waited."""
         self._names: tuple[str, ...] = ()
         self._finite: Tensor | None = None
+        self._sent: HostCopy | None = None
         self._sealed: _SealedStep | None = None
 
-    def observe(self, total: Tensor, terms: dict[str, Tensor]) -> None:
+    def observe(self, total: Tensor, terms: dict[str, Tensor], *, send: bool = False) -> None:
         """Note whether one micro-batch's loss and each of its terms are finite.
 
         Device ops only: the flags are read once per step. The result is computed at once,
@@ -120,6 +124,10 @@ class NonFiniteLossGuard:
         Args:
             total: the summed loss, any shape (a scalar in practice).
             terms: the named terms (scalars) that make it up.
+            send: start the copy of the step's flags so far to the host now, in the device's
+                order right behind this loss, for a step checked late (:meth:`seal`): the next
+                step's check then waits for this forward at most, not for the backward and
+                update queued after it. Each micro-batch's copy replaces the last one's.
         """
         names = (TOTAL, *terms)
         values = [total, *terms.values()]
@@ -129,6 +137,7 @@ class NonFiniteLossGuard:
             self._names, self._finite = names, finite
         else:
             self._finite = self._finite & finite
+        self._sent = HostCopy(self._finite) if send else None
 
     def allows_update(self, step: int) -> bool:
         """Whether the update of optimizer step ``step`` may run, read now; resets for the next.
@@ -143,7 +152,7 @@ class NonFiniteLossGuard:
         Raises:
             NonFiniteLossError: under ``stop``, when a loss was not finite.
         """
-        finite, self._finite = self._finite, None
+        finite, self._finite, self._sent = self._finite, None, None
         flags = None if finite is None else finite.tolist()
         return self._decide(step, self._names, flags, agree=True)
 
@@ -156,14 +165,15 @@ class NonFiniteLossGuard:
         """Close optimizer step ``step``'s observations and send its flags to the host.
 
         Nothing waits: on CUDA the flags go to pinned memory by an asynchronous copy
-        (:class:`~lucid_yolo.train.host_copy.HostCopy`). Call it right before an update that
-        backs up the state it writes; the verdict is read by :meth:`settle`. A step with nothing
-        observed seals nothing (and leaves an earlier sealed step pending).
+        (:class:`~lucid_yolo.train.host_copy.HostCopy`), the one the last :meth:`observe` sent,
+        or one started here, behind whatever is queued by now. Call it right before an update
+        that backs up the state it writes; the verdict is read by :meth:`settle`. A step with
+        nothing observed seals nothing (and leaves an earlier sealed step pending).
 
         Args:
             step: the 1-based optimizer step about to be applied.
         """
-        finite, self._finite = self._finite, None
+        finite, sent, self._finite, self._sent = self._finite, self._sent, None, None
         if finite is None:
             return
         if self._sealed is not None:
@@ -171,7 +181,7 @@ class NonFiniteLossGuard:
                 f"step {step} was sealed while step {self._sealed.step} awaits its check; "
                 "call settle() before the next step's forward"
             )
-        self._sealed = _SealedStep(step, self._names, HostCopy(finite))
+        self._sealed = _SealedStep(step, self._names, sent or HostCopy(finite))
 
     def settle(self, undo: Callable[[], None], *, failing: bool = False) -> None:
         """Read the sealed step's verdict; on a non-finite step ``undo`` its update, then decide.
