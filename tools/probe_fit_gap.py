@@ -242,19 +242,21 @@ class FitGaps(pl.Callback):
             self._first_steps.enable()
 
     def on_train_batch_end(
-        self, trainer: pl.Trainer, _module: Any, _out: Any, _batch: Any, batch_idx: int
+        self, trainer: pl.Trainer, module: Any, _out: Any, _batch: Any, batch_idx: int
     ) -> None:
         self._first_steps.disable()
         if self._step_clocks:
             self._step_clocks[-1] = (self._step_clocks[-1][0], _now())
         if batch_idx == 0:
             self._marks["first_end"] = _sync()
+            self._marks["late_waits_first"] = _late_check_waits(module)
             self._gc.take()
             self._gc.armed = True
         if batch_idx + 1 == trainer.num_training_batches:
             self._gc.armed = False
             self._marks["last_end"] = _sync()
             self._marks["steps"] = batch_idx
+            self._marks["late_waits_last"] = _late_check_waits(module)
         self._last_end_host = time.perf_counter()
 
     def on_validation_start(self, trainer: pl.Trainer, *_: Any) -> None:
@@ -300,6 +302,7 @@ class FitGaps(pl.Callback):
                 "val_s": val_end - val_start,
                 "turnover_s": now - val_end,
                 "checkpoint_s": self._checkpoint_s,
+                "late_check_waits": m["late_waits_last"] - m["late_waits_first"],
                 **self._device_timeline(),
                 **self._gc.take(),
             }
@@ -325,6 +328,13 @@ class FitGaps(pl.Callback):
         }
 
 
+def _late_check_waits(module: Any) -> float:
+    """How many late checks of the loss guard have waited for their flags so far (0 when the
+    module has no guard): each one is a step whose host waited for the device."""
+    guard = getattr(module, "loss_guard", None)
+    return float(getattr(guard, "waits", 0))
+
+
 PARTS = ("first_s", "steps_s", "to_val_s", "turnover_s", "checkpoint_s", "val_s")
 
 
@@ -343,6 +353,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "train_s": train_s,
         "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
         "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
+        "late_check_waits": sorted(e.get("late_check_waits", 0.0) for e in tail)[len(tail) // 2],
         "device_timeline_ms": timeline,
         "gc_per_epoch": {
             key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GcPauses.KEYS
@@ -359,7 +370,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [
         f"{result['epochs']} epochs after the first, {result['steps']} steps; train_s / steps "
         f"{result['train_ms_per_step']:.2f} ms, steady period (median epoch) "
-        f"{result['steady_period_ms']:.2f} ms",
+        f"{result['steady_period_ms']:.2f} ms; late loss checks that waited for the device "
+        f"(median epoch's steady steps) {result['late_check_waits']:.0f}",
     ]
     for name, label in (("step", "step"), ("between", "between steps"), ("host_wait", "host wait")):
         stats = [timeline[f"{name}{stat}_ms"] for stat in STATISTICS]

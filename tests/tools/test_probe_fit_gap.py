@@ -19,7 +19,12 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
 
 
 def _epoch(
-    steps: int, steps_s: float, turnover_s: float, step_ms: float = 9.0, between_ms: float = 1.0
+    steps: int,
+    steps_s: float,
+    turnover_s: float,
+    step_ms: float = 9.0,
+    between_ms: float = 1.0,
+    late_check_waits: float = 0.0,
 ) -> dict[str, float]:
     return {
         "steps": steps,
@@ -30,6 +35,7 @@ def _epoch(
         "val_s": 2.0,
         "turnover_s": turnover_s,
         "checkpoint_s": turnover_s / 2,
+        "late_check_waits": late_check_waits,
         **{f"step{stat}_ms": step_ms for stat in ("", "_mean", "_p90", "_max")},
         **{f"between{stat}_ms": between_ms for stat in ("", "_mean", "_p90", "_max")},
         "first_gap_ms": 30.0,
@@ -38,10 +44,10 @@ def _epoch(
 
 def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> None:
     epochs = [
-        _epoch(11, 5.0, 9.0, step_ms=500.0),
-        _epoch(11, 0.2, 0.3, between_ms=2.0),
+        _epoch(11, 5.0, 9.0, step_ms=500.0, late_check_waits=10.0),
+        _epoch(11, 0.2, 0.3, between_ms=2.0, late_check_waits=3.0),
         _epoch(11, 0.2, 0.5),
-        _epoch(11, 0.2, 0.5, step_ms=7.0, between_ms=4.0),
+        _epoch(11, 0.2, 0.5, step_ms=7.0, between_ms=4.0, late_check_waits=5.0),
     ]
     result = tool.summary(epochs)
     assert (result["epochs"], result["steps"]) == (3, 33)
@@ -49,10 +55,12 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
     assert result["per_step_ms"]["turnover_s"] == pytest.approx(1300.0 / 33)
     assert result["per_step_ms"]["val_s"] == pytest.approx(6000.0 / 33)
     assert result["steady_period_ms"] == pytest.approx(20.0)
+    assert result["late_check_waits"] == 3.0
     timeline = result["device_timeline_ms"]
     assert (timeline["step_ms"], timeline["between_ms"]) == (9.0, 2.0)
     text = tool.table(result)
     assert "| turnover_s | 39.39 | 1.300 |" in text
+    assert "late loss checks that waited for the device (median epoch's steady steps) 3" in text
     assert "step (median epoch): median 9.00, mean 9.00, p90 9.00, max 9.00 ms" in text
     assert "between steps (median epoch): median 2.00, mean 2.00, p90 2.00, max 2.00 ms" in text
     assert "gap after the first step (the probe synchronises there; median epoch): 30.00 ms" in text
@@ -154,6 +162,7 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
         assert epoch["step_ms"] <= epoch["step_max_ms"]
         assert 0 < epoch["host_wait_mean_ms"] <= epoch["host_wait_max_ms"]
         assert epoch["gc_count"] >= epoch["gc_full"] >= 0
+        assert epoch["late_check_waits"] == 0  # a native update is checked before it runs
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
