@@ -181,7 +181,8 @@ class NonFiniteLossGuard:
                 f"step {step} was sealed while step {self._sealed.step} awaits its check; "
                 "call settle() before the next step's forward"
             )
-        self._sealed = _SealedStep(step, self._names, sent or HostCopy(finite))
+        flags = sent if sent is not None else HostCopy(finite)
+        self._sealed = _SealedStep(step, self._names, flags)
 
     def settle(self, undo: Callable[[], None], *, failing: bool = False) -> None:
         """Read the sealed step's verdict; on a non-finite step ``undo`` its update, then decide.
