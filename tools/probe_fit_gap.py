@@ -371,7 +371,7 @@ def table(result: dict[str, Any]) -> str:
         f"{result['epochs']} epochs after the first, {result['steps']} steps; train_s / steps "
         f"{result['train_ms_per_step']:.2f} ms, steady period (median epoch) "
         f"{result['steady_period_ms']:.2f} ms; late loss checks that waited for the device "
-        f"(median epoch's steady steps) {result['late_check_waits']:.0f}",
+        f"in an epoch's steady steps (median over epochs) {result['late_check_waits']:.0f}",
     ]
     for name, label in (("step", "step"), ("between", "between steps"), ("host_wait", "host wait")):
         stats = [timeline[f"{name}{stat}_ms"] for stat in STATISTICS]

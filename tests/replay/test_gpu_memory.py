@@ -10,6 +10,7 @@ import copy
 import gc
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -531,11 +532,24 @@ ACTIVATION = 16 * 2**20
 """Bytes of each DeepNet activation at batch 8 and 128 px (8 * 32 * 128 * 128 floats)."""
 
 
-def freeing_fit(replay: bool, frees: bool) -> tuple[list[Tensor], ReplayPool]:
+@dataclass(frozen=True)
+class _FreeingFit:
+    """What :func:`_freeing_fit` read while its recorder and update were alive (once they are
+    collected, the pool's blocks are theirs no longer)."""
+
+    state: list[Tensor]
+    """Weights, gradients and moments."""
+    allocated: int
+    """Bytes of the pool's blocks allocated between steps."""
+    reserved: int
+    """Bytes of the pool's segments."""
+
+
+def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
     """Four steps of a DeepNet region and a capturable AdamW that also moves eight free weights
     of one activation's size each, so the update captured after the region's backward in its
     pool needs eight activation-sized blocks of scratch at once (foreach's square roots of the
-    second moments): the weights, gradients and moments, and the pool."""
+    second moments)."""
     torch.manual_seed(0)
     x = torch.randn(8, 3, 128, 128, device="cuda")
     net = DeepNet().cuda()
@@ -557,15 +571,13 @@ def freeing_fit(replay: bool, frees: bool) -> tuple[list[Tensor], ReplayPool]:
         assert step.telemetry.replays == 3
     state = [*params, *(p.grad for p in params)]
     state += [adamw.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
-    return [s.detach().clone() for s in state if s is not None], pool
-
-
-def _pool_allocated(pool: ReplayPool) -> int:
-    """Bytes of the pool's blocks still allocated (the rest of its segments is free)."""
-    return sum(
+    allocated = sum(
         int(s["allocated_size"])
         for s in torch.cuda.memory_snapshot()
         if tuple(s.get("segment_pool_id", ())) == tuple(pool.handle)
+    )
+    return _FreeingFit(
+        [s.detach().clone() for s in state if s is not None], allocated, pool.pool_bytes()
     )
 
 
@@ -574,20 +586,19 @@ def test_gpu_freeing_recording_leaves_its_activations_free_and_the_native_bits()
     native backward does, so between steps the pool holds them as free blocks (which the update's
     capture and a loan can take) rather than as the recording's live tensors; the weights,
     gradients and moments are the native ones bit for bit either way."""
-    native, _ = freeing_fit(replay=False, frees=False)
-    kept, kept_pool = freeing_fit(replay=True, frees=False)
-    freed, freed_pool = freeing_fit(replay=True, frees=True)
+    native = _freeing_fit(replay=False, frees=False)
+    kept = _freeing_fit(replay=True, frees=False)
+    freed = _freeing_fit(replay=True, frees=True)
     # DeepNet saves 17 activations for its backward; kept, they stay allocated in the pool
-    assert _pool_allocated(freed_pool) + 8 * ACTIVATION <= _pool_allocated(kept_pool)
+    assert freed.allocated + 8 * ACTIVATION <= kept.allocated, (freed.allocated, kept.allocated)
     for got in (kept, freed):
-        assert all(torch.equal(a, b) for a, b in zip(native, got, strict=True))
+        assert all(torch.equal(a, b) for a, b in zip(native.state, got.state, strict=True))
 
 
 def test_gpu_update_captured_after_a_freeing_backward_takes_the_freed_activations() -> None:
     """The update's eight activation-sized scratch blocks fit in the freed activations' blocks,
     so the pool does not grow for them; beside kept activations it grows by most of them (only
     the backward's few transient gradient blocks are free there)."""
-    _, kept_pool = freeing_fit(replay=True, frees=False)
-    _, freed_pool = freeing_fit(replay=True, frees=True)
-    kept_bytes, freed_bytes = kept_pool.pool_bytes(), freed_pool.pool_bytes()
-    assert freed_bytes + 4 * ACTIVATION <= kept_bytes, (freed_bytes, kept_bytes)
+    kept = _freeing_fit(replay=True, frees=False)
+    freed = _freeing_fit(replay=True, frees=True)
+    assert freed.reserved + 4 * ACTIVATION <= kept.reserved, (freed.reserved, kept.reserved)

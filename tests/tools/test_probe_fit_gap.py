@@ -60,7 +60,10 @@ def test_probe_fit_gap_summary_leaves_the_first_epoch_out(tool: ModuleType) -> N
     assert (timeline["step_ms"], timeline["between_ms"]) == (9.0, 2.0)
     text = tool.table(result)
     assert "| turnover_s | 39.39 | 1.300 |" in text
-    assert "late loss checks that waited for the device (median epoch's steady steps) 3" in text
+    assert (
+        "late loss checks that waited for the device in an epoch's steady steps "
+        "(median over epochs) 3" in text
+    )
     assert "step (median epoch): median 9.00, mean 9.00, p90 9.00, max 9.00 ms" in text
     assert "between steps (median epoch): median 2.00, mean 2.00, p90 2.00, max 2.00 ms" in text
     assert "gap after the first step (the probe synchronises there; median epoch): 30.00 ms" in text
@@ -166,3 +169,9 @@ def test_probe_fit_gap_splits_a_cpu_cli_fit(
     assert result["epochs"] == 1
     assert "training_step" in (tmp_path / "first_steps.txt").read_text()
     assert "save_checkpoint" in (tmp_path / "turnover.txt").read_text()
+
+
+def test_probe_fit_gap_reads_the_loss_guard_s_waits(tool: ModuleType) -> None:
+    module = SimpleNamespace(loss_guard=SimpleNamespace(waits=5))
+    assert tool._late_check_waits(module) == 5.0
+    assert tool._late_check_waits(SimpleNamespace()) == 0.0  # a module without a guard

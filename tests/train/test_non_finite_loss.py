@@ -201,16 +201,6 @@ def test_guard_seal_copies_the_flags_when_none_were_sent(
     assert guard.skipped == 1
 
 
-def test_guard_never_seals_flags_sent_before_a_check_made_now() -> None:
-    guard, undo = NonFiniteLossGuard("skip"), _Undo()
-    guard.observe(NAN, _terms(), send=True)
-    assert not guard.allows_update(step=1)
-    guard.observe(ONE, _terms())
-    guard.seal(step=2)
-    guard.settle(undo)
-    assert (undo.calls, guard.skipped) == (0, 1)
-
-
 @pytest.mark.gpu
 @pytest.mark.parametrize("send", [True, False])
 def test_guard_late_check_of_sent_flags_does_not_wait_for_the_backward(send: bool) -> None:
