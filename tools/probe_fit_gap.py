@@ -353,7 +353,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "train_s": train_s,
         "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
         "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
-        "late_check_waits": sorted(e.get("late_check_waits", 0.0) for e in tail)[len(tail) // 2],
+        "late_check_waits": _median([e["late_check_waits"] for e in tail]),
         "device_timeline_ms": timeline,
         "gc_per_epoch": {
             key: _median([e[key] for e in tail if e.get(key) is not None]) for key in GcPauses.KEYS

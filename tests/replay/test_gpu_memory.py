@@ -26,6 +26,7 @@ from lucid_yolo.replay import (
     ReplayPool,
     ScratchLoan,
 )
+from lucid_yolo.replay.pool import _pool_segments
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("deterministic")]
 
@@ -571,11 +572,7 @@ def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
         assert step.telemetry.replays == 3
     state = [*params, *(p.grad for p in params)]
     state += [adamw.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
-    allocated = sum(
-        int(s["allocated_size"])
-        for s in torch.cuda.memory_snapshot()
-        if tuple(s.get("segment_pool_id", ())) == tuple(pool.handle)
-    )
+    allocated = sum(int(s["allocated_size"]) for s in _pool_segments(pool.handle))
     return _FreeingFit(
         [s.detach().clone() for s in state if s is not None], allocated, pool.pool_bytes()
     )

@@ -79,11 +79,12 @@ class YoloModule(pl.LightningModule):
         newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation,
             ``float32`` or ``bfloat16``. The orthogonalisation is over half of a replayed update's
             device time in float32, paid every step whatever the batch, and bfloat16 cuts it to
-            about a third (docs/engineering/whole-fit-speed.md, session 36; on the H200 the
-            step did not get shorter, its pace being the host's, session 37); but bfloat16 rounds
-            each matrix update differently and its effect on accuracy has not been measured, so
-            float32 stays the default. Native and replayed fits agree bit for bit with either
-            (shown for bfloat16 on the CPU stand-in only).
+            about a third (docs/engineering/whole-fit-speed.md, session 36; on the H200 a fit's
+            step did not get shorter, session 37, while each step still waited for the previous
+            backward's loss check, which session 38 removed; not re-measured since); but
+            bfloat16 rounds each matrix update differently and its effect on accuracy has not
+            been measured, so float32 stays the default. Native and replayed fits agree bit for
+            bit with either (for bfloat16 on the CPU stand-in and an H100, session 38).
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
         warmup_epochs: linear warm-up length in epochs.
         warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;
