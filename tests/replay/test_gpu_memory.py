@@ -544,6 +544,9 @@ class _FreeingFit:
     """Bytes of the pool's blocks allocated between steps."""
     reserved: int
     """Bytes of the pool's segments."""
+    update_reserve: int
+    """Bytes the update's capture added to the pool's segments (the region's recordings were
+    made before it, at the first step's forward and backward)."""
 
 
 def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
@@ -560,10 +563,13 @@ def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
     pool = ReplayPool("cuda")
     recorder = RegionRecorder(ModuleRegion(net), pool=pool, frees_activations=frees)
     step = GraphedOptimizer(adamw, pool=pool) if replay else adamw
-    for _ in range(4):
+    before_update = 0
+    for index in range(4):
         adamw.zero_grad(set_to_none=True)
         loss = (recorder(x) if replay else net(x)).square().mean()
         (loss + sum(w.square().mean() for w in free)).backward()
+        if index == 0:
+            before_update = pool.pool_bytes()
         step.step()
     torch.cuda.synchronize()
     if replay:
@@ -573,8 +579,12 @@ def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
     state = [*params, *(p.grad for p in params)]
     state += [adamw.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
     allocated = sum(int(s["allocated_size"]) for s in _pool_segments(pool.handle))
+    reserved = pool.pool_bytes()
     return _FreeingFit(
-        [s.detach().clone() for s in state if s is not None], allocated, pool.pool_bytes()
+        [s.detach().clone() for s in state if s is not None],
+        allocated,
+        reserved,
+        reserved - before_update,
     )
 
 
@@ -594,8 +604,12 @@ def test_gpu_freeing_recording_leaves_its_activations_free_and_the_native_bits()
 
 def test_gpu_update_captured_after_a_freeing_backward_takes_the_freed_activations() -> None:
     """The update's eight activation-sized scratch blocks fit in the freed activations' blocks,
-    so the pool does not grow for them; beside kept activations it grows by most of them (only
-    the backward's few transient gradient blocks are free there)."""
+    so its capture adds no segment to the pool; beside kept activations only the backward's
+    transient gradient blocks are free, and the capture must add some. (Session 38's form of
+    this test compared the two pools' whole reserve, asking the kept one to be larger by four
+    activations: on an H100 it was larger by two, 432 against 400 MiB; our reading, not traced,
+    is that the free gradient blocks took six of the eight.)"""
     kept = _freeing_fit(replay=True, frees=False)
     freed = _freeing_fit(replay=True, frees=True)
-    assert freed.reserved + 4 * ACTIVATION <= kept.reserved, (freed.reserved, kept.reserved)
+    assert kept.update_reserve > 0, kept.update_reserve
+    assert freed.update_reserve == 0, freed.update_reserve
