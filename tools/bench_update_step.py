@@ -7,7 +7,7 @@ groups and the trainer's EMA, random gradients, and the trainer's
 :class:`~lucid_yolo.train.replay.UpdateStep`. It reports, per model and mode, device milliseconds
 per step between CUDA events (synchronised at both ends of the window) and host milliseconds to
 issue one step (no synchronisation), replayed with and without the late non-finite check's
-backup, for each MuSGD ``ns_max_flop_ratio`` asked for (2.0, the default, against 1.0, one
+backup, for each MuSGD ``ns_max_flop_ratio`` asked for (2.0, CUDA's default, against 1.0, one
 Newton–Schulz stack per matrix shape), plus the model's parameter tensors, matrices, their shapes
 and Newton–Schulz stacks, and the kernels one native update dispatches (counted on the CPU).
 ``--ns-dtypes`` and ``--ns-steps`` time MuSGD's orthogonalisation in another compute dtype or

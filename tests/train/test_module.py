@@ -416,7 +416,8 @@ def test_newton_schulz_in_bfloat16_is_its_own_fit_and_replays_bitwise(
     # MuSGD orthogonalises in the dtype the module names: a float32 fit and a bfloat16 one
     # differ, and the bfloat16 fit's replayed update (the CPU stand-in) equals its native one.
     yaml = tiny_dataset("detect")
-    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 3}
+    # two steps: bfloat16 matrix products are slow on a CPU (some 4 s a yolo26n update)
+    cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 2}
     float32 = fit_digests(yaml, "detect", "32-true", 1, **cpu)
     native = fit_digests(yaml, "detect", "32-true", 1, newton_schulz_dtype="bfloat16", **cpu)
     replay = ReplayConfig(network=True, loss=True, update=True)
@@ -427,7 +428,7 @@ def test_newton_schulz_in_bfloat16_is_its_own_fit_and_replays_bitwise(
     assert native.module.hparams["newton_schulz_dtype"] == "bfloat16"
     assert replayed.module.trainer.optimizers[0].ns_dtype is torch.bfloat16
     assert float32.digests != native.digests
-    assert replayed.regions["optimizer MuSGD"]["replays"] == 2
+    assert replayed.regions["optimizer MuSGD"]["replays"] == 1
     assert first_difference(native.digests, replayed.digests) is None
     assert native.losses == replayed.losses
 

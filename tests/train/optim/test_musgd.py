@@ -157,6 +157,15 @@ def test_musgd_flop_ratio_one_stacks_only_equal_shapes(net: nn.Module) -> None:
     )
 
 
+def test_musgd_pads_no_cpu_matrix_by_default(net: nn.Module) -> None:
+    # on a CPU the orthogonalisation's cost is its FLOPs, which padding adds to
+    default = MuSGD(param_groups(net, weight_decay=0.0))
+    padded = MuSGD(param_groups(net, weight_decay=0.0), ns_max_flop_ratio=2.0)
+    equal_shapes = MuSGD(param_groups(net, weight_decay=0.0), ns_max_flop_ratio=1.0)
+    assert default.ns_stack_shapes == equal_shapes.ns_stack_shapes
+    assert len(padded.ns_stack_shapes) < len(default.ns_stack_shapes)
+
+
 def test_musgd_channels_last_weights_step_as_contiguous_ones(net: nn.Module) -> None:
     strided = copy.deepcopy(net).to(memory_format=torch.channels_last)
     opts = [MuSGD(param_groups(m, weight_decay=0.01), **_HYPERS) for m in (net, strided)]
@@ -368,6 +377,17 @@ def test_musgd_rejects_group_on_two_devices() -> None:
     params = [nn.Parameter(torch.zeros(2)), nn.Parameter(torch.zeros(2, device="meta"))]
     with pytest.raises(OptimizerConfigError, match="exactly one device"):
         MuSGD(params)
+
+
+@pytest.mark.gpu
+def test_musgd_pads_cuda_matrices_by_default() -> None:
+    # on CUDA the orthogonalisation's cost is its kernel launches, which padding saves
+    net = _cuda_net()
+    default = MuSGD(param_groups(net, weight_decay=0.0))
+    padded = MuSGD(param_groups(net, weight_decay=0.0), ns_max_flop_ratio=2.0)
+    equal_shapes = MuSGD(param_groups(net, weight_decay=0.0), ns_max_flop_ratio=1.0)
+    assert default.ns_stack_shapes == padded.ns_stack_shapes
+    assert len(default.ns_stack_shapes) < len(equal_shapes.ns_stack_shapes)
 
 
 @pytest.mark.gpu

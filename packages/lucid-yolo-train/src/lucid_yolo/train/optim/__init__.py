@@ -7,7 +7,7 @@ docs/engineering/musgd-ema.md).
 
 from lucid_yolo.train.optim.ema import trainer_ema
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
-from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, MuSGD
+from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, PADDED_FLOP_RATIOS, MuSGD
 from lucid_yolo.train.optim.newton_schulz import (
     NEWTON_SCHULZ_DTYPES,
     NS_COEFFICIENTS,
@@ -22,6 +22,7 @@ __all__ = [
     # optimiser
     "MuSGD",
     "HYPERPARAMETERS",
+    "PADDED_FLOP_RATIOS",
     "orthogonalise",
     "NS_COEFFICIENTS",
     "NEWTON_SCHULZ_DTYPES",

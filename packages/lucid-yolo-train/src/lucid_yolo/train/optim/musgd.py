@@ -41,9 +41,12 @@ exact op sequence a CUDA-graph update replay records, so
 
 Matrices of all groups are orthogonalised together: transposed to wide, zero-padded into a few
 stacks of equal shape (chosen at construction so that the padded FLOPs stay within
-``ns_max_flop_ratio`` of the unpadded ones; 6 stacks instead of 41 shapes for yolo26n), one
-batched Newton–Schulz call per stack. Padding changes the rounding, not the math
+``ns_max_flop_ratio`` of the unpadded ones; on CUDA 6 stacks instead of 41 shapes for yolo26n),
+one batched Newton–Schulz call per stack. Padding changes the rounding, not the math
 (:mod:`.shape_buckets`); native and graphed steps run the same code and give the same bits.
+Padding pays where a step's cost is its kernel launches (CUDA); on a CPU the cost is the FLOPs
+and launches are cheap, so there matrices share a stack only with their own shape
+(:data:`PADDED_FLOP_RATIOS`).
 """
 
 from collections.abc import Callable
@@ -57,13 +60,20 @@ from torch.optim.optimizer import Optimizer, ParamsT
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
 from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
 
-__all__ = ["HYPERPARAMETERS", "MuSGD"]
+__all__ = ["HYPERPARAMETERS", "PADDED_FLOP_RATIOS", "MuSGD"]
 
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "weight_decay", "muon_weight", "sgd_weight")
 """Param-group keys held as 0-dim float32 device tensors (change them in place, never rebind)."""
 
 _BatchKey = tuple[torch.dtype, torch.device]
 """Matrices of one dtype and device are orthogonalised together."""
+
+PADDED_FLOP_RATIOS: dict[str, float] = {"cuda": 2.0}
+"""``ns_max_flop_ratio`` by device type when MuSGD is given none; 1.0 (equal shapes only) for
+any other type. On CUDA a yolo26n step's orthogonalisation is launch-bound: 6 padded stacks at
+1.7-1.9x the unpadded FLOPs replace 41 per-shape calls (docs/engineering/musgd-ema.md, session
+7). On one CPU core it is FLOP-bound: yolo26n's took 0.586 s a step padded and 0.337 s
+unpadded (docs/engineering/suite-time.md, session 39)."""
 
 
 @dataclass
@@ -121,7 +131,8 @@ class MuSGD(Optimizer):
             bitwise reproducible on CPU; bfloat16 is faster on tensor cores).
         ns_max_flop_ratio: matrices of different shapes share a zero-padded Newton–Schulz stack
             as long as the padded FLOPs stay within this multiple of the unpadded ones (2.0: a
-            handful of stacks, twice the FLOPs); 1.0 stacks only equal shapes.
+            handful of stacks, twice the FLOPs); 1.0 stacks only equal shapes. ``None``: by the
+            matrices' device (:data:`PADDED_FLOP_RATIOS`: 2.0 on CUDA, 1.0 elsewhere).
 
     Raises:
         OptimizerConfigError: for a negative or non-finite hyperparameter, ``momentum >= 1``,
@@ -147,13 +158,13 @@ class MuSGD(Optimizer):
         sgd_weight: float = 0.5,
         ns_steps: int = 5,
         ns_dtype: torch.dtype = torch.float32,
-        ns_max_flop_ratio: float = 2.0,
+        ns_max_flop_ratio: float | None = None,
     ) -> None:
         if ns_steps < 0:
             raise OptimizerConfigError(f"ns_steps must be >= 0, got {ns_steps!r}")
         if not ns_dtype.is_floating_point:
             raise OptimizerConfigError(f"ns_dtype must be a floating dtype, got {ns_dtype!r}")
-        if not 1.0 <= ns_max_flop_ratio < float("inf"):
+        if ns_max_flop_ratio is not None and not 1.0 <= ns_max_flop_ratio < float("inf"):
             raise OptimizerConfigError(
                 f"ns_max_flop_ratio must be finite and >= 1.0 (1.0 stacks only equal shapes), "
                 f"got {ns_max_flop_ratio!r}"
@@ -215,9 +226,15 @@ class MuSGD(Optimizer):
                 if p.ndim >= 2:
                     params.setdefault((p.dtype, p.device), []).append(p)
         return [
-            _MatrixBatch(matrices, ShapeBuckets(matrices, max_flop_ratio=self.ns_max_flop_ratio))
-            for matrices in params.values()
+            _MatrixBatch(matrices, ShapeBuckets(matrices, max_flop_ratio=self._flop_ratio(device)))
+            for (_, device), matrices in params.items()
         ]
+
+    def _flop_ratio(self, device: torch.device) -> float:
+        """The padded stacks' FLOP budget for matrices on ``device``."""
+        if self.ns_max_flop_ratio is not None:
+            return self.ns_max_flop_ratio
+        return PADDED_FLOP_RATIOS.get(device.type, 1.0)
 
     @property
     def ns_stack_shapes(self) -> list[tuple[int, int, int]]:
