@@ -545,8 +545,9 @@ class _FreeingFit:
     reserved: int
     """Bytes of the pool's segments."""
     update_reserve: int
-    """Bytes the update's capture added to the pool's segments (the region's recordings were
-    made before it, at the first step's forward and backward)."""
+    """Bytes the update's capture added to the pool's segments: both the region and the update
+    run the first step natively and record at the second, the region's forward and backward
+    before the update."""
 
 
 def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
@@ -568,7 +569,7 @@ def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
         adamw.zero_grad(set_to_none=True)
         loss = (recorder(x) if replay else net(x)).square().mean()
         (loss + sum(w.square().mean() for w in free)).backward()
-        if index == 0:
+        if index == 1:
             before_update = pool.pool_bytes()
         step.step()
     torch.cuda.synchronize()
@@ -604,12 +605,14 @@ def test_gpu_freeing_recording_leaves_its_activations_free_and_the_native_bits()
 
 def test_gpu_update_captured_after_a_freeing_backward_takes_the_freed_activations() -> None:
     """The update's eight activation-sized scratch blocks fit in the freed activations' blocks,
-    so its capture adds no segment to the pool; beside kept activations only the backward's
-    transient gradient blocks are free, and the capture must add some. (Session 38's form of
+    so its capture grows the pool by at least one activation less than beside kept activations,
+    where only the backward's transient gradient blocks are free. (Session 38's form of
     this test compared the two pools' whole reserve, asking the kept one to be larger by four
     activations: on an H100 it was larger by two, 432 against 400 MiB; our reading, not traced,
     is that the free gradient blocks took six of the eight.)"""
     kept = _freeing_fit(replay=True, frees=False)
     freed = _freeing_fit(replay=True, frees=True)
-    assert kept.update_reserve > 0, kept.update_reserve
-    assert freed.update_reserve == 0, freed.update_reserve
+    assert freed.update_reserve + ACTIVATION <= kept.update_reserve, (
+        freed.update_reserve,
+        kept.update_reserve,
+    )

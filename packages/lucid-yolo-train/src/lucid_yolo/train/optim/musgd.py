@@ -19,7 +19,8 @@ SGD term, which reacts to the gradient's magnitude, next to the Muon term, which
 direction. Depthwise conv weights ``(C, 1, k, k)`` are matrices too: tall ``C × k²`` ones.
 
 Cost: the orthogonalisation is about 9.5 GFLOP per step for yolo26n (docs/engineering/musgd-ema.md),
-about 17 GFLOP once padded into stacks (below): negligible on a GPU, seconds on a laptop CPU. On a
+about 17 GFLOP once padded into stacks (below, CUDA only by default): negligible on a GPU, a
+large part of a CPU step (0.4-1.1 s on one core, padded or not). On a
 GPU the cost is the number of kernels: about 20 per stack (norm, 5 iterations of 3 products with
 their scalings fused, shape factor), 6 stacks for yolo26n.
 
@@ -72,8 +73,8 @@ PADDED_FLOP_RATIOS: dict[str, float] = {"cuda": 2.0}
 """``ns_max_flop_ratio`` by device type when MuSGD is given none; 1.0 (equal shapes only) for
 any other type. On CUDA a yolo26n step's orthogonalisation is launch-bound: 6 padded stacks at
 1.7-1.9x the unpadded FLOPs replace 41 per-shape calls (docs/engineering/musgd-ema.md, session
-7). On one CPU core it is FLOP-bound: yolo26n's took 0.586 s a step padded and 0.337 s
-unpadded (docs/engineering/suite-time.md, session 39)."""
+7). On one CPU core it is FLOP-bound: yolo26n's took 0.70-1.06 s a step padded and 0.37-0.43 s
+unpadded (``tools/bench_orthogonalise_cpu.py``; docs/engineering/musgd-ema.md, session 39)."""
 
 
 @dataclass

@@ -15,9 +15,10 @@ the rounding differs (a padded product may reduce in another order).
 
 :func:`bucket_shapes` chooses the stacks: starting from one stack per shape, it merges the two
 stacks whose merge adds the fewest padded FLOPs, as long as the total stays within
-``max_flop_ratio`` times the unpadded FLOPs. With the default 2.0 the yolo26n-class models land in
-6 or 7 stacks at 1.7–1.9× the unpadded FLOPs (the session-7 table in the engineering log), a
-negligible amount of work on a GPU and twice the seconds on a CPU.
+``max_flop_ratio`` times the unpadded FLOPs. With 2.0 (MuSGD's default on CUDA) the yolo26n-class
+models land in 6 or 7 stacks at 1.7–1.9× the unpadded FLOPs (the session-7 table in the
+engineering log), a negligible amount of work on a GPU and about twice the seconds on a CPU,
+where MuSGD therefore stacks only equal shapes (``PADDED_FLOP_RATIOS``).
 
 :class:`ShapeBuckets` packs and unpacks without a kernel per matrix: the matrices enter as one
 ``cat`` and one ``index_select`` (a gather index made at construction places every entry,
