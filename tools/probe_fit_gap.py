@@ -352,7 +352,7 @@ def summary(epochs: list[dict[str, float]]) -> dict[str, Any]:
         "steps": steps,
         "train_s": train_s,
         "train_ms_per_step": train_s * 1000.0 / max(steps, 1),
-        "steady_period_ms": sorted(e["period_ms"] for e in tail)[len(tail) // 2],
+        "steady_period_ms": _median([e["period_ms"] for e in tail]),
         "late_check_waits": _median([e["late_check_waits"] for e in tail]),
         "device_timeline_ms": timeline,
         "gc_per_epoch": {

@@ -542,8 +542,6 @@ class _FreeingFit:
     """Weights, gradients and moments."""
     allocated: int
     """Bytes of the pool's blocks allocated between steps."""
-    reserved: int
-    """Bytes of the pool's segments."""
     update_reserve: int
     """Bytes the update's capture added to the pool's segments: both the region and the update
     run the first step natively and record at the second, the region's forward and backward
@@ -580,12 +578,10 @@ def _freeing_fit(replay: bool, frees: bool) -> _FreeingFit:
     state = [*params, *(p.grad for p in params)]
     state += [adamw.state[p][key] for p in params for key in ("exp_avg", "exp_avg_sq")]
     allocated = sum(int(s["allocated_size"]) for s in _pool_segments(pool.handle))
-    reserved = pool.pool_bytes()
     return _FreeingFit(
         [s.detach().clone() for s in state if s is not None],
         allocated,
-        reserved,
-        reserved - before_update,
+        pool.pool_bytes() - before_update,
     )
 
 

@@ -90,9 +90,10 @@ class YoloDataModule(L.LightningDataModule):
             the graph pool's free scratch (``ReplayConfig.evaluate_in_pool``) instead of
             reserving its own beside it (engineering log, whole-fit speed, session 14: 1.12x
             native memory against 1.28x at twice the batch; session 39, detect at training
-            batch 4 on an H100: 16 here made a replayed fit's validation 0.09 s a pass
-            shorter for 0.21 GiB more peak reserve, a native fit's 0.42 s shorter at the
-            same peak). Metrics do not depend on it (each image is scored on its own).
+            batch 4 on an H100, one 3-epoch fit each: 16 here made a replayed fit's
+            validation 0.09 s a pass shorter for 0.21 GiB more peak reserve, a native fit's
+            0.42 s shorter at the same peak). Metrics do not depend on it (each image is
+            scored on its own).
         workers: DataLoader worker processes per loader (0: load in the main process), at most
             the machine's CPU count; ``None``: one per CPU, at most 8 (:mod:`.resources`).
             Samples do not depend on it (each is seeded by its index).
