@@ -77,5 +77,6 @@ def test_export_loads_legacy_checkpoint_unchanged(trained: Trained, tmp_path: Pa
     deployed = load_checkpoint(legacy)
     reference = load_checkpoint(trained.checkpoint)
     assert deployed.task == "detect"
+    deployed_state = deployed.net.state_dict()
     for name, value in reference.net.state_dict().items():
-        assert torch.equal(value, deployed.net.state_dict()[name]), name
+        assert torch.equal(value, deployed_state[name]), name

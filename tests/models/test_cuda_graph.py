@@ -79,5 +79,6 @@ def test_cuda_graph_replay_matches_eager_bitwise(task: str) -> None:
     assert static_grads.keys() == eager_grads.keys()
     for name, grad in eager_grads.items():
         assert torch.equal(bits(static_grads[name]), bits(grad)), f"grad of {name} differs"
+    static_state = model.state_dict()
     for key, tensor in eager_state.items():
-        assert torch.equal(bits(model.state_dict()[key]), bits(tensor)), f"state {key} differs"
+        assert torch.equal(bits(static_state[key]), bits(tensor)), f"state {key} differs"

@@ -227,8 +227,9 @@ def test_module_checkpoint_holds_ema_optimizer_and_metadata(
     restored = YoloModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
     assert restored.names == data.names
     assert int(restored.ema.updates) == 1
+    restored_ema = restored.ema_net.state_dict()
     for name, value in module.ema_net.state_dict().items():
-        assert torch.equal(value, restored.ema_net.state_dict()[name]), name
+        assert torch.equal(value, restored_ema[name]), name
 
 
 def test_module_rejects_bad_hyperparameters() -> None:
@@ -527,8 +528,9 @@ def test_module_checkpoint_written_in_one_layout_loads_into_the_other(
     # outside a trainer (export, the CLI's checkpoint loading) the module stays as built: NCHW
     exported = YoloModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
     assert _weights_in_layout(exported, torch.contiguous_format)
+    trained_ema = module.ema_net.state_dict()
     for name, value in exported.ema_net.state_dict().items():
-        assert torch.equal(value, module.ema_net.state_dict()[name]), name
+        assert torch.equal(value, trained_ema[name]), name
 
 
 def test_evaluation_loan_leak_names_the_option_that_turns_the_loan_off(

@@ -67,8 +67,9 @@ def test_module_fine_tunes_and_checkpoint_round_trips(
     path = tmp_path / "fine-tuned.ckpt"
     trainer.save_checkpoint(path)
     restored = YoloModule.load_from_checkpoint(path, map_location="cpu", weights_only=True)
+    restored_ema = restored.ema_net.state_dict()
     for name, value in module.ema_net.state_dict().items():
-        assert torch.equal(value, restored.ema_net.state_dict()[name]), name
+        assert torch.equal(value, restored_ema[name]), name
 
 
 @pytest.mark.gpu
