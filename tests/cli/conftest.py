@@ -1,7 +1,14 @@
-"""Shared fixtures of the CLI tests: a tiny dataset, and one trained checkpoint and its ONNX export
-per test run.
+"""Shared fixtures of the CLI tests: the command line as a process, a tiny dataset, and one trained
+checkpoint and its ONNX export per test run.
 
-The checkpoint comes from a real ``lucid-yolo fit`` subprocess, the export from ``lucid-yolo
+:func:`run_cli` runs ``python -m lucid_yolo.cli`` as a child forked from a server that imported
+torch and Lightning once per xdist worker (``warm_cli.py``; ``warm_cli_server.py`` says what such
+a child keeps from a fresh process and what differs), which spares each command about 6 s of
+imports. With ``LUCID_TEST_COLD_CLI=1`` in the environment every command is a fresh process
+instead, to confirm that a failure is not the warm path's. Tests that start ``sys.executable``
+themselves (signals, the fast exit, the allocator) always get a fresh process.
+
+The checkpoint comes from a real ``lucid-yolo fit`` command, the export from ``lucid-yolo
 export``. xdist workers each hold their own session, so each is built once per test run under a
 file lock in the folder all its workers share (:func:`once_per_run`) and the others reuse it.
 """
@@ -10,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import io
 import json
 import os
@@ -18,13 +26,36 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import yaml
 
 from lucid_yolo.cli.cuda_allocator import ALLOCATOR_VARIABLES
 from lucid_yolo.train.data.synthetic import generate_synthetic
+
+if TYPE_CHECKING:
+    from warm_cli import WarmServers
+
+
+def _load_warm_cli() -> ModuleType:
+    """``warm_cli.py`` as the module ``warm_cli``, which its tests import: no test folder is on
+    ``sys.path`` under importlib mode (pyproject.toml's ``pythonpath``)."""
+    spec = importlib.util.spec_from_file_location(
+        "warm_cli", Path(__file__).with_name("warm_cli.py")
+    )
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["warm_cli"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+warm_cli = _load_warm_cli()
+WARM_SERVERS = warm_cli.WarmServers(warm_cli.CLI_PRELOAD)
+"""This worker's warm CLI servers (:func:`run_cli`), closed at the end of the session."""
 
 LIGHTNING_DEPRECATIONS = (
     # Lightning 2.6's LightningCLI (and the instantiator it stores in checkpoints) calls
@@ -83,16 +114,22 @@ def cli_env(cache: Path) -> dict[str, str]:
 
 
 def run_cli(*args: str, cwd: Path, timeout: float = 300.0) -> subprocess.CompletedProcess[str]:
-    """``python -m lucid_yolo.cli ARGS`` in ``cwd`` with ``cwd/cache`` as the user cache."""
-    return subprocess.run(
-        [sys.executable, "-m", "lucid_yolo.cli", *args],
-        cwd=cwd,
-        env=cli_env(cwd / "cache"),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    """``python -m lucid_yolo.cli ARGS`` in ``cwd`` with ``cwd/cache`` as the user cache, warm
+    unless ``LUCID_TEST_COLD_CLI=1`` (module docstring); the result and errors are
+    ``subprocess.run``'s."""
+    env = cli_env(cwd / "cache")
+    run = warm_cli.run_cold if os.environ.get(warm_cli.COLD_VARIABLE) == "1" else WARM_SERVERS.run
+    result: subprocess.CompletedProcess[str] = run(
+        "lucid_yolo.cli", args, cwd=cwd, env=env, timeout=timeout
     )
+    return result
+
+
+@pytest.fixture(scope="session", autouse=True)
+def warm_servers() -> Iterator[WarmServers]:
+    """This worker's warm CLI servers (:data:`WARM_SERVERS`), ended with its session."""
+    yield WARM_SERVERS
+    WARM_SERVERS.close()
 
 
 @pytest.fixture
