@@ -15,20 +15,39 @@ if TYPE_CHECKING:
     from conftest import CliRunner
 
 
+def _refused_fit_leaves_no_run_folder(
+    tiny_data: Path, tiny_fit: tuple[str, ...], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fit is refused (exit 2) after Lightning made its run folder, which is then gone: the
+    next run takes ``fit1`` again."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["fit", "--data.yaml", str(tiny_data), *tiny_fit]) == 2
+    assert (tmp_path / "runs" / "detect").is_dir()
+    assert list((tmp_path / "runs" / "detect").iterdir()) == []
+
+
 def test_fit_refuses_missing_labels_folder(
-    tiny_data: Path, tiny_fit: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+    tiny_data: Path,
+    tiny_fit: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     shutil.rmtree(tiny_data.parent / "labels")
-    assert main(["fit", "--data.yaml", str(tiny_data), *tiny_fit]) == 2
+    _refused_fit_leaves_no_run_folder(tiny_data, tiny_fit, tmp_path, monkeypatch)
     assert "has no label file for any of its 4 image(s)" in capsys.readouterr().err
 
 
 def test_fit_refuses_empty_train_split(
-    tiny_data: Path, tiny_fit: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+    tiny_data: Path,
+    tiny_fit: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     for image in (tiny_data.parent / "images" / "train").iterdir():
         image.unlink()
-    assert main(["fit", "--data.yaml", str(tiny_data), *tiny_fit]) == 2
+    _refused_fit_leaves_no_run_folder(tiny_data, tiny_fit, tmp_path, monkeypatch)
     assert "split 'train'" in capsys.readouterr().err
 
 

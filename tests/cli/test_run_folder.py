@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lucid_yolo.cli.run_folder import next_run_folder
+from lightning.pytorch import LightningModule, Trainer
+
+from lucid_yolo.cli.run_folder import EmptyRunFolderRemover, next_run_folder
 
 
 def test_next_run_folder_starts_at_one(tmp_path: Path) -> None:
@@ -26,3 +28,32 @@ def test_next_run_folder_counts_per_command_and_task(tmp_path: Path) -> None:
 def test_next_run_folder_creates_nothing(tmp_path: Path) -> None:
     next_run_folder(tmp_path, "pose", "validate")
     assert not (tmp_path / "pose").exists()
+
+
+def _fails_in_setup(folder: Path, tmp_path: Path) -> None:
+    """What Lightning does with the callback when a command fails (the CLI tests of refused data
+    run the real sequence)."""
+    trainer = Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
+    EmptyRunFolderRemover(folder).on_exception(
+        trainer, LightningModule(), RuntimeError("refused in set-up")
+    )
+
+
+def test_a_failed_run_leaves_no_empty_run_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "detect/fit1"
+    folder.mkdir(parents=True)
+    _fails_in_setup(folder, tmp_path)
+    assert not folder.exists()
+    assert next_run_folder(tmp_path, "detect", "fit") == folder
+
+
+def test_a_failed_run_keeps_a_run_folder_it_wrote_into(tmp_path: Path) -> None:
+    folder = tmp_path / "detect/fit1"
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("model: yolo26n\n")
+    _fails_in_setup(folder, tmp_path)
+    assert (folder / "config.yaml").read_text() == "model: yolo26n\n"
+
+
+def test_a_failed_run_whose_folder_is_gone_fails_with_its_own_error(tmp_path: Path) -> None:
+    _fails_in_setup(tmp_path / "detect/fit1", tmp_path)

@@ -47,7 +47,7 @@ from lucid_yolo.cli.legacy_checkpoint import check_replay_options
 from lucid_yolo.cli.prediction_writer import PredictionWriter
 from lucid_yolo.cli.progress_bar import RunProgressBar
 from lucid_yolo.cli.quiet import quiet_lightning
-from lucid_yolo.cli.run_folder import next_run_folder
+from lucid_yolo.cli.run_folder import EmptyRunFolderRemover, next_run_folder
 from lucid_yolo.cli.time_left import TimeLeft
 from lucid_yolo.models import model_spec
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule, YoloTrainer
@@ -243,6 +243,7 @@ class YoloCLI(LightningCLI):
             logger_args.save_dir = str(folder.parent)
             logger_args.name = ""
             logger_args.version = folder.name
+            self.trainer_defaults["callbacks"].append(EmptyRunFolderRemover(folder))
         if config.trainer.enable_progress_bar is not False:
             self.trainer_defaults["callbacks"].append(RunProgressBar())
         replay = ReplayConfig(**config.model.replay.as_dict())
