@@ -1,4 +1,5 @@
-"""Run folders ``runs/<task>/<command><N>``: the lowest free number, per task and command."""
+"""Run folders ``runs/<task>/<command><N>``: the lowest free number, per task and command; a
+failed command's folder removed while it is still empty."""
 
 from __future__ import annotations
 
@@ -30,9 +31,9 @@ def test_next_run_folder_creates_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "pose").exists()
 
 
-def _fails_in_setup(folder: Path, tmp_path: Path) -> None:
-    """What Lightning does with the callback when a command fails (the CLI tests of refused data
-    run the real sequence)."""
+def _command_failed(folder: Path, tmp_path: Path) -> None:
+    """What Lightning does with the callback when a command fails (the CLI tests of refused data,
+    in test_fit_data.py, run the real sequence)."""
     trainer = Trainer(logger=False, enable_progress_bar=False, default_root_dir=tmp_path)
     EmptyRunFolderRemover(folder).on_exception(
         trainer, LightningModule(), RuntimeError("refused in set-up")
@@ -42,7 +43,7 @@ def _fails_in_setup(folder: Path, tmp_path: Path) -> None:
 def test_a_failed_run_leaves_no_empty_run_folder(tmp_path: Path) -> None:
     folder = tmp_path / "detect/fit1"
     folder.mkdir(parents=True)
-    _fails_in_setup(folder, tmp_path)
+    _command_failed(folder, tmp_path)
     assert not folder.exists()
     assert next_run_folder(tmp_path, "detect", "fit") == folder
 
@@ -51,9 +52,10 @@ def test_a_failed_run_keeps_a_run_folder_it_wrote_into(tmp_path: Path) -> None:
     folder = tmp_path / "detect/fit1"
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text("model: yolo26n\n")
-    _fails_in_setup(folder, tmp_path)
+    _command_failed(folder, tmp_path)
     assert (folder / "config.yaml").read_text() == "model: yolo26n\n"
 
 
-def test_a_failed_run_whose_folder_is_gone_fails_with_its_own_error(tmp_path: Path) -> None:
-    _fails_in_setup(tmp_path / "detect/fit1", tmp_path)
+def test_a_failed_run_whose_folder_was_never_made_adds_no_error(tmp_path: Path) -> None:
+    _command_failed(tmp_path / "detect/fit1", tmp_path)
+    assert not (tmp_path / "detect").exists()
