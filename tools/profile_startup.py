@@ -13,7 +13,14 @@ stamps, and times, with wall clocks and no profiler:
   in it, as in each validation: the loader's iterator started, which forks its workers the first
   time, the validation steps, the metrics at the epoch's end);
 * each of the first training steps (device synchronised at each step's end), so the steps that
-  record CUDA graphs stand out from the replayed ones after them.
+  record CUDA graphs stand out from the replayed ones after them, and in them the training
+  step's forward and loss, the backward, the optimizer step, and the replay recorders' native
+  calls, warm-ups and recordings (each listed with its first call's seconds).
+
+With ``--profile-ops N`` one more run records PyTorch's profiler, host side only, over the
+sanity check and over the first N training steps, and writes each window's operators by their
+own and by their total host seconds (``ops_sanity_check.txt``, ``ops_first_steps.txt``): which
+calls the first steps' seconds are in (cuDNN's first convolutions, the recordings' copies).
 
 Each timed call is a wrapper put around a class attribute in the child before the command runs;
 nothing the fit computes changes. A second run under ``python -X importtime`` gives the import
@@ -76,6 +83,10 @@ HEAVY_IMPORTS = (
 )
 """Modules whose cumulative import seconds the table lists where the run imports them."""
 
+PROFILE_ENV = "LUCID_STARTUP_PROFILE_STEPS"
+"""Environment variable of the ``--profile-ops`` run: the training steps its profile covers."""
+OPS_ROWS = 30
+"""Operators listed per table of an operator profile."""
 SHORT_RUN = ["--trainer.limit_train_batches", "2", "--trainer.limit_val_batches", "2"]
 """Added to the warm-up and ``-X importtime`` runs: training and validation both run, briefly."""
 MAX_LISTED_CALLS = 4
@@ -107,6 +118,15 @@ TIMED = (
     ("loader iterator started", "torch.utils.data", "DataLoader", "__iter__", ""),
     ("validation steps", "lucid_yolo.train", "YoloModule", "validation_step", ""),
     ("validation metrics", "lucid_yolo.train", "YoloModule", "on_validation_epoch_end", ""),
+    ("training steps (forward, loss)", "lucid_yolo.train", "YoloModule", "training_step", ""),
+    ("backward", "lightning.pytorch.strategies", "Strategy", "backward", ""),
+    ("optimizer steps (closures in them)", "lucid_yolo.train", "YoloModule", "optimizer_step", ""),
+    ("region: native calls", "lucid_yolo.replay.recorder", "RegionRecorder", "_native", ""),
+    ("region: warm-up", "lucid_yolo.replay.recorder", "RegionRecorder", "_warm_up", ""),
+    ("region: recording", "lucid_yolo.replay.recorder", "RegionRecorder", "_record", ""),
+    ("evaluation graph: recording", "lucid_yolo.replay.forward", "ForwardRecorder", "_record", ""),
+    ("update: native", "lucid_yolo.replay.update", "UpdateRecorder", "_native", ""),
+    ("update: recording", "lucid_yolo.replay.update", "UpdateRecorder", "_record", ""),
 )
 
 
@@ -146,6 +166,36 @@ class _Clock:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.steps.append(time.time() - self._step_began)
+
+
+class _OpProfile:
+    """PyTorch's profiler, host side only, over one window at a time; each window's operators
+    are written as two tables, by their own and by their total host seconds."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._profile: Any = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._profile = profile(activities=[ProfilerActivity.CPU])
+        self._profile.__enter__()
+
+    def stop(self, name: str) -> None:
+        profile, self._profile = self._profile, None
+        profile.__exit__(None, None, None)
+        averages = profile.key_averages()
+        tables = [
+            f"{name}: operators by {key.replace('_', ' ')}\n"
+            + averages.table(sort_by=key, row_limit=OPS_ROWS)
+            for key in ("self_cpu_time_total", "cpu_time_total")
+        ]
+        (self.folder / f"ops_{name}.txt").write_text("\n\n".join(tables))
+
+    @property
+    def running(self) -> bool:
+        return self._profile is not None
 
 
 def _wrap(clock: _Clock, entry: tuple[str, str, str, str, str]) -> None:
@@ -189,6 +239,41 @@ def _install(clock: _Clock) -> None:
     YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
 
 
+def _install_op_profile(clock: _Clock, folder: Path, steps: int) -> None:
+    """Profile the sanity check and the first ``steps`` training steps (:class:`_OpProfile`)."""
+    from lightning.pytorch import Trainer
+
+    from lucid_yolo.train import YoloModule
+
+    ops = _OpProfile(folder)
+    sanity_check, start, end = (
+        Trainer._run_sanity_check,
+        YoloModule.on_train_batch_start,
+        YoloModule.on_train_batch_end,
+    )
+
+    def run_sanity_check(self: Trainer) -> None:
+        ops.start()
+        try:
+            sanity_check(self)
+        finally:
+            ops.stop("sanity_check")
+
+    def on_train_batch_start(self: Any, *args: Any) -> Any:
+        if not clock.steps and not ops.running:
+            ops.start()
+        return start(self, *args)
+
+    def on_train_batch_end(self: Any, *args: Any) -> None:
+        end(self, *args)
+        if ops.running and len(clock.steps) == steps:
+            ops.stop("first_steps")
+
+    Trainer._run_sanity_check = run_sanity_check  # type: ignore[method-assign]
+    YoloModule.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
+    YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
+
+
 def run_child(record: Path, fit_args: list[str]) -> None:
     """Import the CLI, install the timers, run ``lucid-yolo fit``; write the marks to ``record``."""
     spawned = float(os.environ.get(SPAWN_ENV, time.time()))
@@ -198,6 +283,8 @@ def run_child(record: Path, fit_args: list[str]) -> None:
     imported = time.time()
     clock = _Clock(spawned)
     _install(clock)
+    if PROFILE_ENV in os.environ:
+        _install_op_profile(clock, record.parent, int(os.environ[PROFILE_ENV]))
     from lucid_yolo.cli.main import main
 
     code = main(["fit", *fit_args])
@@ -276,7 +363,7 @@ def report(marks: dict[str, Any], imports: dict[str, Any] | None) -> str:
         if 1 < len(each) <= MAX_LISTED_CALLS:
             calls = f" ({' + '.join(f'{s:.2f}' for s in each)})"
         elif len(each) > MAX_LISTED_CALLS:
-            calls = f" ({len(each)} calls)"
+            calls = f" ({len(each)} calls, the first {each[0]:.2f})"
         lines.append(f"| {label}{calls} | {call['start_s']:.2f} | {sum(each):.2f} |")
     lines += [f"| **first training batch starts** | {marks['first_batch_s']:.2f} | |", ""]
     steps = marks["steps_s"]
@@ -323,15 +410,19 @@ def fit_args(args: argparse.Namespace, data: Path, runs: Path) -> list[str]:
     return command + args.lucid_args
 
 
-def _spawn(python_flags: list[str], child_args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    env = {**os.environ, SPAWN_ENV: repr(time.time())}
+def _spawn(
+    python_flags: list[str], child_args: list[str], log: Path, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    env = {**os.environ, **env, SPAWN_ENV: repr(time.time())}
     command = [sys.executable, *python_flags, __file__, *child_args]
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
-def _run(python_flags: list[str], child_args: list[str], log: Path) -> None:
-    code = _spawn(python_flags, child_args, log).wait()
+def _run(
+    python_flags: list[str], child_args: list[str], log: Path, env: dict[str, str] | None = None
+) -> None:
+    code = _spawn(python_flags, child_args, log, env or {}).wait()
     if code != 0:
         raise SystemExit(f"profile_startup: the fit failed with exit code {code}; see {log}")
 
@@ -353,6 +444,12 @@ def main() -> None:
     parser.add_argument("--cpu", action="store_true", help="--trainer.accelerator cpu")
     parser.add_argument("--warm", action="store_true", help="one unmeasured fit first (.pyc)")
     parser.add_argument("--no-importtime", action="store_true", help="skip the -X importtime run")
+    parser.add_argument(
+        "--profile-ops",
+        type=int,
+        metavar="STEPS",
+        help="one more run, profiled over the sanity check and the first STEPS training steps",
+    )
     parser.add_argument("--lucid-args", nargs=argparse.REMAINDER, default=[], help="more flags")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -384,6 +481,13 @@ def main() -> None:
             log,
         )
         imports = import_times(log.read_text())
+    if args.profile_ops:
+        _run(
+            [],
+            [CHILD_FLAG, str(args.out / "marks_ops.json"), *command],
+            args.out / "ops.log",
+            {PROFILE_ENV: str(args.profile_ops)},
+        )
     (args.out / "startup.json").write_text(
         json.dumps({"command": command, "marks": marks, "imports": imports}, indent=2)
     )

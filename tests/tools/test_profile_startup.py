@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -80,3 +81,22 @@ def test_report_says_first_when_the_fit_failed(tool: ModuleType) -> None:
         "exit_code": 2,
     }
     assert tool.report(marks, None).startswith("**The fit failed (exit code 2); see fit.log.**")
+
+
+def test_op_profile_writes_a_window_s_operators_by_own_and_total_seconds(
+    tool: ModuleType, tmp_path: Path
+) -> None:
+    import torch
+
+    ops = tool._OpProfile(tmp_path)
+    ops.start()
+    assert ops.running
+    torch.mm(torch.ones(8, 8), torch.ones(8, 8))
+    ops.stop("window")
+    assert not ops.running
+    text = (tmp_path / "ops_window.txt").read_text()
+    by_own, by_total = text.split("\n\n\n")
+    assert by_own.startswith("window: operators by self cpu time total")
+    assert by_total.startswith("window: operators by cpu time total")
+    assert "aten::mm" in by_own
+    assert "aten::mm" in by_total
