@@ -33,9 +33,13 @@ EXPECTED_FIT = {
     "AVX2 (AMD EPYC, 2026-12-01)": (
         "450955f5fe653ac94bb290d44435ead1c5a5a45bf365d91dd48e2fd0d51d7f14"
     ),
+    "AVX-512 with AMX (Intel Xeon, 2026-12-06)": (
+        "65247ec626c565010fc0b9c90d37b55acd239f317aca48dacb22ca787ef77d1f"
+    ),
 }
 """The value on each CPU it was recorded on: the same code gives other bits where the vector unit
-differs (the AVX2 value was recorded on `3c271ef`, whose fit the first value passed on CI).
+differs (the AVX2 value was recorded on `3c271ef`, whose fit the first value passed on CI; the
+AVX-512 one on `881d6a1`, whose fit code is `5d8215e`'s, which passed CI with the first value).
 
 SHA-256 over the EMA weights, the EMA update count, the model and optimizer digests and the loss
 bits of a 4-step native detect fit at 64 px (accumulation 2: 8 micro-batches), unclipped (the
