@@ -202,3 +202,22 @@ def digested_fit(
 def fit_digests() -> Callable[..., DigestedFit]:
     """:func:`digested_fit`, for tests that compare a native and a replayed fit."""
     return digested_fit
+
+
+@pytest.fixture(scope="module")
+def shared_fit() -> Callable[..., DigestedFit]:
+    """:func:`digested_fit` run once per test module for each set of arguments, for a fit that
+    several of the module's tests compare with and only read (a native reference): a CPU fit of
+    a few steps costs 1 to 4 s. Hands every caller the same :class:`DigestedFit`, so a test
+    must not change it (its module, trainer or lists), nor patch anything that the fit should
+    have run under: those take :func:`fit_digests`. Arguments must be hashable (no
+    ``callbacks``)."""
+    made: dict[tuple[Any, ...], DigestedFit] = {}
+
+    def fit(yaml: Path, task: str, precision: str, accumulate: int, **options: Any) -> DigestedFit:
+        key = (yaml, task, precision, accumulate, tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = digested_fit(yaml, task, precision, accumulate, **options)
+        return made[key]
+
+    return fit

@@ -100,12 +100,15 @@ class _HandOffGradients(Callback):
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 @pytest.mark.parametrize("direct_gradients", [True, False])
 def test_loss_region_cpu_fit_equals_native(
-    direct_gradients: bool, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    direct_gradients: bool,
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+    shared_fit: Callable[..., Any],
 ) -> None:
     task = "detect"
     yaml = tiny_dataset(task)
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "grad_clip_norm": 0.0}
-    native = fit_digests(yaml, task, "32-true", 1, **cpu)
+    native = shared_fit(yaml, task, "32-true", 1, **cpu)
     replay = ReplayConfig(network=True, loss=True, loss_with_network=False)
     callbacks = [] if direct_gradients else [_HandOffGradients()]
     replayed = fit_digests(yaml, task, "32-true", 1, replay=replay, callbacks=callbacks, **cpu)
@@ -490,7 +493,7 @@ def test_network_replay_images_without_the_network_region_are_fresh() -> None:
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 def test_replayed_fit_lends_its_pool_to_each_validation_pass_after_the_first_recording(
-    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    tiny_dataset: Callable[[str], Path], shared_fit: Callable[..., Any]
 ) -> None:
     # Two epochs of two steps, each validated in two batches; the network records at its second
     # call, and the sanity check comes before any graph holds the pool. On the CPU the lending
@@ -498,7 +501,7 @@ def test_replayed_fit_lends_its_pool_to_each_validation_pass_after_the_first_rec
     # hooks, a borrowed forward per batch of each pass, and the loan's end.
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
-    replayed = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
+    replayed = shared_fit(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
     loan = replayed.module.replay.evaluation_loan
     assert loan is not None
     assert loan.borrowed == 4
@@ -556,7 +559,9 @@ def test_evaluation_scratch_names_the_option_when_a_block_keeps_a_tensor(
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
 def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_each_forward(
-    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+    shared_fit: Callable[..., Any],
 ) -> None:
     # Two epochs of two steps, each validated in two batches of 2, after the sanity check's two:
     # the first evaluation call records, and every call replays (the CPU stand-in re-runs the
@@ -564,7 +569,7 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
     # graphs, and tests/train/test_evaluation.py the outputs' lifetime in a mask pass).
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
-    eager = fit_digests(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
+    eager = shared_fit(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
     replay = ReplayConfig(network=True, evaluation=True)
     replayed = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **cpu)
     recorder = replayed.module.replay.evaluation

@@ -43,12 +43,14 @@ def test_step_verifier_shadows_every_step_after_the_first_and_changes_nothing(
 
 @pytest.mark.slow
 def test_step_verifier_shadows_the_network_with_its_loss_as_one_region(
-    tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+    shared_fit: Callable[..., Any],
 ) -> None:
     # the shadow step turns the one region off and runs the network and the loss natively
     yaml = tiny_dataset("detect")
     replay = ReplayConfig(network=True, loss=True, loss_with_network=True, verify_every=1)
-    native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
+    native = shared_fit(yaml, "detect", "32-true", 1, **CPU_FIT)
     verified = fit_digests(yaml, "detect", "32-true", 1, replay=replay, **CPU_FIT)
     assert verified.telemetry["verified"] == 3
     assert verified.telemetry["parity_mismatches"] == 0
@@ -63,10 +65,11 @@ def test_step_verifier_shadows_the_network_with_its_loss_as_one_region(
 def test_step_verifier_retires_on_injected_difference_and_keeps_native_result(
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
+    shared_fit: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     yaml = tiny_dataset("detect")
-    native = fit_digests(yaml, "detect", "32-true", 1, **CPU_FIT)
+    native = shared_fit(yaml, "detect", "32-true", 1, **CPU_FIT)
     original = RegionGraphs.launch_backward
 
     def corrupted(self: RegionGraphs, pattern: frozenset[str]) -> None:
