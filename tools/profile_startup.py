@@ -19,8 +19,9 @@ stamps, and times, with wall clocks and no profiler:
 
 With ``--profile-ops N`` one more run records PyTorch's profiler, host side only, over the
 sanity check and over the first N training steps, and writes each window's operators by their
-own and by their total host seconds (``ops_sanity_check.txt``, ``ops_first_steps.txt``): which
-calls the first steps' seconds are in (cuDNN's first convolutions, the recordings' copies).
+own and by their total host seconds, and by their own seconds per input shape
+(``ops_sanity_check.txt``, ``ops_first_steps.txt``): which calls the first steps' seconds are in
+(cuDNN's first convolutions, and which of them; the recordings' copies).
 
 Each timed call is a wrapper put around a class attribute in the child before the command runs;
 nothing the fit computes changes. A second run under ``python -X importtime`` gives the import
@@ -170,7 +171,8 @@ class _Clock:
 
 class _OpProfile:
     """PyTorch's profiler, host side only, over one window at a time; each window's operators
-    are written as two tables, by their own and by their total host seconds."""
+    are written as three tables: by their own and by their total host seconds, and by their own
+    seconds per input shape (which convolutions a first call's seconds are in)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -179,7 +181,7 @@ class _OpProfile:
     def start(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
-        self._profile = profile(activities=[ProfilerActivity.CPU])
+        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
         self._profile.__enter__()
 
     def stop(self, name: str) -> None:
@@ -191,6 +193,11 @@ class _OpProfile:
             + averages.table(sort_by=key, row_limit=OPS_ROWS)
             for key in ("self_cpu_time_total", "cpu_time_total")
         ]
+        by_shape = profile.key_averages(group_by_input_shape=True)
+        tables.append(
+            f"{name}: operators by self cpu time total, per input shape\n"
+            + by_shape.table(sort_by="self_cpu_time_total", row_limit=OPS_ROWS)
+        )
         (self.folder / f"ops_{name}.txt").write_text("\n\n".join(tables))
 
     @property

@@ -83,7 +83,7 @@ def test_report_says_first_when_the_fit_failed(tool: ModuleType) -> None:
     assert tool.report(marks, None).startswith("**The fit failed (exit code 2); see fit.log.**")
 
 
-def test_op_profile_writes_a_window_s_operators_by_own_and_total_seconds(
+def test_op_profile_writes_a_window_s_operators_by_own_and_total_seconds_and_shape(
     tool: ModuleType, tmp_path: Path
 ) -> None:
     import torch
@@ -95,8 +95,10 @@ def test_op_profile_writes_a_window_s_operators_by_own_and_total_seconds(
     ops.stop("window")
     assert not ops.running
     text = (tmp_path / "ops_window.txt").read_text()
-    by_own, by_total = text.split("\n\n\n")
+    by_own, by_total, by_shape = text.split("\n\n\n")
     assert by_own.startswith("window: operators by self cpu time total")
     assert by_total.startswith("window: operators by cpu time total")
+    assert by_shape.startswith("window: operators by self cpu time total, per input shape")
     assert "aten::mm" in by_own
     assert "aten::mm" in by_total
+    assert "[[8, 8], [8, 8]]" in by_shape
