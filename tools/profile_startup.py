@@ -418,18 +418,21 @@ def fit_args(args: argparse.Namespace, data: Path, runs: Path) -> list[str]:
 
 
 def _spawn(
-    python_flags: list[str], child_args: list[str], log: Path, env: dict[str, str]
+    python_flags: list[str], child_args: list[str], log: Path, extra_env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
-    env = {**os.environ, **env, SPAWN_ENV: repr(time.time())}
+    env = {**os.environ, **extra_env, SPAWN_ENV: repr(time.time())}
     command = [sys.executable, *python_flags, __file__, *child_args]
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 def _run(
-    python_flags: list[str], child_args: list[str], log: Path, env: dict[str, str] | None = None
+    python_flags: list[str],
+    child_args: list[str],
+    log: Path,
+    extra_env: dict[str, str] | None = None,
 ) -> None:
-    code = _spawn(python_flags, child_args, log, env or {}).wait()
+    code = _spawn(python_flags, child_args, log, extra_env or {}).wait()
     if code != 0:
         raise SystemExit(f"profile_startup: the fit failed with exit code {code}; see {log}")
 
