@@ -5,6 +5,9 @@
 # then puts the workspace's sources, tools/ and /tmp/site on the path with the variables every
 # GPU run of this project sets: cuBLAS' fixed workspace (bitwise parity), unbuffered output (a
 # killed command still returns its log) and Ultralytics offline.
+# A call brings back at most 8 files from $OUT, none deeper than $OUT/a/b/: a tool that writes
+# more (tools/profile_startup.py writes about ten a run) goes under /tmp, and the call copies
+# the few it needs to $OUT or packs them into one archive there.
 if compgen -G ".whl/*.whl" >/dev/null; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
         --target /tmp/site .whl/*.whl >/dev/null || { echo "gpu_env: installing .whl/ failed" >&2; return 1; }
