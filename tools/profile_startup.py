@@ -134,11 +134,48 @@ TIMED = (
 # --------------------------------------------------------------------------- child: timing
 
 
-class _Clock:
-    """First start, last end and total seconds of each timed call, from the process's spawn."""
+class _OpProfile:
+    """PyTorch's profiler, host side only, over one window at a time; each window's operators
+    are written as three tables: by their own and by their total host seconds, and by their own
+    seconds per input shape (which convolutions a first call's seconds are in)."""
 
-    def __init__(self, spawned: float) -> None:
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._profile: Any = None
+
+    def start(self) -> None:
+        from torch.profiler import ProfilerActivity, profile
+
+        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
+        self._profile.start()
+
+    def stop(self, name: str) -> None:
+        profile, self._profile = self._profile, None
+        profile.stop()
+        averages = profile.key_averages()
+        tables = [
+            f"{name}: operators by {key.replace('_', ' ')}\n"
+            + averages.table(sort_by=key, row_limit=OPS_ROWS)
+            for key in ("self_cpu_time_total", "cpu_time_total")
+        ]
+        by_shape = profile.key_averages(group_by_input_shape=True)
+        tables.append(
+            f"{name}: operators by self cpu time total, per input shape\n"
+            + by_shape.table(sort_by="self_cpu_time_total", row_limit=OPS_ROWS)
+        )
+        (self.folder / f"ops_{name}.txt").write_text("\n\n".join(tables))
+
+
+class _Clock:
+    """First start, last end and total seconds of each timed call, from the process's spawn;
+    with ``ops``, the operator profile of the first ``profiled_steps`` training steps."""
+
+    def __init__(
+        self, spawned: float, ops: _OpProfile | None = None, profiled_steps: int = 0
+    ) -> None:
         self.spawned = spawned
+        self.ops = ops
+        self.profiled_steps = profiled_steps
         self.calls: dict[str, dict[str, Any]] = {}
         self.steps: list[float] = []
         self.first_batch = 0.0
@@ -157,6 +194,8 @@ class _Clock:
         return timed
 
     def batch_start(self) -> None:
+        if self.ops is not None and not self.steps:
+            self.ops.start()
         self._step_began = time.time()
         if not self.first_batch:
             self.first_batch = self._step_began - self.spawned
@@ -167,42 +206,8 @@ class _Clock:
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         self.steps.append(time.time() - self._step_began)
-
-
-class _OpProfile:
-    """PyTorch's profiler, host side only, over one window at a time; each window's operators
-    are written as three tables: by their own and by their total host seconds, and by their own
-    seconds per input shape (which convolutions a first call's seconds are in)."""
-
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
-        self._profile: Any = None
-
-    def start(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
-        self._profile = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
-        self._profile.__enter__()
-
-    def stop(self, name: str) -> None:
-        profile, self._profile = self._profile, None
-        profile.__exit__(None, None, None)
-        averages = profile.key_averages()
-        tables = [
-            f"{name}: operators by {key.replace('_', ' ')}\n"
-            + averages.table(sort_by=key, row_limit=OPS_ROWS)
-            for key in ("self_cpu_time_total", "cpu_time_total")
-        ]
-        by_shape = profile.key_averages(group_by_input_shape=True)
-        tables.append(
-            f"{name}: operators by self cpu time total, per input shape\n"
-            + by_shape.table(sort_by="self_cpu_time_total", row_limit=OPS_ROWS)
-        )
-        (self.folder / f"ops_{name}.txt").write_text("\n\n".join(tables))
-
-    @property
-    def running(self) -> bool:
-        return self._profile is not None
+        if self.ops is not None and len(self.steps) == self.profiled_steps:
+            self.ops.stop("first_steps")
 
 
 def _wrap(clock: _Clock, entry: tuple[str, str, str, str, str]) -> None:
@@ -246,18 +251,11 @@ def _install(clock: _Clock) -> None:
     YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
 
 
-def _install_op_profile(clock: _Clock, folder: Path, steps: int) -> None:
-    """Profile the sanity check and the first ``steps`` training steps (:class:`_OpProfile`)."""
+def _profile_sanity_check(ops: _OpProfile) -> None:
+    """Profile the sanity check's operators (the first steps' are :class:`_Clock`'s)."""
     from lightning.pytorch import Trainer
 
-    from lucid_yolo.train import YoloModule
-
-    ops = _OpProfile(folder)
-    sanity_check, start, end = (
-        Trainer._run_sanity_check,
-        YoloModule.on_train_batch_start,
-        YoloModule.on_train_batch_end,
-    )
+    sanity_check = Trainer._run_sanity_check
 
     def run_sanity_check(self: Trainer) -> None:
         ops.start()
@@ -266,19 +264,7 @@ def _install_op_profile(clock: _Clock, folder: Path, steps: int) -> None:
         finally:
             ops.stop("sanity_check")
 
-    def on_train_batch_start(self: Any, *args: Any) -> Any:
-        if not clock.steps and not ops.running:
-            ops.start()
-        return start(self, *args)
-
-    def on_train_batch_end(self: Any, *args: Any) -> None:
-        end(self, *args)
-        if ops.running and len(clock.steps) == steps:
-            ops.stop("first_steps")
-
     Trainer._run_sanity_check = run_sanity_check  # type: ignore[method-assign]
-    YoloModule.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
-    YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
 
 
 def run_child(record: Path, fit_args: list[str]) -> None:
@@ -288,10 +274,11 @@ def run_child(record: Path, fit_args: list[str]) -> None:
     import lucid_yolo.cli.lightning_cli  # noqa: F401  (the import is what is timed)
 
     imported = time.time()
-    clock = _Clock(spawned)
+    ops = _OpProfile(record.parent) if PROFILE_ENV in os.environ else None
+    clock = _Clock(spawned, ops, int(os.environ.get(PROFILE_ENV, 0)))
     _install(clock)
-    if PROFILE_ENV in os.environ:
-        _install_op_profile(clock, record.parent, int(os.environ[PROFILE_ENV]))
+    if ops is not None:
+        _profile_sanity_check(ops)
     from lucid_yolo.cli.main import main
 
     code = main(["fit", *fit_args])
