@@ -8,6 +8,8 @@ for bit, in and beside a training step's pool.
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 from replay_nets import loss_of, make_net, recorded_small_net
@@ -176,6 +178,36 @@ def test_forward_recorder_runs_native_while_a_training_forward_awaits_its_backwa
     assert evaluated.retired is None  # one call, not the recorder
 
 
+@pytest.mark.parametrize(("deferred", "in_pool"), [(0, False), (2, True)])
+def test_forward_recorder_held_back_runs_native_and_then_warms_up_in_the_pool(
+    deferred: int, in_pool: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # with no native call before it, a recording warms up beside the pool; after calls held
+    # back by defer_recording, in the pool's free scratch (the gpu test reads the memory)
+    asked: list[bool] = []
+    warm_up = ReplayPool.warm_up
+
+    def noting(self: ReplayPool, *, into_pool: bool) -> Any:
+        asked.append(into_pool)
+        return warm_up(self, into_pool=into_pool)
+
+    monkeypatch.setattr(ReplayPool, "warm_up", noting)
+    net = make_net().eval()
+    recorder = ForwardRecorder(ModuleRegion(net), warmup_steps=0)
+    with torch.inference_mode():
+        recorder.defer_recording = True
+        for seed in range(deferred):
+            assert _bits(recorder(_images(seed))) == _bits(net(_images(seed)))
+        assert recorder.recordings == 0
+        recorder.defer_recording = False
+        for seed in range(deferred, deferred + 2):
+            assert _bits(recorder(_images(seed))) == _bits(net(_images(seed)))
+    telemetry = recorder.telemetry.as_dict()
+    assert telemetry.get("native.warm-up", 0) == deferred
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 2)
+    assert asked == [in_pool]
+
+
 def test_forward_recorder_rejects_bad_settings() -> None:
     region = ModuleRegion(make_net())
     with pytest.raises(ReplayConfigError, match="warmup_steps"):
@@ -228,19 +260,25 @@ def test_gpu_forward_recorder_is_the_eager_forward_bit_for_bit(
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("held_back", [False, True])
 def test_gpu_forward_recorder_in_a_training_step_pool_takes_its_scratch(
-    deterministic: None,
+    held_back: bool, deterministic: None
 ) -> None:
-    # the step's graphs hold the pool: after a native call, the evaluation graph's warm-up and
+    # the step's graphs hold the pool: after a native call (a warm-up call, or one held back
+    # by defer_recording, as a fit's sanity check is), the evaluation graph's warm-up and
     # capture reuse their free scratch instead of reserving beside it (a whole fit's bits with
     # the evaluation in the step's pool: tests/train/replay/test_parity.py)
     _, pool = recorded_small_net("cuda")
     evaluated_net = make_net("cuda", seed=3, channels=32).eval()
-    evaluated = ForwardRecorder(ModuleRegion(evaluated_net), pool=pool)
+    evaluated = ForwardRecorder(
+        ModuleRegion(evaluated_net), pool=pool, warmup_steps=0 if held_back else 1
+    )
     batches = [_images(seed, batch=8, size=128, device="cuda") for seed in range(3)]
     with torch.inference_mode():
         expected = [_bits(evaluated_net(images)) for images in batches]
+        evaluated.defer_recording = held_back
         assert _bits(evaluated(batches[0])) == expected[0]  # the native call
+        evaluated.defer_recording = False
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()

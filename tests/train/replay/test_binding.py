@@ -563,10 +563,11 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
     fit_digests: Callable[..., Any],
     shared_fit: Callable[..., Any],
 ) -> None:
-    # Two epochs of two steps, each validated in two batches of 2, after the sanity check's two:
-    # the first evaluation call records, and every call replays (the CPU stand-in re-runs the
-    # recorded body, so this pins the module's routing; the gpu parity test compares real
-    # graphs, and tests/train/test_evaluation.py the outputs' lifetime in a mask pass).
+    # Two epochs of two steps, each validated in two batches of 2, after the sanity check's two,
+    # which run natively while the training graphs are still to come: the first call after them
+    # records, and every later call replays (the CPU stand-in re-runs the recorded body, so this
+    # pins the module's routing; the gpu parity test compares real graphs, and
+    # tests/train/test_evaluation.py the outputs' lifetime in a mask pass).
     yaml = tiny_dataset("detect")
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 4, "validate": True}
     eager = shared_fit(yaml, "detect", "32-true", 1, replay=ReplayConfig(network=True), **cpu)
@@ -576,8 +577,8 @@ def test_replayed_evaluation_gives_the_eager_outputs_and_metrics_and_replays_eac
     assert recorder is not None
     assert recorder.pool is replayed.module.replay.shared_pool(torch.device("cpu"))
     telemetry = recorder.telemetry.as_dict()
-    assert (telemetry["recordings"], telemetry["replays"]) == (1, 6)
-    assert telemetry["native_calls"] == 0
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 4)
+    assert telemetry["native_calls"] == telemetry["native.warm-up"] == 2
     # the graphs take the pool's scratch, and a detect network has no masks to lend to
     assert replayed.module.replay.evaluation_loan is None
     assert len(replayed.val_outputs) == 2 + 4
@@ -624,7 +625,7 @@ def test_replayed_evaluation_builds_the_metric_masks_in_the_loan_between_its_rep
     assert loan.borrowed == 2 * 2  # two passes of two batches
     assert seen[-4:] == [(True, False)] * 4  # lending, the pool not lent
     assert not any(pool_lent for _, pool_lent in seen)
-    assert recorder.telemetry.as_dict()["replays"] == 6
+    assert recorder.telemetry.as_dict()["replays"] == 4  # the sanity check's two run natively
     assert apart.module.replay.evaluation_loan is None
     assert len(lent.val) == 2
     assert lent.val == apart.val
@@ -693,6 +694,36 @@ def test_network_replay_records_the_evaluation_again_after_the_network_moved() -
     assert (telemetry["recordings"], telemetry["replays"]) == (2, 2)
     assert telemetry["native_calls"] == 0
     assert telemetry["retirements"] == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "deferred"),
+    [
+        (ReplayConfig(network=True, evaluation=True), True),
+        (ReplayConfig(update=True, evaluation=True), True),
+        (ReplayConfig(network=True, evaluation=True, evaluate_in_pool=False), False),
+        (ReplayConfig(evaluation=True), False),
+    ],
+)
+def test_network_replay_records_the_evaluation_after_the_sanity_check_where_graphs_will_join(
+    config: ReplayConfig, deferred: bool
+) -> None:
+    # a pass before training (a fit's sanity check) records only where the training graphs
+    # will share the evaluation's pool: there it runs natively, to record at the next pass in
+    # their scratch; with a pool of its own, or no training graph to come, it records at once
+    net = create_model("yolo26n", num_classes=3).eval()
+    replay = NetworkReplay(net, "detect", config)
+    raw = torch.randint(0, 256, (1, 3, 64, 64), dtype=torch.uint8)
+    expected = state_digest(net(raw.float().div_(255.0)))
+    with torch.inference_mode():
+        replay.start_evaluation(before_training=True)
+        for _ in range(2):
+            assert state_digest(replay.evaluate(net, raw, torch.contiguous_format)) == expected
+        replay.start_evaluation()
+        assert state_digest(replay.evaluate(net, raw, torch.contiguous_format)) == expected
+    telemetry = replay.evaluation_telemetry.as_dict()
+    assert telemetry.get("native.warm-up", 0) == (2 if deferred else 0)
+    assert (telemetry["recordings"], telemetry["replays"]) == (1, 1 if deferred else 3)
 
 
 def test_network_replay_evaluation_before_the_fit_leaves_the_training_regions_unbuilt() -> None:

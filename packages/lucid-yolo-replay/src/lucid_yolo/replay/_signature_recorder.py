@@ -79,6 +79,12 @@ class SignatureRecorder(abc.ABC, Generic[RecordingT]):
         self._last_recorded: Signature | None = None
         self._seen: Counter[Signature] = Counter()
         self._native_signatures: set[Signature] = set()
+        self.defer_recording = False
+        """While set, a signature not recorded yet runs native, counted as a warm-up call,
+        instead of recording: for a caller that knows the pool's other graphs are still to come
+        (a fit's sanity check evaluates before the training step records), so that the recording
+        made once they exist warms up and captures in their free scratch
+        (:meth:`ReplayPool.warm_up`) instead of holding blocks of its own beneath them."""
 
     @property
     def telemetry(self) -> Telemetry:
@@ -135,12 +141,18 @@ class SignatureRecorder(abc.ABC, Generic[RecordingT]):
             if signature in self._native_signatures:
                 return self._native("retired-signature", args)
             self._seen[signature] += 1
-            if self._seen[signature] <= self.warmup_steps:
+            if self.defer_recording or self._seen[signature] <= self.warmup_steps:
                 return self._warm_up(signature, args)
             recording = self._record_or_retire(signature, args)
             if recording is None:
                 return self._native("retired-signature", args)
         return self._replay_call(recording, args)
+
+    def _ran_natively(self, signature: Signature) -> bool:
+        """Whether a native call of ``signature`` came before its recording: what the region
+        creates on first use then exists outside the pool, so the recording may warm up in the
+        pool's free scratch (:meth:`ReplayPool.warm_up`)."""
+        return self._seen[signature] > 1
 
     def _record_or_retire(self, signature: Signature, args: Sequence[Any]) -> RecordingT | None:
         if len(self._recordings) >= self.max_signatures:

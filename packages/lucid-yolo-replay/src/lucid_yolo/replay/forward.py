@@ -65,7 +65,8 @@ class ForwardRecorder(SignatureRecorder[_ForwardRecording]):
         warmup_steps: native calls per signature before it is recorded. With one or more, a
             recording made while graphs hold the pool warms up in its free scratch (nothing it
             makes may outlive it: :class:`~lucid_yolo.replay.PoolLeakError`). ``0`` records on
-            the first call, with no eager call first, and warms up beside the pool.
+            the first call, with no eager call first, and warms up beside the pool; calls held
+            back by ``defer_recording`` (an attribute) count as native calls before it.
         capture_warmup: eager forwards on the side stream right before the capture, so every
             kernel and algorithm is chosen before it (invariant 16); buffers and RNG they move
             are restored.
@@ -158,7 +159,7 @@ class ForwardRecorder(SignatureRecorder[_ForwardRecording]):
             layout_slot[:] = [layout]
             return flat
 
-        with self.pool.warm_up(into_pool=self.warmup_steps > 0), self.pool.side_stream():
+        with self.pool.warm_up(into_pool=self._ran_natively(signature)), self.pool.side_stream():
             for _ in range(self.capture_warmup):
                 forward()
         self.pool.release_cached_blocks()

@@ -321,7 +321,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
         # warm-up allocates from their free scratch instead of beside the pool, and the capture
         # reuses its blocks (ReplayPool.warm_up). Only after a native call of this signature:
         # what the region creates on first use then exists outside the pool already.
-        with self.pool.warm_up(into_pool=self.warmup_steps > 0):
+        with self.pool.warm_up(into_pool=self._ran_natively(signature)):
             with self.pool.side_stream():
                 outputs = forward()
             groups = layout_slot[0].group_indices(self.groups)

@@ -484,7 +484,7 @@ class YoloModule(pl.LightningModule):
     @override
     def on_validation_epoch_start(self) -> None:
         self.evaluator.reset()
-        self.replay.start_evaluation()
+        self.replay.start_evaluation(before_training=self.trainer.sanity_checking)
 
     @override
     def validation_step(self, batch: Batch, batch_idx: int) -> None:

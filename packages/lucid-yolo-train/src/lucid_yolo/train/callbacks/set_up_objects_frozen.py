@@ -31,10 +31,11 @@ class SetUpObjectsFrozen(Callback):
     """Collect, then freeze, the process's objects when training starts; unfreeze when the fit
     ends, or fails.
 
-    Training starts after the sanity check, so what it made (the evaluation graph's recording)
-    is frozen with the rest, and before the first step, so the training graphs' recordings are
-    not. Changes no result: the collector only decides when unreachable objects are freed, and
-    every object frozen was reachable or freed by the collection just before. Objects that become
+    Training starts after the sanity check, so what it made is frozen with the rest, and before
+    the first step, so the training graphs' recordings are not (nor the evaluation graph's, made
+    at the first validation after them). Changes no result: the collector only decides when
+    unreachable objects are freed, and every object frozen was reachable or freed by the
+    collection just before. Objects that become
     garbage during the fit in a reference cycle with a frozen object wait until the unfreeze,
     which also unfreezes whatever other code froze, before the fit or during it
     (``gc.unfreeze`` takes them all).

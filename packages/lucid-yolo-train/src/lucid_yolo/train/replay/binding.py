@@ -89,6 +89,7 @@ class NetworkReplay:
         """The evaluation forward's recorder (``config.evaluation``), built on the first
         evaluation call and again when the evaluated network's parameters moved."""
         self._earlier_evaluations = Telemetry()
+        self._defer_evaluation = False
         self._network_region = NetworkRegion(net, include_segment_heads=not config.segment_heads)
         self._direct_gradients = False
 
@@ -191,12 +192,13 @@ class NetworkReplay:
             self.evaluation = recorder = ForwardRecorder(
                 EvaluationRegion(net, memory_format),
                 name="evaluation",
-                # recorded at the first call, in a fit the sanity check's, before any training
-                # graph: no eager call first, and the training graphs take its scratch
+                # recorded at the first call outside a fit's sanity check (start_evaluation),
+                # after the training graphs, in their scratch
                 warmup_steps=0,
                 max_signatures=self.config.max_signatures,
                 pool=pool if self.config.evaluate_in_pool else ReplayPool(raw.device),
             )
+        recorder.defer_recording = self._defer_evaluation
         return cast(dict[str, Tensor], recorder(raw))
 
     @contextlib.contextmanager
@@ -224,13 +226,28 @@ class NetworkReplay:
                 "must let them go: copy what a batch keeps",
             ) from error
 
-    def start_evaluation(self) -> None:
+    def start_evaluation(self, *, before_training: bool = False) -> None:
         """An evaluation pass starts: forget an evaluation recording whose network's
         parameters moved since it was made (``Trainer.validate`` ends by moving the module to
         the CPU; the pass records the moved network afresh instead of retiring), then open the
         loan (the eager forward's, or the metric's masks' between replays). Checked once a
         pass, where a move can happen, not at every batch; forgotten first, so that the loan
-        sees which graphs still hold the pool."""
+        sees which graphs still hold the pool.
+
+        Args:
+            before_training: the pass comes before the fit's first training step (Lightning's
+                sanity check). Where the step's graphs will share the evaluation's pool, the
+                evaluation forward then runs natively, as a native fit's does, and records at
+                the next pass, warming up and capturing in the free scratch of the training
+                graphs recorded meanwhile: recorded first, its blocks would sit beneath the
+                first training step's native activations, which cannot use them (issue 11,
+                memory: the fit's peak).
+        """
+        self._defer_evaluation = (
+            before_training
+            and self.config.evaluate_in_pool
+            and (self.config.regions or self.config.update)
+        )
         recorder = self.evaluation
         if recorder is not None:
             problem = recorder.binding.check()
