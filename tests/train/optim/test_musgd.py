@@ -391,6 +391,37 @@ def test_musgd_pads_cuda_matrices_by_default() -> None:
 
 
 @pytest.mark.gpu
+def test_gpu_musgd_state_dict_is_a_host_snapshot_that_resumes_bitwise() -> None:
+    # a checkpoint's optimizer state takes no device memory (a replayed fit's cache has no
+    # room kept free for it), and still resumes into the live tensors bit for bit
+    torch.manual_seed(0)
+    net = _cuda_net()
+    resumed_net = copy.deepcopy(net)
+    opt = MuSGD(param_groups(net, weight_decay=0.01), **_HYPERS)
+    resumed = MuSGD(param_groups(resumed_net, weight_decay=0.01), **_HYPERS)
+    grads = [[torch.randn_like(p) for p in net.parameters()] for _ in range(3)]
+    for p, g in zip(net.parameters(), grads[0], strict=True):
+        p.grad = g.clone()
+    opt.step()
+    torch.cuda.synchronize()
+    allocated = torch.cuda.memory_allocated()
+    state = opt.state_dict()
+    assert torch.cuda.memory_allocated() == allocated
+    tensors = [v for entry in state["state"].values() for v in entry.values()]
+    tensors += [v for group in state["param_groups"] for v in group.values() if torch.is_tensor(v)]
+    assert tensors
+    assert all(t.device.type == "cpu" for t in tensors)
+    resumed_net.load_state_dict(net.state_dict())
+    resumed.load_state_dict(state)
+    for step_grads in grads[1:]:
+        for model, optimizer in ((net, opt), (resumed_net, resumed)):
+            for p, g in zip(model.parameters(), step_grads, strict=True):
+                p.grad = g.clone()
+            optimizer.step()
+    assert _bit_equal(net, resumed_net)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("ns_dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("memory_format", [torch.contiguous_format, torch.channels_last])
 def test_musgd_step_replays_in_cuda_graph_bitwise(
