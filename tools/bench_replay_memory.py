@@ -9,7 +9,9 @@ A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validatio
 ``--validate N`` that many batches of ``--val-images`` validated at each epoch's end, and
 Lightning's sanity check of ``min(2, N)`` batches before training, at the data module's
 validation batch size), natively or with every region replay offers for the task (network,
-segment heads for segment, loss, update and EMA blend). It records:
+segment heads for segment, loss, update and EMA blend). A replayed fit's sanity check runs the
+evaluation forward natively and the evaluation graph records at the first validation after the
+training graphs, so a run that ends before its first epoch does holds none. It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
   ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;
