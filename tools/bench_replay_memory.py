@@ -11,7 +11,7 @@ Lightning's sanity check of ``min(2, N)`` batches before training, at the data m
 validation batch size), natively or with every region replay offers for the task (network,
 segment heads for segment, loss, update and EMA blend). A replayed fit's sanity check runs the
 evaluation forward natively and the evaluation graph records at the first validation after the
-training graphs, so a run that ends before its first epoch does holds none. It records:
+training graphs, so a run that ends before its first epoch ends holds none. It records:
 
 - peak reserved and peak allocated bytes (``torch.cuda.max_memory_reserved`` and
   ``max_memory_allocated``) and a few ``torch.cuda.memory_stats`` counters;

@@ -285,7 +285,9 @@ def test_musgd_state_dict_round_trip_resumes_bitwise(net: nn.Module, backward: B
 
 def test_musgd_state_dict_is_a_snapshot(net: nn.Module, backward: Backward) -> None:
     opt = MuSGD(param_groups(net, weight_decay=0.01), **_HYPERS)
+    live = {id(p): opt.state[p]["momentum_buffer"] for p in net.parameters()}
     snapshot = opt.state_dict()
+    assert all(opt.state[p]["momentum_buffer"] is live[id(p)] for p in net.parameters())
     backward(net, 0)
     opt.step()
     opt.param_groups[0]["lr"].fill_(1.0)

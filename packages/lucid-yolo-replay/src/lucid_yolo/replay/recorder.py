@@ -104,6 +104,7 @@ class RegionRecorder(SignatureRecorder[_Recording]):
             :class:`~lucid_yolo.replay.protocols.GroupedRegion` also names prediction groups.
         name: quoted in warnings and retirements.
         warmup_steps: native calls per signature before it is recorded; they are real steps.
+            Calls held back by ``defer_recording`` (an attribute) count as native calls too.
         capture_warmup: forward+backward passes on the side stream right before capture, so
             every kernel and shape is seen before capture (invariant 16); their effect on buffers
             and RNG is undone.

@@ -34,11 +34,10 @@ class SetUpObjectsFrozen(Callback):
     Training starts after the sanity check, so what it made is frozen with the rest, and before
     the first step, so the training graphs' recordings are not (nor the evaluation graph's, made
     at the first validation after them). Changes no result: the collector only decides when
-    unreachable objects are freed, and every object frozen was reachable or freed by the
-    collection just before. Objects that become
-    garbage during the fit in a reference cycle with a frozen object wait until the unfreeze,
-    which also unfreezes whatever other code froze, before the fit or during it
-    (``gc.unfreeze`` takes them all).
+    unreachable objects are freed, and every object frozen was reachable or freed by the collection
+    just before. Objects that become garbage during the fit in a reference cycle with a frozen
+    object wait until the unfreeze, which also unfreezes whatever other code froze, before the
+    fit or during it (``gc.unfreeze`` takes them all).
 
     Lightning calls the callbacks' ``teardown`` only when a fit ends normally; a fit that raises
     reaches ``on_exception`` instead, which unfreezes too, so that a failed fit's objects (on a

@@ -58,6 +58,7 @@ import torch
 from torch import Tensor
 from torch.optim.optimizer import Optimizer, ParamsT
 
+from lucid_yolo.train.host_copy import HostCopies
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
 from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
 
@@ -94,11 +95,6 @@ class _MatrixBatch:
 
     params: list[Tensor]
     buckets: ShapeBuckets
-
-
-def _host_copy(tensor: Tensor) -> Tensor:
-    """``tensor``'s value now, in host memory of its own."""
-    return tensor.detach().to("cpu", copy=True)
 
 
 def _device_scalar(value: object, name: str, device: torch.device) -> Tensor:
@@ -351,27 +347,31 @@ class MuSGD(Optimizer):
 
     def state_dict(self) -> dict[str, Any]:
         """Return a snapshot of the state: hyperparameters and momentum buffers copied to the
-        host (each its own tensor).
+        host (each its own contiguous tensor).
 
         A snapshot, because the step writes the live tensors in place; on the host, because a
         checkpoint, where Lightning asks for it, goes there anyway, and copies on the device
         would take room a replayed fit's memory does not keep free (their 10 MB at YOLO26n set
-        the peak of a batch-4 fit, issue 11). :meth:`load_state_dict` copies them back into the
-        live tensors. The format is :class:`torch.optim.Optimizer`'s (``state`` keyed by
-        parameter index, ``param_groups`` with ``params`` as indices), so Lightning checkpoints
-        and ``torch.load(weights_only=True)`` handle it unchanged.
+        the peak of a batch-4 fit, issue 11). The copies queue behind the device's work in one
+        pinned buffer (:class:`~lucid_yolo.train.host_copy.HostCopies`), and the call waits for
+        them once: at an epoch's end validation has already waited for that work.
+        :meth:`load_state_dict` copies them back into the live tensors. The format is
+        :class:`torch.optim.Optimizer`'s (``state`` keyed by parameter index, ``param_groups``
+        with ``params`` as indices), so Lightning checkpoints and
+        ``torch.load(weights_only=True)`` handle it unchanged.
         """
         packed = super().state_dict()
-        return {
-            "state": {
-                index: {k: _host_copy(v) for k, v in entry.items()}
-                for index, entry in packed["state"].items()
-            },
-            "param_groups": [
-                {k: _host_copy(v) if isinstance(v, Tensor) else v for k, v in group.items()}
-                for group in packed["param_groups"]
-            ],
-        }
+        # torch hands out the live per-parameter state dicts: rebuilt, never written
+        entries = [*packed["state"].values(), *packed["param_groups"]]
+        tensors = [v for entry in entries for v in entry.values() if isinstance(v, Tensor)]
+        copies = iter(HostCopies(tensors).read())
+
+        def on_host(entry: dict[str, Any]) -> dict[str, Any]:
+            return {k: next(copies) if isinstance(v, Tensor) else v for k, v in entry.items()}
+
+        state = {index: on_host(entry) for index, entry in packed["state"].items()}
+        groups = [on_host(group) for group in packed["param_groups"]]
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Load a state dict by copying into the live tensors, keeping their addresses.

@@ -192,8 +192,8 @@ class NetworkReplay:
             self.evaluation = recorder = ForwardRecorder(
                 EvaluationRegion(net, memory_format),
                 name="evaluation",
-                # recorded at the first call outside a fit's sanity check (start_evaluation),
-                # after the training graphs, in their scratch
+                # recorded at the first call, unless start_evaluation holds it back through a
+                # fit's sanity check until the training graphs are in the pool
                 warmup_steps=0,
                 max_signatures=self.config.max_signatures,
                 pool=pool if self.config.evaluate_in_pool else ReplayPool(raw.device),
