@@ -572,6 +572,23 @@ def test_recorder_without_a_native_call_first_warms_up_outside_the_pool(
     assert events.count("tail") == 3  # warm-up, capture, replay
 
 
+def test_recorder_held_back_by_defer_recording_then_warms_up_in_the_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # warmup_steps=0 alone warms up beside the pool (above); a call held back first is the
+    # native call after which the recording may borrow the pool's scratch
+    events = _watch_pool_routing(monkeypatch)
+    pool = ReplayPool("cpu")
+    first = RegionRecorder(ModuleRegion(make_net()), pool=pool, warmup_steps=0)
+    second = RegionRecorder(ModuleRegion(_Tail()), pool=pool, warmup_steps=0, capture_warmup=1)
+    for held in (True, False):
+        second.defer_recording = held
+        second(first(torch.randn(2, 3, 8, 8))["a.box"]).square().mean().backward()
+    telemetry = second.telemetry.as_dict()
+    assert (telemetry["native.warm-up"], telemetry["recordings"]) == (1, 1)
+    assert events.count("route") == 1
+
+
 def test_recorder_lets_a_pool_leak_stop_the_step(monkeypatch: pytest.MonkeyPatch) -> None:
     readings = iter([frozenset(), frozenset({(0, 512)}), frozenset({(0, 512)})])
     monkeypatch.setattr(ReplayPool, "live_blocks", lambda self: next(readings))

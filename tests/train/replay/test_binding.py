@@ -747,11 +747,16 @@ def test_network_replay_evaluation_before_the_fit_leaves_the_training_regions_un
     assert replay.network.telemetry.recordings == 1
 
 
+@pytest.mark.parametrize(
+    "replay",
+    [ReplayConfig(evaluation=True), ReplayConfig(network=True, loss=True, evaluation=True)],
+)
 def test_test_run_with_the_evaluation_replayed_logs_and_prints_its_counters(
-    tiny_dataset: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
+    replay: ReplayConfig, tiny_dataset: Callable[[str], Path], capsys: pytest.CaptureFixture[str]
 ) -> None:
     # `lucid-yolo test --model.replay.evaluation true`: a run without training steps replays
-    # its evaluation forward and says so, as a fit's validation does
+    # its evaluation forward and says so, as a fit's validation does; with the training regions
+    # configured too it records at its first call (only a fit's sanity check holds it back)
     yaml = tiny_dataset("detect")
     with_test = yaml.with_name("with_test.yaml")
     text = yaml.read_text()
@@ -760,7 +765,6 @@ def test_test_run_with_the_evaluation_replayed_logs_and_prints_its_counters(
     )
     with_test.write_text(f"{text.rstrip()}\ntest: {val.strip()}\n")
     data = YoloDataModule(with_test, task="detect", imgsz=64, batch_size=2, workers=0, seed=0)
-    replay = ReplayConfig(evaluation=True)
     module = YoloModule("yolo26n", num_classes=data.num_classes, replay=replay)
     trainer = pl.Trainer(
         accelerator="cpu",
