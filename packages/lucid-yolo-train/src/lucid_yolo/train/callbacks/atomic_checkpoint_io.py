@@ -19,9 +19,9 @@ copied into pinned host memory behind the work already queued
 (:class:`~lucid_yolo.train.host_copy.HostCopies`, read by the writer, so the snapshot itself
 does not wait for the device), every CPU tensor is cloned. The optimizer's state reaches it
 already on the host: ``MuSGD.state_dict`` copies it there and waits for those copies, behind the
-work queued before the save. The file holds the state of the
-save's moment, every tensor contiguous on the CPU (loading restores onto the fit's device and
-layout: Lightning and the optimizer copy into the live tensors).
+work queued before the save. The file holds the state of the save's moment, every tensor
+contiguous on the CPU (loading restores onto the fit's device and layout: Lightning and the
+optimizer copy into the live tensors).
 Writes, removals and loads run in the order they were asked (one writer thread: the stale
 temporary files a write removes are never another write's); a load and the fit's end wait for
 the writes before them; a write that failed raises there or at the next save, with the file
