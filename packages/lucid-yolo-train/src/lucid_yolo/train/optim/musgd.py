@@ -354,7 +354,8 @@ class MuSGD(Optimizer):
         would take room a replayed fit's memory does not keep free (their 10 MB at YOLO26n set
         the peak of a batch-4 fit, issue 11). The copies queue behind the device's work in one
         pinned buffer (:class:`~lucid_yolo.train.host_copy.HostCopies`), and the call waits for
-        them once: at an epoch's end validation has already waited for that work.
+        them once: at an epoch's end, where validation's metrics have been read on the host, that
+        wait should be short (not timed).
         :meth:`load_state_dict` copies them back into the live tensors. The format is
         :class:`torch.optim.Optimizer`'s (``state`` keyed by parameter index, ``param_groups``
         with ``params`` as indices), so Lightning checkpoints and
