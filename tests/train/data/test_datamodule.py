@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import cv2
 import lightning as L
 import numpy as np
 import pytest
 import torch
+from busy_stream import copied_while_the_stream_is_busy
 from quiet_trainer import quiet_cpu_trainer
 from torch import Tensor
 
@@ -186,6 +188,17 @@ class _BatchKeeper(L.LightningModule):
         return torch.optim.SGD(self.parameters(), lr=0.1)
 
 
+class _LateReader(_BatchKeeper):
+    """Keeps a copy of every training batch, taken after the device has slept a while: had a
+    later batch's copy to the device overwritten the buffer meanwhile, the copy would show it.
+    The batch itself is not kept, so its buffers go back to the allocator after the step."""
+
+    def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
+        torch.cuda._sleep(20_000_000)
+        late = {k: v.clone() if isinstance(v, Tensor) else v for k, v in batch.items()}
+        return super().training_step(cast(Batch, late), batch_idx)
+
+
 # the batch keeper has no validation_step and runs in-process on a 2-core CI machine: Lightning's
 # advice about both is expected here; Lightning 2.6 still calls a torch pytree API that torch 2.15
 # deprecates
@@ -266,10 +279,12 @@ def test_datamodule_packed_batches_reach_the_step_bit_for_bit(pose_yaml: Path) -
 @pytest.mark.filterwarnings("ignore:`isinstance.treespec, LeafSpec.` is deprecated:FutureWarning")
 @pytest.mark.filterwarnings("ignore:You passed in a `val_dataloader`:UserWarning")
 @pytest.mark.filterwarnings("ignore:The 'train_dataloader' does not have many workers:UserWarning")
-def test_datamodule_cuda_step_sees_the_same_batch_packed_or_not(pose_yaml: Path) -> None:
-    def fit(pack_batches: bool) -> list[Batch]:
-        dm = _module(pose_yaml, workers=1, pack_batches=pack_batches)
-        model = _BatchKeeper()
+def test_datamodule_cuda_step_sees_the_same_batch_packed_or_not_on_a_copy_stream_or_not(
+    pose_yaml: Path,
+) -> None:
+    def fit(pack_batches: bool, copy_stream: bool = False) -> list[Batch]:
+        dm = _module(pose_yaml, workers=1, pack_batches=pack_batches, copy_stream=copy_stream)
+        model = _LateReader()
         L.Trainer(
             max_epochs=2,
             accelerator="cuda",
@@ -285,13 +300,14 @@ def test_datamodule_cuda_step_sees_the_same_batch_packed_or_not(pose_yaml: Path)
 
     expected = fit(False)
     assert expected[0]["images"].is_cuda
-    for batch, want in zip(fit(True), expected, strict=True):
-        assert list(batch) == list(want)
-        for key, value in want.items():
-            got = batch[key]  # type: ignore[literal-required]
-            assert (got.dtype, got.shape) == (value.dtype, value.shape)
-            assert got.device == value.device
-            assert torch.equal(got, value), key
+    for variant in (fit(True), fit(False, copy_stream=True), fit(True, copy_stream=True)):
+        for batch, want in zip(variant, expected, strict=True):
+            assert list(batch) == list(want)
+            for key, value in want.items():
+                got = batch[key]  # type: ignore[literal-required]
+                assert (got.dtype, got.shape) == (value.dtype, value.shape)
+                assert got.device == value.device
+                assert torch.equal(got, value), key
 
 
 def test_datamodule_packs_only_the_training_batches(pose_yaml: Path) -> None:
@@ -469,9 +485,12 @@ def test_datamodule_refuses_an_image_size_off_the_stride_grid(
         YoloDataModule(path, imgsz=imgsz)
 
 
-def test_datamodule_moves_a_batchs_tensors_and_keeps_its_host_fields(tmp_path: Path) -> None:
+@pytest.mark.parametrize("copy_stream", [False, True])
+def test_datamodule_moves_a_batchs_tensors_and_keeps_its_host_fields(
+    tmp_path: Path, copy_stream: bool
+) -> None:
     data = generate_synthetic(tmp_path, task="segment", num_train=2, num_val=3, imgsz=IMGSZ)
-    dm = _module(data)
+    dm = _module(data, copy_stream=copy_stream)
     dm.setup("validate")
     batch = next(iter(dm.val_dataloader()))
     assert "source_shapes" in batch
@@ -490,3 +509,15 @@ def test_datamodule_moves_a_batchs_tensors_and_keeps_its_host_fields(tmp_path: P
     )
     assert isinstance(packed, PackedBatch)
     assert packed.buffer.device == meta
+
+
+@pytest.mark.gpu
+def test_gpu_datamodule_copy_stream_copies_beside_the_step(pose_yaml: Path) -> None:
+    images = torch.randint(0, 256, (4, 3, IMGSZ, IMGSZ), dtype=torch.uint8).pin_memory()
+    batch = {"images": images, "source_shapes": [(IMGSZ, IMGSZ)] * 4}
+    dm = _module(pose_yaml, copy_stream=True)
+    cuda = torch.device("cuda", torch.cuda.current_device())
+    moved = copied_while_the_stream_is_busy(
+        lambda: dm.transfer_batch_to_device(batch, cuda, 0)["images"], images
+    )
+    assert torch.equal(moved.cpu(), images)

@@ -42,6 +42,7 @@ from lucid_yolo.train.data.counters import FIELDS as COUNTER_FIELDS
 from lucid_yolo.train.data.counters import DataCounters
 from lucid_yolo.train.data.dataset import YoloDataset
 from lucid_yolo.train.data.dataset_yaml import DatasetSpec, Task, load_dataset_yaml
+from lucid_yolo.train.data.device_copy import beside_the_step
 from lucid_yolo.train.data.disk_cache import DiskImageCache, has_disk_cache
 from lucid_yolo.train.data.errors import BadInputPolicy, DatasetConfigError
 from lucid_yolo.train.data.formats.ultralytics import load_split
@@ -124,6 +125,11 @@ class YoloDataModule(L.LightningDataModule):
             (:mod:`.packed_batch`): one shared-memory handle, one pin and one copy to the
             device per batch instead of one per tensor; the step sees the same Batch, bit for
             bit (unpacked in :meth:`on_after_batch_transfer`).
+        copy_stream: copy each batch to a GPU on a stream of its own, beside the step in flight
+            (:mod:`.device_copy`), instead of queued behind it on the step's stream; the step
+            sees the same bytes. Off by default until measured: it may hold up to two more
+            batches on the device (their memory returns only once the steps that read them are
+            done), against the copy's time between two steps.
 
     Raises:
         TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range, or
@@ -152,6 +158,7 @@ class YoloDataModule(L.LightningDataModule):
         allow_unlabelled: bool = False,
         seed: int = 0,
         pack_batches: bool = False,
+        copy_stream: bool = False,
     ) -> None:
         super().__init__()
         if batch_size < 1 or (val_batch_size is not None and val_batch_size < 1):
@@ -210,6 +217,7 @@ class YoloDataModule(L.LightningDataModule):
         self.allow_unlabelled = allow_unlabelled
         self.seed = seed
         self.pack_batches = pack_batches
+        self.copy_stream = copy_stream
         self._train_loader: ResumableLoader | None = None
         self._val_loader: RepeatingLoader | None = None
         self._train_position: dict[str, int] | None = None
@@ -304,13 +312,19 @@ class YoloDataModule(L.LightningDataModule):
         """Lightning's move of every field but the host ones (:data:`HOST_FIELDS`), which stay
         the very objects: its generic walk would visit and rebuild the lists of an evaluation
         batch's ``source_shapes``, about thirty calls a batch on the host of a GPU validation
-        loop that is bound by it (issue 11)."""
-        if not isinstance(batch, dict):
-            return super().transfer_batch_to_device(batch, device, dataloader_idx)
-        return {
-            key: value if key in HOST_FIELDS else move_data_to_device(value, device)
-            for key, value in batch.items()
-        }
+        loop that is bound by it (issue 11). With ``copy_stream`` the copies run beside the
+        step in flight (:func:`~lucid_yolo.train.data.device_copy.beside_the_step`)."""
+        move_whole = super().transfer_batch_to_device
+
+        def move() -> Any:
+            if not isinstance(batch, dict):
+                return move_whole(batch, device, dataloader_idx)
+            return {
+                key: value if key in HOST_FIELDS else move_data_to_device(value, device)
+                for key, value in batch.items()
+            }
+
+        return beside_the_step(device, move) if self.copy_stream else move()
 
     @override
     def on_after_batch_transfer(self, batch: Batch | PackedBatch, dataloader_idx: int) -> Batch:
