@@ -14,7 +14,12 @@ SLEEP_CYCLES = 4_000_000_000
 def copied_while_the_stream_is_busy(move: Callable[[], Tensor], source: Tensor) -> Tensor:
     """Queue a long sleep on the current stream, then ``move()`` (a copy of ``source`` to the
     GPU), and require the copy's bytes to be readable from another stream while the sleep still
-    runs; the moved tensor is returned for the caller's reads on the current stream."""
+    runs; the moved tensor is returned for the caller's reads on the current stream.
+
+    A first, zeroed copy reserves the memory beforehand, so that no allocation waits during the
+    sleep, and leaves zeros, not the source's bytes, where the timed copy lands.
+    """
+    move().zero_()
     torch.cuda.synchronize()
     busy = torch.cuda.current_stream()
     torch.cuda._sleep(SLEEP_CYCLES)

@@ -189,9 +189,8 @@ class _BatchKeeper(L.LightningModule):
 
 
 class _LateReader(_BatchKeeper):
-    """Keeps a copy of every training batch, taken after the device has slept a while: had a
-    later batch's copy to the device overwritten the buffer meanwhile, the copy would show it.
-    The batch itself is not kept, so its buffers go back to the allocator after the step."""
+    """Keeps a copy of every training batch, taken after the device has slept a while, and not
+    the batch itself, whose buffers go back to the allocator after the step."""
 
     def training_step(self, batch: Batch, batch_idx: int) -> Tensor:
         torch.cuda._sleep(20_000_000)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from busy_stream import copied_while_the_stream_is_busy
+from busy_stream import SLEEP_CYCLES, copied_while_the_stream_is_busy
 
 from lucid_yolo.train.data.device_copy import beside_the_step
 from lucid_yolo.train.data.packed_batch import PackedBatch
@@ -33,6 +33,34 @@ def test_gpu_beside_the_step_copies_while_the_current_stream_is_busy() -> None:
         lambda: beside_the_step(device, lambda: pinned.to(device)).buffer, pinned.buffer
     )
     assert torch.equal(moved.cpu(), pinned.buffer)  # read after the current stream's sleep
+
+
+@pytest.mark.gpu
+def test_gpu_beside_the_step_makes_the_current_stream_wait_for_the_copy() -> None:
+    pinned = _packed(2).pin_memory()
+    device = torch.device("cuda")
+
+    def slow_move() -> PackedBatch:
+        torch.cuda._sleep(SLEEP_CYCLES // 4)  # on the copy stream, before the copy
+        return pinned.to(device)
+
+    moved = beside_the_step(device, slow_move)
+    assert torch.equal(moved.buffer.cpu(), pinned.buffer)  # read on the current stream at once
+
+
+@pytest.mark.gpu
+def test_gpu_a_freed_batch_is_not_copied_over_before_the_step_reads_it() -> None:
+    """A batch freed while the step that reads it still waits on the device: the next batch's
+    copy (the same size) must not land in its memory before that read."""
+    device = torch.device("cuda")
+    first, second = _packed(3).pin_memory(), _packed(4).pin_memory()
+    images = beside_the_step(device, lambda: first.to(device)).unpack()["images"]
+    want = images.cpu()
+    torch.cuda._sleep(SLEEP_CYCLES // 4)
+    late = images.clone()  # the step's read, queued behind its other work
+    del images
+    beside_the_step(device, lambda: second.to(device))
+    assert torch.equal(late.cpu(), want)
 
 
 @pytest.mark.gpu

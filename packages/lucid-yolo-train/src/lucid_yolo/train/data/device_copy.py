@@ -7,7 +7,10 @@ data-wait row's device share). On a stream of their own they run on a copy engin
 step computes; the current stream waits for them before its next work. The price is memory: a
 copy's buffers return to the copy stream only once the steps that read them are done, so up to
 two more batches may sit on the device. ``YoloDataModule(copy_stream=True)`` turns it on; it is
-off by default until both sides are measured on a GPU.
+off by default until both sides are measured on a GPU. The copies overlap a step only where the
+host runs ahead of the device: in a multi-process fit Lightning 2.6 reads a tensor back to the
+host before each batch's fetch (its SIGTERM broadcast), so there the device is idle at every
+transfer.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from lucid_yolo.train.data.batch import HOST_FIELDS
 from lucid_yolo.train.data.packed_batch import PackedBatch
 
 Moved = TypeVar("Moved")
@@ -26,20 +30,23 @@ Moved = TypeVar("Moved")
 
 def beside_the_step(device: torch.device, move: Callable[[], Moved]) -> Moved:
     """``move()`` (a batch's copies to ``device``) run on the device's copy stream, its result
-    ready for the current stream's next work; on any other device ``move()`` as it is.
+    ready for the current stream's next work; on any other device, or a GPU without a second
+    stream priority (below), ``move()`` as it is.
 
     Each CUDA tensor of the result is marked as used by the current stream
-    (``record_stream``): the caching allocator gives its memory back to the copy stream only
-    once the current stream's work queued by then is done, so a later batch's copy never
-    overwrites a buffer a step still reads. The caching host allocator keeps a pinned source
-    alive until its copy is done.
+    (``record_stream``): when it is freed, the caching allocator gives its memory back to the
+    copy stream only once the current stream's work queued by then is done, so a later batch's
+    copy never overwrites a buffer a step still reads. The caching host allocator keeps a
+    pinned source alive until its copy is done.
     """
     if device.type != "cuda":
         return move()
     if device.index is None:
         device = torch.device(device.type, torch.cuda.current_device())
-    consumer = torch.cuda.current_stream(device)
     copier = _copy_stream(device)
+    if copier is None:
+        return move()
+    consumer = torch.cuda.current_stream(device)
     with torch.cuda.stream(copier):
         moved = move()
     consumer.wait_stream(copier)
@@ -50,30 +57,35 @@ def beside_the_step(device: torch.device, move: Callable[[], Moved]) -> Moved:
 
 def _cuda_tensors(value: object) -> Iterator[Tensor]:
     """The CUDA tensors of a moved batch: a tensor, a packed batch's buffer, or those inside a
-    mapping, list or tuple."""
+    mapping (its host fields left unwalked), list or tuple."""
     if isinstance(value, Tensor):
         if value.is_cuda:
             yield value
     elif isinstance(value, PackedBatch):
         yield from _cuda_tensors(value.buffer)
     elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _cuda_tensors(item)
+        for key, item in value.items():
+            if key not in HOST_FIELDS:
+                yield from _cuda_tensors(item)
     elif isinstance(value, list | tuple):
         for item in value:
             yield from _cuda_tensors(item)
 
 
 @functools.cache
-def _copy_stream(device: torch.device) -> torch.cuda.Stream:
-    """The one copy stream of ``device`` in this process, from PyTorch's high-priority streams.
+def _copy_stream(device: torch.device) -> torch.cuda.Stream | None:
+    """The one copy stream of ``device`` in this process, from the pooled streams of the
+    priority above the default; ``None`` where the device has no such priority.
 
-    PyTorch hands its pooled streams out round robin, one set per priority, and the replay
-    pools' side streams take the default priority: a copy stream from that set could be a
-    pool's side stream, whose allocations a warm-up or a loan routes into the pool (replay
-    invariant 18). No pooled stream waits for the default stream.
+    PyTorch hands its pooled streams out round robin, one set per priority level, and the
+    replay pools' side streams take the default priority: a copy stream from that set could be
+    a pool's side stream, whose allocations a warm-up or a loan routes into the pool (replay
+    invariant 18). A device with a single priority level would put the copy stream in that set,
+    so there the copies stay on the current stream. No pooled stream waits for the default
+    stream; the priority itself does not speed a copy.
     """
-    return torch.cuda.Stream(device, priority=-1)  # type: ignore[no-untyped-call]
+    stream = torch.cuda.Stream(device, priority=-1)  # type: ignore[no-untyped-call]
+    return None if stream.priority == 0 else stream
 
 
 __all__ = ["beside_the_step"]
