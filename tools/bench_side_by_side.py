@@ -86,8 +86,11 @@ REPLAY_FLAGS = [
     "--model.replay.update=true",
     "--model.replay.evaluation=true",
 ]
-"""Replay every region of every task (segment adds its heads) and the evaluation forward."""
-SEGMENT_HEADS_FLAGS = ["--model.replay.segment_heads=true"]
+"""Replay every region of every task and the evaluation forward: the network (a segment net's
+heads in it) and its loss as one region, the update, the evaluation. Until session 44 the segment
+row replayed its heads as a region of their own (``--model.replay.segment_heads=true``), which
+keeps the network, the heads and the loss three chained regions: the same speed and a peak 0.13
+GiB higher (docs/engineering/whole-fit-speed.md, session 44)."""
 PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
 """The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""
 ULTRALYTICS_KINDS = {
@@ -224,7 +227,7 @@ def lucid_fit_arguments(
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
     if replay:
-        command += REPLAY_FLAGS + (SEGMENT_HEADS_FLAGS if task == "segment" else [])
+        command += REPLAY_FLAGS
     if cpu:
         command += ["--trainer.accelerator", "cpu"]
     return command

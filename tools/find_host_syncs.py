@@ -150,7 +150,7 @@ def watched_fit(
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=dm.num_classes,
-        replay=ReplayConfig(network=True, segment_heads=task == "segment", loss=True, update=True),
+        replay=ReplayConfig(network=True, loss=True, update=True),
     )
     recorder = SyncRecorder()
     callbacks = _callbacks(bare)

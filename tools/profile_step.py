@@ -50,7 +50,9 @@ With ``--native`` nothing is replayed and the profile also records input shapes,
   step's. ``--steps`` is 30 by default there (10 profiled steps).
 
 With ``--one-region`` the network and its loss replay as one region
-(``ReplayConfig.loss_with_network``; not for segment, whose heads have their own region).
+(``ReplayConfig.loss_with_network``; a segment net's heads then run in it, as in the
+side-by-side benchmark's segment row since session 44; without it they are a region of their own
+between the two).
 
 Run (GPU machine, from source; one JSON file per run in ``--out``)::
 
@@ -417,11 +419,11 @@ def main() -> None:
     parser.add_argument(
         "--one-region",
         action="store_true",
-        help="replay the network and its loss as one region (not with segment's heads)",
+        help="replay the network and its loss as one region (segment: with its heads)",
     )
     args = parser.parse_args()
-    if args.one_region and (args.native or args.task == "segment"):
-        parser.error("--one-region: neither with --native nor for segment (its heads' region)")
+    if args.one_region and args.native:
+        parser.error("--one-region: not with --native (nothing replays)")
     if args.steps is None:
         args.steps = 30 if args.native else 150
     if args.steps < 3:
@@ -448,7 +450,7 @@ def main() -> None:
         **options,
         replay=ReplayConfig(
             network=not args.native,
-            segment_heads=args.task == "segment" and not args.native,
+            segment_heads=args.task == "segment" and not (args.native or args.one_region),
             loss=not args.native,
             update=not args.native,
             loss_with_network=args.one_region,

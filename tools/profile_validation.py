@@ -321,13 +321,9 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     if data.spec.kpt_shape is not None:  # the synthetic pose set has its own keypoint count
         options["kpt_shape"] = tuple(data.spec.kpt_shape)
     if args.replay_training:
-        regions = {
-            "network": True,
-            "loss": True,
-            "update": True,
-            "segment_heads": task == "segment",
-        }
-        options["replay"] = ReplayConfig(evaluation=args.replay_evaluation, **regions)
+        options["replay"] = ReplayConfig(
+            network=True, loss=True, update=True, evaluation=args.replay_evaluation
+        )
     elif args.replay_evaluation:
         options["replay"] = ReplayConfig(evaluation=True)
     module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes, **options)

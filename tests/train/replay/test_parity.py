@@ -115,6 +115,7 @@ def test_replayed_fit_is_bitwise_native(
             "32-true",
             ReplayConfig(network=True, segment_heads=True, loss=True, update=True),
         ),
+        ("segment", "bf16-mixed", ReplayConfig(network=True, loss=True, update=True)),
     ],
 )
 def test_replayed_fit_validates_in_the_pool_with_the_native_metrics(
@@ -178,6 +179,11 @@ def _assert_same_validation_and_training(native: Any, replayed: Any) -> None:
             "segment",
             "32-true",
             ReplayConfig(network=True, segment_heads=True, loss=True, update=True, evaluation=True),
+        ),
+        (
+            "segment",
+            "bf16-mixed",
+            ReplayConfig(network=True, loss=True, update=True, evaluation=True),
         ),
         ("detect", "bf16-mixed", ReplayConfig(evaluation=True, evaluate_in_pool=False)),
         ("pose", "bf16-mixed", ReplayConfig(network=True, loss=True, update=True, evaluation=True)),

@@ -127,9 +127,10 @@ class YoloDataModule(L.LightningDataModule):
             bit (unpacked in :meth:`on_after_batch_transfer`).
         copy_stream: copy each batch to a GPU on a stream of its own, beside the step in flight
             (:mod:`.device_copy`), instead of queued behind it on the step's stream; the step
-            sees the same bytes. Off by default until measured: it may hold up to two more
-            batches on the device (their memory returns only once the steps that read them are
-            done), against the copy's time between two steps.
+            sees the same bytes. Off by default: it may hold up to two more batches on the
+            device (their memory returns only once the steps that read them are done), and on
+            an H100 it saved time between steps at batch 4 only (measured in
+            docs/engineering/whole-fit-speed.md, session 44).
 
     Raises:
         TrainConfigError: ``batch_size``, ``workers`` or ``close_mosaic`` out of range, or
