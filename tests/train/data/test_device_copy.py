@@ -7,6 +7,7 @@ import pytest
 import torch
 from busy_stream import SLEEP_CYCLES, copied_while_the_stream_is_busy
 
+from lucid_yolo.train.data import device_copy
 from lucid_yolo.train.data.device_copy import beside_the_step
 from lucid_yolo.train.data.packed_batch import PackedBatch
 
@@ -23,6 +24,32 @@ def test_beside_the_step_off_a_gpu_is_the_move_itself() -> None:
     moved = beside_the_step(torch.device("cpu"), lambda: packed.to("cpu"))
     assert torch.equal(moved.buffer, packed.buffer)
     assert moved.extras == packed.extras
+
+
+def test_a_gpu_with_one_stream_priority_copies_on_the_current_stream(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """There a stream asked for above the default priority comes from the default priority's
+    pool, which the replay pools' side streams share: no copy stream, the move as it is."""
+
+    class OnePriorityStream:
+        priority = 0
+
+        def __init__(self, device: torch.device, priority: int = 0) -> None:
+            self.device = device
+
+    monkeypatch.setattr(torch.cuda, "Stream", OnePriorityStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", _no_stream_expected)
+    device_copy._copy_stream.cache_clear()
+    try:
+        moved = beside_the_step(torch.device("cuda", 0), lambda: "moved")
+    finally:
+        device_copy._copy_stream.cache_clear()
+    assert moved == "moved"
+
+
+def _no_stream_expected(*_: object) -> None:
+    raise AssertionError("the move ran beside a stream it should not have taken")
 
 
 @pytest.mark.gpu
