@@ -20,6 +20,15 @@ set to a number of entries, the probe also records the allocator's history from 
 construction (before the model reaches the device) and reports, as ``memory_peaks``, the blocks
 alive at the fit's peaks of allocated and of reserved bytes by owner and allocation site
 (:func:`memory_trace.attribute`); the recording slows the fit, so its times are then void.
+``outside_split`` says where each validated epoch spends its time outside the training steps,
+one entry per validation pass after the sanity check, in host seconds between hooks as the
+probe sees them (callbacks that run after the probe's hook, Lightning's checkpoints among them,
+fall in the next span): ``before_validation_s`` from the epoch's last training batch's end to
+the validation's start, ``first_batch_wait_s`` from there to its first batch,
+``batches_s`` over its batches, ``epoch_end_s`` from its last batch's end to its end (the
+metric's compute and logging), and ``after_validation_s`` from its end to the next epoch's
+first training batch (checkpoints, the epoch's end and turnover, the first batch's wait;
+absent after the fit's last validation).
 Under DDP every rank runs the probe and rank 0 writes (its own images, and the world size, so a
 reader can count the global images).
 """
@@ -59,6 +68,9 @@ class FitProbe(pl.Callback):
         self.epoch_steps: list[int] = []
         self.phases: list[dict[str, float]] = []
         self.memory_marks: dict[str, dict[str, float]] = {}
+        self.outside_split: list[dict[str, float]] = []
+        self._last_step_end = 0.0
+        self._pass: dict[str, float] = {}
         self.history_entries = int(os.environ.get(HISTORY_ENV) or 0)
         if self.history_entries and torch.cuda.is_available():
             torch.cuda.memory._record_memory_history(
@@ -106,10 +118,13 @@ class FitProbe(pl.Callback):
         if not self.first_batch:
             self.first_batch = time.time()
             self._mark("first_batch")
+        if "end" in self._pass:
+            self._close_pass(time.time())
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, _module: Any, _out: Any, batch: Any, *_: Any
     ) -> None:
+        self._last_step_end = time.time()
         self.images += int(batch["images"].shape[0])
         self.steps += 1
         if self.steps <= 2:
@@ -119,13 +134,40 @@ class FitProbe(pl.Callback):
         self.val_started = time.time()
         if not trainer.sanity_checking:
             self._memory_mark("validation_1_start")
+            self._pass = {"start": self.val_started}
+
+    def on_validation_batch_start(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not trainer.sanity_checking:
+            self._pass.setdefault("first_batch", time.time())
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *_: Any) -> None:
+        if not trainer.sanity_checking:
+            self._pass["last_batch_end"] = time.time()
 
     def on_validation_end(self, trainer: pl.Trainer, *_: Any) -> None:
         if trainer.sanity_checking:
             return
         self._memory_mark("validation_1_end")
-        self.val_seconds += time.time() - self.val_started
+        end = time.time()
+        self.val_seconds += end - self.val_started
         self.val_runs += 1
+        self._pass["end"] = end
+
+    def _close_pass(self, next_batch: float | None) -> None:
+        """One ``outside_split`` entry from the pass's marks (``next_batch``: the next epoch's
+        first training batch, ``None`` after the fit's last validation)."""
+        marks = self._pass
+        first = marks.get("first_batch", marks["end"])
+        split = {
+            "before_validation_s": marks["start"] - (self._last_step_end or marks["start"]),
+            "first_batch_wait_s": first - marks["start"],
+            "batches_s": marks.get("last_batch_end", first) - first,
+            "epoch_end_s": marks["end"] - marks.get("last_batch_end", first),
+        }
+        if next_batch is not None:
+            split["after_validation_s"] = next_batch - marks["end"]
+        self.outside_split.append(split)
+        self._pass = {}
 
     def _memory_peaks(self) -> dict[str, Any]:
         """The recorded history attributed at the fit's peaks (no step markers: whole fit).
@@ -152,6 +194,8 @@ class FitProbe(pl.Callback):
             torch.cuda.synchronize()
         end = time.time()
         self._memory_mark("fit_end")
+        if "end" in self._pass:
+            self._close_pass(None)
         train_seconds = end - (self.first_batch or end) - self.val_seconds
         metrics = {
             key: float(value)
@@ -184,6 +228,7 @@ class FitProbe(pl.Callback):
             "metrics": metrics,
             "epochs": epochs,
             "phases_ms": self.phases,
+            "outside_split": self.outside_split,
         }
         record["world_size"] = trainer.world_size
         path = os.environ.get(PROBE_ENV)

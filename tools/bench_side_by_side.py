@@ -474,8 +474,9 @@ def _primary_map(record: dict[str, Any]) -> float | None:
 def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
     """Data-wait share of a step, the share of an epoch outside steps and, where the fit logged
     it, the share of a step's period the device spends between steps (``PhaseTimer``'s
-    ``between_steps``: the batch's copy, the device's pixel work and any wait for the host),
-    last half of the fit."""
+    ``between_steps``: the batch's copy, the device's pixel work and any wait for the host) and
+    where the time outside steps went (``outside_split_s``, the probe's spans), last half of
+    the fit."""
     phases = [p for p in record.get("phases_ms", []) if p]
     epochs = record.get("epochs", [])
     if not phases or not epochs:
@@ -498,7 +499,18 @@ def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
         period = step_ms - step.get("data_ms", 0.0) + between
         shares[f"step_{BETWEEN_KEY}"] = between
         shares["between_share"] = between / period if period > 0 else 0.0
+    split = _outside_split(record.get("outside_split") or [])
+    if split:
+        shares["outside_split_s"] = split
     return shares
+
+
+def _outside_split(passes: list[dict[str, float]]) -> dict[str, float]:
+    """Medians of ``FitProbe``'s spans outside the steps over the later half of the validation
+    passes, each over the passes that have it (the fit's last has no ``after_validation_s``)."""
+    later = passes[len(passes) // 2 :]
+    names = dict.fromkeys(name for split in later for name in split)
+    return {name: statistics.median(s[name] for s in later if name in s) for name in names}
 
 
 def summarise(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

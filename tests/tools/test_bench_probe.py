@@ -60,6 +60,54 @@ def test_fit_probe_keeps_the_first_reading_of_each_memory_mark(
     }
 
 
+def test_fit_probe_splits_each_validated_epoch_outside_the_steps(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    clock = {"now": 0.0}
+    monkeypatch.setattr(tool.time, "time", lambda: clock["now"])
+    monkeypatch.setattr(tool.torch.cuda, "is_available", lambda: False)
+    probe_file = tmp_path / "probe.json"
+    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
+    probe = tool.FitProbe()
+    trainer = SimpleNamespace(
+        sanity_checking=True, callback_metrics={}, world_size=1, is_global_zero=True
+    )
+    batch = {"images": SimpleNamespace(shape=(2, 3, 8, 8))}
+
+    def at(now: float, hook: str, *args: object) -> None:
+        clock["now"] = now
+        getattr(probe, hook)(trainer, *args)
+
+    at(1.0, "on_validation_start")  # the sanity check: no entry
+    at(1.5, "on_validation_batch_start")
+    at(2.0, "on_validation_batch_end")
+    at(2.5, "on_validation_end")
+    trainer.sanity_checking = False
+    for epoch_start in (10.0, 20.0):
+        at(epoch_start, "on_train_batch_start")
+        at(epoch_start + 1.0, "on_train_batch_end", None, None, batch, 0)
+        at(epoch_start + 1.25, "on_validation_start")
+        at(epoch_start + 2.0, "on_validation_batch_start")
+        at(epoch_start + 2.5, "on_validation_batch_end")
+        at(epoch_start + 2.75, "on_validation_batch_start")
+        at(epoch_start + 3.0, "on_validation_batch_end")
+        at(epoch_start + 3.5, "on_validation_end")
+    at(24.0, "on_fit_end")
+
+    record = json.loads(probe_file.read_text())
+    split = {
+        "before_validation_s": 0.25,
+        "first_batch_wait_s": 0.75,
+        "batches_s": 1.0,
+        "epoch_end_s": 0.5,
+    }
+    assert record["outside_split"] == [
+        {**split, "after_validation_s": 6.5},  # to the next epoch's first batch
+        split,  # the fit's last validation: nothing after it
+    ]
+    assert record["val_runs"] == 2
+
+
 def test_fit_probe_leaves_memory_marks_empty_without_cuda(
     tool: ModuleType, monkeypatch: pytest.MonkeyPatch
 ) -> None:

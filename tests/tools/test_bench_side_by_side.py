@@ -306,6 +306,25 @@ def test_shares_leave_the_span_between_steps_out_of_the_step_and_report_its_own(
     assert "between_share" not in tool._lucid_shares(record)  # fits from before it
 
 
+def test_shares_give_the_later_passes_median_spans_outside_the_steps(tool: ModuleType) -> None:
+    record = {
+        "phases_ms": [{"network_ms": 10.0}] * 4,
+        "epochs": [{"wall_s": 2.0, "steps": 100}] * 4,
+        "outside_split": [
+            {"batches_s": 9.0, "after_validation_s": 9.0},  # the earlier half: left out
+            {"batches_s": 9.0, "after_validation_s": 9.0},
+            {"batches_s": 0.2, "after_validation_s": 0.1},
+            {"batches_s": 0.3, "after_validation_s": 0.3},
+            {"batches_s": 0.1},  # the fit's last pass
+        ],
+    }
+    split = tool._lucid_shares(record)["outside_split_s"]
+    assert split["batches_s"] == pytest.approx(0.2)
+    assert split["after_validation_s"] == pytest.approx(0.2)  # over the passes that have it
+    del record["outside_split"]
+    assert "outside_split_s" not in tool._lucid_shares(record)  # fits from before the split
+
+
 def test_table_gives_a_lucid_row_its_step_and_shares(tool: ModuleType) -> None:
     row = {
         "task": "detect",
