@@ -471,7 +471,7 @@ def _primary_map(record: dict[str, Any]) -> float | None:
     return epochs[-1].get(PRIMARY_KIND[record["task"]]) if epochs else None
 
 
-def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
+def _lucid_shares(record: dict[str, Any]) -> dict[str, Any]:
     """Data-wait share of a step, the share of an epoch outside steps and, where the fit logged
     it, the share of a step's period the device spends between steps (``PhaseTimer``'s
     ``between_steps``: the batch's copy, the device's pixel work and any wait for the host) and
@@ -487,7 +487,7 @@ def _lucid_shares(record: dict[str, Any]) -> dict[str, float]:
     step_ms = sum(step.values())
     tail = epochs[len(epochs) // 2 :]
     outside = [1 - e["steps"] * step_ms / 1000 / e["wall_s"] for e in tail if e["wall_s"] > 0]
-    shares = {
+    shares: dict[str, Any] = {
         **{f"step_{k}": v for k, v in step.items()},
         "step_ms": step_ms,
         "data_share": step.get("data_ms", 0.0) / step_ms if step_ms else 0.0,
