@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
+from typing import Any
 
 import pytest
 from tool_modules import load_tool
@@ -15,6 +16,18 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_tool("bench_probe", monkeypatch)
 
 
+def _writing_probe(
+    tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> tuple[Any, SimpleNamespace, Path]:
+    """A probe that writes its record to ``tmp_path``, and a trainer in its sanity check."""
+    probe_file = tmp_path / "probe.json"
+    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
+    trainer = SimpleNamespace(
+        sanity_checking=True, callback_metrics={}, world_size=1, is_global_zero=True
+    )
+    return tool.FitProbe(), trainer, probe_file
+
+
 def test_fit_probe_keeps_the_first_reading_of_each_memory_mark(
     tool: ModuleType, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
@@ -23,12 +36,7 @@ def test_fit_probe_keeps_the_first_reading_of_each_memory_mark(
     monkeypatch.setattr(tool.torch.cuda, "synchronize", lambda: None)
     monkeypatch.setattr(tool.torch.cuda, "max_memory_reserved", lambda: allocator["peak"])
     monkeypatch.setattr(tool.torch.cuda, "memory_reserved", lambda: allocator["reserved"])
-    probe_file = tmp_path / "probe.json"
-    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
-    probe = tool.FitProbe()
-    trainer = SimpleNamespace(
-        sanity_checking=True, callback_metrics={}, world_size=1, is_global_zero=True
-    )
+    probe, trainer, probe_file = _writing_probe(tool, monkeypatch, tmp_path)
     batch = {"images": SimpleNamespace(shape=(2, 3, 8, 8))}
 
     def at(gib: float, reserved_gib: float) -> None:
@@ -66,12 +74,7 @@ def test_fit_probe_splits_each_validated_epoch_outside_the_steps(
     clock = {"now": 0.0}
     monkeypatch.setattr(tool.time, "time", lambda: clock["now"])
     monkeypatch.setattr(tool.torch.cuda, "is_available", lambda: False)
-    probe_file = tmp_path / "probe.json"
-    monkeypatch.setenv(tool.PROBE_ENV, str(probe_file))
-    probe = tool.FitProbe()
-    trainer = SimpleNamespace(
-        sanity_checking=True, callback_metrics={}, world_size=1, is_global_zero=True
-    )
+    probe, trainer, probe_file = _writing_probe(tool, monkeypatch, tmp_path)
     batch = {"images": SimpleNamespace(shape=(2, 3, 8, 8))}
 
     def at(now: float, hook: str, *args: object) -> None:
