@@ -8,8 +8,9 @@ generates the data, starts the runs in alternating order and gathers their JSON.
 A run fits ``--steps`` optimizer steps of a fresh YOLO26n-class model (validation off, or with
 ``--validate N`` that many batches of ``--val-images`` validated at each epoch's end, and
 Lightning's sanity check of ``min(2, N)`` batches before training, at the data module's
-validation batch size), natively or with every region replay offers for the task (network,
-segment heads for segment, loss, update and EMA blend). A replayed fit's sanity check runs the
+validation batch size), natively or with every region replayed as the side-by-side benchmark
+replays them (the network, a segment net's heads in it, and its loss as one region; the update
+and EMA blend; the evaluation). A replayed fit's sanity check runs the
 evaluation forward natively and the evaluation graph records at the first validation after the
 training graphs, so a run that ends before its first epoch ends holds none. It records:
 
@@ -214,13 +215,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     data = YoloDataModule(
         args.data, task=args.task, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
     )
-    config = ReplayConfig(
-        network=replay,
-        segment_heads=replay and args.task == "segment",
-        loss=replay,
-        update=replay,
-        evaluation=replay,
-    )
+    config = ReplayConfig(network=replay, loss=replay, update=replay, evaluation=replay)
     options: dict[str, Any] = {}
     if args.task == "pose":
         options["kpt_shape"] = tuple(data.spec.kpt_shape)

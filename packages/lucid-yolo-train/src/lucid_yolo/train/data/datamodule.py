@@ -129,7 +129,7 @@ class YoloDataModule(L.LightningDataModule):
             (:mod:`.device_copy`), instead of queued behind it on the step's stream; the step
             sees the same bytes. Off by default: it may hold up to two more batches on the
             device (their memory returns only once the steps that read them are done), and on
-            an H100 it saved time between steps at batch 4 only (measured in
+            an H100 it saved time between steps at batch 4 only (one 3-epoch fit each way:
             docs/engineering/whole-fit-speed.md, session 44).
 
     Raises:
