@@ -17,7 +17,7 @@ from lucid_yolo.replay import state_digest
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.memory_format import MemoryFormat
-from lucid_yolo.train.optim import NewtonSchulzDtype
+from lucid_yolo.train.optim import NewtonSchulzChoice
 
 
 @pytest.fixture(scope="session")
@@ -108,7 +108,7 @@ def digested_fit(
     memory_format: MemoryFormat = "auto",
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
-    newton_schulz_dtype: NewtonSchulzDtype = "float32",
+    newton_schulz_dtype: NewtonSchulzChoice = "auto",
     gradient_clip_val: float | None = None,
     callbacks: list[Callback] | None = None,
     max_instances: int | None = 48,

@@ -409,7 +409,10 @@ def test_module_gradient_clip_of_the_trainer_takes_precedence(
 def test_module_rejects_an_unknown_newton_schulz_dtype() -> None:
     with pytest.raises(
         TrainConfigError,
-        match=r"newton_schulz_dtype must be one of \['bfloat16', 'float32'\], got 'float16'",
+        match=(
+            r"newton_schulz_dtype must be one of \['auto', 'bfloat16', 'float32'\], "
+            r"got 'float16'"
+        ),
     ):
         YoloModule("yolo26n", num_classes=2, newton_schulz_dtype="float16")  # type: ignore[arg-type]
 
@@ -418,8 +421,9 @@ def test_module_rejects_an_unknown_newton_schulz_dtype() -> None:
 def test_newton_schulz_in_bfloat16_is_its_own_fit_and_replays_bitwise(
     tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
 ) -> None:
-    # MuSGD orthogonalises in the dtype the module names: a float32 fit and a bfloat16 one
-    # differ, and the bfloat16 fit's replayed update (the CPU stand-in) equals its native one.
+    # MuSGD orthogonalises in the dtype the module names: the CPU default (float32) and a
+    # bfloat16 fit differ, and the bfloat16 fit's replayed update (the CPU stand-in) equals
+    # its native one.
     yaml = tiny_dataset("detect")
     # two steps: bfloat16 matrix products are slow on a CPU (some 4 s a yolo26n update)
     cpu = {"accelerator": "cpu", "imgsz": 64, "max_steps": 2}
@@ -429,7 +433,10 @@ def test_newton_schulz_in_bfloat16_is_its_own_fit_and_replays_bitwise(
     replayed = fit_digests(
         yaml, "detect", "32-true", 1, newton_schulz_dtype="bfloat16", replay=replay, **cpu
     )
-    assert float32.module.trainer.optimizers[0].ns_dtype is torch.float32
+    # the default names no dtype: MuSGD chooses float32 for the CPU's matrices
+    assert float32.module.hparams["newton_schulz_dtype"] == "auto"
+    assert float32.module.trainer.optimizers[0].ns_dtype is None
+    assert float32.module.trainer.optimizers[0].ns_dtype_for(torch.device("cpu")) is torch.float32
     assert native.module.hparams["newton_schulz_dtype"] == "bfloat16"
     assert replayed.module.trainer.optimizers[0].ns_dtype is torch.bfloat16
     assert float32.digests != native.digests

@@ -166,6 +166,34 @@ def test_musgd_pads_no_cpu_matrix_by_default(net: nn.Module) -> None:
     assert len(padded.ns_stack_shapes) < len(default.ns_stack_shapes)
 
 
+def _steps_with_ns_dtype(
+    net: nn.Module, backward: Backward, ns_dtype: torch.dtype | None
+) -> nn.Module:
+    """A copy of ``net`` after two MuSGD steps with ``ns_dtype`` (``None``: the default)."""
+    model = copy.deepcopy(net)
+    opt = MuSGD(param_groups(model, weight_decay=0.01), ns_dtype=ns_dtype, **_HYPERS)
+    for seed in range(2):
+        opt.zero_grad()
+        backward(model, seed)
+        opt.step()
+    return model
+
+
+def test_musgd_orthogonalises_in_float32_off_cuda_and_bfloat16_on_it(
+    net: nn.Module, backward: Backward
+) -> None:
+    default = MuSGD(param_groups(net, weight_decay=0.0))
+    assert default.ns_dtype is None
+    assert default.ns_dtype_for(torch.device("cpu")) is torch.float32
+    assert default.ns_dtype_for(torch.device("cuda")) is torch.bfloat16
+    named = MuSGD(param_groups(net, weight_decay=0.0), ns_dtype=torch.float32)
+    assert named.ns_dtype_for(torch.device("cuda")) is torch.float32
+    # the rule reaches the step: a CPU default is float32's bits, not bfloat16's
+    float32 = _steps_with_ns_dtype(net, backward, torch.float32)
+    assert _bit_equal(_steps_with_ns_dtype(net, backward, None), float32)
+    assert not _bit_equal(_steps_with_ns_dtype(net, backward, torch.bfloat16), float32)
+
+
 def test_musgd_channels_last_weights_step_as_contiguous_ones(net: nn.Module) -> None:
     strided = copy.deepcopy(net).to(memory_format=torch.channels_last)
     opts = [MuSGD(param_groups(m, weight_decay=0.01), **_HYPERS) for m in (net, strided)]
@@ -390,6 +418,24 @@ def test_musgd_pads_cuda_matrices_by_default() -> None:
     equal_shapes = MuSGD(param_groups(net, weight_decay=0.0), ns_max_flop_ratio=1.0)
     assert default.ns_stack_shapes == padded.ns_stack_shapes
     assert len(default.ns_stack_shapes) < len(equal_shapes.ns_stack_shapes)
+
+
+@pytest.mark.gpu
+def test_gpu_musgd_orthogonalises_cuda_matrices_in_bfloat16_by_default() -> None:
+    torch.manual_seed(0)
+    grads = [torch.randn_like(p) for p in _cuda_net().parameters()]
+    stepped = []
+    for ns_dtype in (None, torch.bfloat16, torch.float32):
+        torch.manual_seed(1)
+        model = _cuda_net()
+        opt = MuSGD(param_groups(model, weight_decay=0.01), ns_dtype=ns_dtype, **_HYPERS)
+        for p, g in zip(model.parameters(), grads, strict=True):
+            p.grad = g.clone()
+        opt.step()
+        stepped.append(model)
+    default, bfloat16, float32 = stepped
+    assert _bit_equal(default, bfloat16)
+    assert not _bit_equal(default, float32)
 
 
 @pytest.mark.gpu

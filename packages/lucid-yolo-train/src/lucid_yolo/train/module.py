@@ -9,7 +9,7 @@ region, so the native path and the replayed path run the same module code.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, get_args
 
 import lightning.pytorch as pl
 import torch
@@ -42,7 +42,7 @@ from lucid_yolo.train.non_finite_loss import SKIPPED_STEPS, NonFiniteLossGuard, 
 from lucid_yolo.train.optim import (
     NEWTON_SCHULZ_DTYPES,
     MuSGD,
-    NewtonSchulzDtype,
+    NewtonSchulzChoice,
     WarmupLinearSchedule,
     param_groups,
     trainer_ema,
@@ -76,15 +76,13 @@ class YoloModule(pl.LightningModule):
         lr0: initial learning rate of MuSGD.
         lrf: final learning rate as a fraction of ``lr0`` (linear decay).
         momentum: MuSGD momentum.
-        newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation,
-            ``float32`` or ``bfloat16``. The orthogonalisation is over half of a replayed update's
-            device time in float32, paid every step whatever the batch, and bfloat16 cuts it to
-            about a third (docs/engineering/whole-fit-speed.md, session 36; on the H200 a fit's
-            step did not get shorter, session 37, while each step still waited for the previous
-            backward's loss check, which session 38 removed; not re-measured since); but
-            bfloat16 rounds each matrix update differently and its effect on accuracy has not
-            been measured, so float32 stays the default. Native and replayed fits agree bit for
-            bit with either (for bfloat16 on the CPU stand-in and an H100, session 38).
+        newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation:
+            ``float32``, ``bfloat16``, or ``auto``: bfloat16 on CUDA, float32 elsewhere
+            (``optim.NS_DTYPES``; chosen again for the device a checkpoint resumes on). On CUDA
+            the orthogonalisation in float32 is over half of a replayed update's device time;
+            bfloat16 cuts it to about a third and three seeded 30-epoch fits each way ended as
+            accurate (docs/engineering/whole-fit-speed.md, sessions 36 and 45). Native and
+            replayed fits agree bit for bit with either.
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
         warmup_epochs: linear warm-up length in epochs.
         warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;
@@ -144,7 +142,7 @@ class YoloModule(pl.LightningModule):
         lr0: float = 0.01,
         lrf: float = 0.01,
         momentum: float = 0.937,
-        newton_schulz_dtype: NewtonSchulzDtype = "float32",
+        newton_schulz_dtype: NewtonSchulzChoice = "auto",
         weight_decay: float = 5e-4,
         warmup_epochs: float = 3.0,
         warmup_min_steps: int = 100,
@@ -170,9 +168,9 @@ class YoloModule(pl.LightningModule):
             raise TrainConfigError(
                 f"grad_clip_norm must be >= 0 (0 never clips), got {grad_clip_norm!r}"
             )
-        if newton_schulz_dtype not in NEWTON_SCHULZ_DTYPES:
+        if newton_schulz_dtype not in get_args(NewtonSchulzChoice):
             raise TrainConfigError(
-                f"newton_schulz_dtype must be one of {sorted(NEWTON_SCHULZ_DTYPES)}, "
+                f"newton_schulz_dtype must be one of {sorted(get_args(NewtonSchulzChoice))}, "
                 f"got {newton_schulz_dtype!r}"
             )
         self.memory_format_choice = check_memory_format(memory_format)
@@ -428,12 +426,13 @@ class YoloModule(pl.LightningModule):
     @override
     def configure_optimizers(self) -> Any:
         hp = self.hparams
+        ns_choice = hp["newton_schulz_dtype"]
         optimizer = MuSGD(
             param_groups(self.net, weight_decay=hp["weight_decay"]),
             lr=hp["lr0"],
             momentum=hp["momentum"],
             weight_decay=hp["weight_decay"],
-            ns_dtype=NEWTON_SCHULZ_DTYPES[hp["newton_schulz_dtype"]],
+            ns_dtype=None if ns_choice == "auto" else NEWTON_SCHULZ_DTYPES[ns_choice],
         )
         # The EMA blends inside the optimizer step, right after each applied update.
         trainer_clips = self.trainer.gradient_clip_val is not None

@@ -7,10 +7,11 @@ docs/engineering/musgd-ema.md).
 
 from lucid_yolo.train.optim.ema import trainer_ema
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
-from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, PADDED_FLOP_RATIOS, MuSGD
+from lucid_yolo.train.optim.musgd import HYPERPARAMETERS, NS_DTYPES, PADDED_FLOP_RATIOS, MuSGD
 from lucid_yolo.train.optim.newton_schulz import (
     NEWTON_SCHULZ_DTYPES,
     NS_COEFFICIENTS,
+    NewtonSchulzChoice,
     NewtonSchulzDtype,
     orthogonalise,
 )
@@ -23,10 +24,12 @@ __all__ = [
     "MuSGD",
     "HYPERPARAMETERS",
     "PADDED_FLOP_RATIOS",
+    "NS_DTYPES",
     "orthogonalise",
     "NS_COEFFICIENTS",
     "NEWTON_SCHULZ_DTYPES",
     "NewtonSchulzDtype",
+    "NewtonSchulzChoice",
     "ShapeBuckets",
     # parameter groups
     "param_groups",

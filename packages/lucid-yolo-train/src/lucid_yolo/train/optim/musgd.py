@@ -62,7 +62,7 @@ from lucid_yolo.train.host_copy import HostCopies
 from lucid_yolo.train.optim.errors import OptimizerConfigError, OptimizerStateError
 from lucid_yolo.train.optim.shape_buckets import ShapeBuckets
 
-__all__ = ["HYPERPARAMETERS", "PADDED_FLOP_RATIOS", "MuSGD"]
+__all__ = ["HYPERPARAMETERS", "NS_DTYPES", "PADDED_FLOP_RATIOS", "MuSGD"]
 
 HYPERPARAMETERS: tuple[str, ...] = ("lr", "momentum", "weight_decay", "muon_weight", "sgd_weight")
 """Param-group keys held as 0-dim float32 device tensors (change them in place, never rebind)."""
@@ -76,6 +76,14 @@ any other type. On CUDA a yolo26n step's orthogonalisation is launch-bound: 6 pa
 1.7-1.9x the unpadded FLOPs replace 41 per-shape calls (docs/engineering/musgd-ema.md, session
 7). On one CPU core it is FLOP-bound: yolo26n's took 0.70-1.06 s a step padded and 0.37-0.43 s
 unpadded (``tools/bench_orthogonalise_cpu.py``; docs/engineering/musgd-ema.md, session 39)."""
+
+NS_DTYPES: dict[str, torch.dtype] = {"cuda": torch.bfloat16}
+"""``ns_dtype`` by device type when MuSGD is given none; float32 for any other type. On CUDA the
+orthogonalisation in float32 was 1.34 of a replayed yolo26n update's 2.46 ms a step (H100),
+bfloat16 cuts it to 0.45 ms, and three seeded 30-epoch fits each way ended as accurate
+(docs/engineering/whole-fit-speed.md, session 45); Muon's authors and the reference trainer iterate
+in bfloat16 too. On a CPU bfloat16 products are slow (some 4 s a yolo26n update) and float32 is
+what the CPU suite's recorded values hold."""
 
 
 @dataclass
@@ -95,6 +103,7 @@ class _MatrixBatch:
 
     params: list[Tensor]
     buckets: ShapeBuckets
+    ns_dtype: torch.dtype
 
 
 def _device_scalar(value: object, name: str, device: torch.device) -> Tensor:
@@ -129,8 +138,8 @@ class MuSGD(Optimizer):
         muon_weight: weight ``w_muon`` of the orthogonalised direction for matrices.
         sgd_weight: weight ``w_sgd`` of the SGD direction for matrices.
         ns_steps: Newton–Schulz iterations.
-        ns_dtype: compute dtype of the orthogonalisation (float32 by default: exact enough and
-            bitwise reproducible on CPU; bfloat16 is faster on tensor cores).
+        ns_dtype: compute dtype of the orthogonalisation. ``None``: by the matrices' device
+            (:data:`NS_DTYPES`: bfloat16 on CUDA, float32 elsewhere).
         ns_max_flop_ratio: matrices of different shapes share a zero-padded Newton–Schulz stack
             as long as the padded FLOPs stay within this multiple of the unpadded ones (2.0: a
             handful of stacks, twice the FLOPs); 1.0 stacks only equal shapes. ``None``: by the
@@ -159,12 +168,12 @@ class MuSGD(Optimizer):
         muon_weight: float = 0.5,
         sgd_weight: float = 0.5,
         ns_steps: int = 5,
-        ns_dtype: torch.dtype = torch.float32,
+        ns_dtype: torch.dtype | None = None,
         ns_max_flop_ratio: float | None = None,
     ) -> None:
         if ns_steps < 0:
             raise OptimizerConfigError(f"ns_steps must be >= 0, got {ns_steps!r}")
-        if not ns_dtype.is_floating_point:
+        if ns_dtype is not None and not ns_dtype.is_floating_point:
             raise OptimizerConfigError(f"ns_dtype must be a floating dtype, got {ns_dtype!r}")
         if ns_max_flop_ratio is not None and not 1.0 <= ns_max_flop_ratio < float("inf"):
             raise OptimizerConfigError(
@@ -228,7 +237,11 @@ class MuSGD(Optimizer):
                 if p.ndim >= 2:
                     params.setdefault((p.dtype, p.device), []).append(p)
         return [
-            _MatrixBatch(matrices, ShapeBuckets(matrices, max_flop_ratio=self._flop_ratio(device)))
+            _MatrixBatch(
+                matrices,
+                ShapeBuckets(matrices, max_flop_ratio=self._flop_ratio(device)),
+                self.ns_dtype_for(device),
+            )
             for (_, device), matrices in params.items()
         ]
 
@@ -237,6 +250,12 @@ class MuSGD(Optimizer):
         if self.ns_max_flop_ratio is not None:
             return self.ns_max_flop_ratio
         return PADDED_FLOP_RATIOS.get(device.type, 1.0)
+
+    def ns_dtype_for(self, device: torch.device) -> torch.dtype:
+        """The compute dtype of the orthogonalisation of matrices on ``device``."""
+        if self.ns_dtype is not None:
+            return self.ns_dtype
+        return NS_DTYPES.get(device.type, torch.float32)
 
     @property
     def ns_stack_shapes(self) -> list[tuple[int, int, int]]:
@@ -323,7 +342,7 @@ class MuSGD(Optimizer):
             for index, p in enumerate(batch.params):
                 d = directions.get(p)
                 updates.append(batch.buckets.zeros_like(index) if d is None else d)
-            orth = batch.buckets.orthogonalise(updates, steps=self.ns_steps, dtype=self.ns_dtype)
+            orth = batch.buckets.orthogonalise(updates, steps=self.ns_steps, dtype=batch.ns_dtype)
             results.update(zip(batch.params, orth, strict=True))
         for plan in plans:
             plan.matrix_orth = [results[p] for p in plan.matrix_params]

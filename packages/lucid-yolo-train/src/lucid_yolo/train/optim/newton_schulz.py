@@ -24,10 +24,20 @@ from torch import Tensor
 
 from lucid_yolo.train.optim.errors import OptimizerConfigError
 
-__all__ = ["NEWTON_SCHULZ_DTYPES", "NS_COEFFICIENTS", "NewtonSchulzDtype", "orthogonalise"]
+__all__ = [
+    "NEWTON_SCHULZ_DTYPES",
+    "NS_COEFFICIENTS",
+    "NewtonSchulzChoice",
+    "NewtonSchulzDtype",
+    "orthogonalise",
+]
 
 NewtonSchulzDtype = Literal["float32", "bfloat16"]
-"""A configuration's name for the iteration's compute dtype (``YoloModule.newton_schulz_dtype``)."""
+"""A configuration's name for the iteration's compute dtype."""
+
+NewtonSchulzChoice = Literal["auto", "float32", "bfloat16"]
+"""``YoloModule.newton_schulz_dtype``: a :data:`NewtonSchulzDtype`, or ``auto`` for MuSGD's
+choice by the matrices' device (``musgd.NS_DTYPES``)."""
 
 NEWTON_SCHULZ_DTYPES: dict[NewtonSchulzDtype, torch.dtype] = {
     "float32": torch.float32,
@@ -54,9 +64,10 @@ def orthogonalise(G: Tensor, *, steps: int = 5, dtype: torch.dtype = torch.float
             itself (before any transpose) so that a batched call and a per-matrix call reduce the
             same memory in the same order.
         steps: Newton–Schulz iterations; 5 with the published coefficients.
-        dtype: compute dtype of the iteration. ``torch.float32`` (MuSGD's default) is exact enough
-            for conv-sized matrices and bitwise reproducible on CPU; ``torch.bfloat16`` is faster on
-            tensor cores and is what the Muon authors use for large language models.
+        dtype: compute dtype of the iteration. ``torch.float32`` (MuSGD's off CUDA) is exact
+            enough for conv-sized matrices and bitwise reproducible on CPU; ``torch.bfloat16``
+            (MuSGD's on CUDA) is faster on tensor cores and is what the Muon authors use for
+            large language models.
 
     Returns:
         ``(B, rows, cols)`` tensor in ``dtype`` whose singular values lie near 1 (zero matrices stay
