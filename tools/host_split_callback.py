@@ -16,6 +16,11 @@ well, so that they add up with the rest to the wall clock; ``val_batches`` and `
 turn them back into milliseconds a validation batch or pass. ``replay`` holds the module's replay
 counters over the whole fit, the evaluator's scoring and matching apart (:func:`replay_counters`).
 
+The epoch's end after its validation (session 45) has rows of its own: the fit loop's
+``on_advance_end`` (the callbacks' ``on_train_epoch_end``, where the checkpoints are saved, and
+the logger's epoch metrics), the checkpoint's dump and IO, the next epoch's loader set-up, and
+the callbacks' ``on_validation_end`` and ``on_train_epoch_start``.
+
 ``_TrainingEpochLoop.advance`` is one whole training batch as the host runs it (fetching the
 batch, moving it, the hooks, the step, the logging); the other rows are parts of it, nested rows
 counted inside their callers as well. A host-bound step has ``advance`` near the step's
@@ -146,6 +151,35 @@ TARGETS = (
     ("lucid_yolo.train.optim.musgd", "MuSGD", "step"),
     ("torch.cuda", "CUDAGraph", "replay"),
     ("torch", "autograd", "backward"),
+    ("lightning.pytorch.loops.fit_loop", "_FitLoop", "on_advance_start"),
+    ("lightning.pytorch.loops.fit_loop", "_FitLoop", "on_advance_end"),
+    ("lightning.pytorch.loops.fit_loop", "_FitLoop", "setup_data"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "reset"),
+    ("lightning.pytorch.loops.training_epoch_loop", "_TrainingEpochLoop", "on_run_start"),
+    ("lightning.pytorch.loops.fetchers", "_DataFetcher", "reset"),
+    ("lightning.pytorch.loops.fetchers", "_DataFetcher", "setup"),
+    ("lightning.pytorch.loops.fetchers", "_DataFetcher", "__iter__"),
+    ("lucid_yolo.train.data.resumable_loader", "ResumableLoader", "__iter__"),
+    ("lightning.pytorch.callbacks.model_checkpoint", "ModelCheckpoint", "_save_checkpoint"),
+    ("lucid_yolo.train.trainer", "YoloTrainer", "save_checkpoint"),
+    (
+        "lightning.pytorch.trainer.connectors.checkpoint_connector",
+        "_CheckpointConnector",
+        "dump_checkpoint",
+    ),
+    ("lucid_yolo.train.callbacks.atomic_checkpoint_io", "AtomicCheckpointIO", "save_checkpoint"),
+    (
+        "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+        "_LoggerConnector",
+        "update_train_epoch_metrics",
+    ),
+    (
+        "lightning.pytorch.trainer.connectors.logger_connector.logger_connector",
+        "_LoggerConnector",
+        "update_eval_epoch_metrics",
+    ),
+    ("lightning.pytorch.loggers.csv_logs", "CSVLogger", "log_metrics"),
+    ("lightning.pytorch.loggers.csv_logs", "CSVLogger", "save"),
 )
 """``(module, class or None for a module function, name)`` of each function timed, where it
 exists (a missing one is listed under ``missing``, not an error: the loop's internals move
@@ -159,6 +193,8 @@ HOOKS = (
     "on_validation_batch_start",
     "on_validation_batch_end",
     "on_validation_epoch_end",
+    "on_validation_end",
+    "on_train_epoch_start",
     "on_train_epoch_end",
 )
 """Hooks timed on each of the trainer's callbacks' classes."""

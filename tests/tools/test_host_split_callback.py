@@ -112,6 +112,9 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     calls = {name: rows[name]["calls_per_step"] for name in rows}
     assert calls["_EvaluationLoop.run"] == pytest.approx(2 / 6, abs=1e-3)
     assert calls["_EvaluationLoop._evaluation_step"] == pytest.approx(4 / 6, abs=1e-3)
+    # the epoch's end after its validation: the fit loop's turnover and the callbacks' hooks
+    assert calls["_FitLoop.on_advance_end"] == pytest.approx(2 / 6, abs=1e-3)
+    assert calls["_Counting.on_validation_end"] == pytest.approx(2 / 6, abs=1e-3)
     assert report["missing"] == []  # every target exists in this Lightning and lucid-yolo
     assert _wrappable(tool) == before
     assert counting.batches == 9
