@@ -186,6 +186,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
 
     from bench_trainer import step_trainer
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+    from row_replay import ROW_REPLAY
 
     cuda = args.device == "cuda"
     history = cuda and args.history
@@ -215,7 +216,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     data = YoloDataModule(
         args.data, task=args.task, imgsz=args.imgsz, batch_size=args.batch, workers=args.workers
     )
-    config = ReplayConfig(network=replay, loss=replay, update=replay, evaluation=replay)
+    config = ReplayConfig(**ROW_REPLAY) if replay else ReplayConfig()
     options: dict[str, Any] = {}
     if args.task == "pose":
         options["kpt_shape"] = tuple(data.spec.kpt_shape)

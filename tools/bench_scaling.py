@@ -38,15 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from multi_gpu_env import multicast_off, run_group
+from row_replay import TRAINING_REPLAY, replay_flags
 
 multicast_off()
 
-REPLAY_FLAGS = (
-    "--model.replay.network=true",
-    "--model.replay.loss=true",
-    "--model.replay.update=true",
-)
-"""Replay: the network, the loss and the update."""
 TOOLS_DIR = Path(__file__).resolve().parent
 FIRST_FIT_GUESS_S = 40.0
 """Seconds a configuration's first fit is assumed to need before one has been timed."""
@@ -76,7 +71,7 @@ def _fit(
         f"--trainer.accelerator={args.accelerator}",
         f"--trainer.precision={args.precision}",
         "--trainer.callbacks+=bench_probe.FitProbe",
-        *(REPLAY_FLAGS if replay else ()),
+        *(replay_flags(TRAINING_REPLAY) if replay else ()),
     ]
     spawned = time.time()
     path = os.pathsep.join(filter(None, [str(TOOLS_DIR), os.environ.get("PYTHONPATH")]))

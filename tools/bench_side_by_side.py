@@ -72,6 +72,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from row_replay import ROW_REPLAY, replay_flags
+
 BETWEEN_KEY = "between_steps_ms"
 """``PhaseTimer``'s span between two steps (``lucid_yolo.train.callbacks.BETWEEN_STEPS``), as the
 probe reads it; kept apart here so that this process imports neither trainer."""
@@ -80,17 +82,6 @@ TOOLS_DIR = Path(__file__).resolve().parent
 SOURCES = sorted((TOOLS_DIR.parent / "packages").glob("*/src"))
 """lucid-yolo's packages, run from source."""
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
-REPLAY_FLAGS = [
-    "--model.replay.network=true",
-    "--model.replay.loss=true",
-    "--model.replay.update=true",
-    "--model.replay.evaluation=true",
-]
-"""Replay every region of every task and the evaluation forward: the network (a segment net's
-heads in it) and its loss as one region, the update, the evaluation. Until session 44 the segment
-row replayed its heads as a region of their own (``--model.replay.segment_heads=true``), which
-keeps the network, the heads and the loss three chained regions: the same speed and a peak 0.13
-GiB higher (docs/engineering/whole-fit-speed.md, session 44)."""
 PRIMARY_KIND = {"detect": "box", "segment": "mask", "pose": "pose", "obb": "obb"}
 """The metric kind whose mAP50-95 is the task's primary number (lucid-yolo's fitness)."""
 ULTRALYTICS_KINDS = {
@@ -227,7 +218,7 @@ def lucid_fit_arguments(
         "--trainer.enable_progress_bar", "false",
     ]  # fmt: skip
     if replay:
-        command += REPLAY_FLAGS
+        command += replay_flags(ROW_REPLAY)
     if cpu:
         command += ["--trainer.accelerator", "cpu"]
     return command

@@ -44,6 +44,7 @@ from lucid_yolo.cli.progress_bar import RunProgressBar
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import AtomicCheckpointIO
 from lucid_yolo.train.data.synthetic import generate_synthetic
+from row_replay import TRAINING_REPLAY
 
 Site = tuple[str, ...]
 
@@ -150,7 +151,7 @@ def watched_fit(
     module = YoloModule(
         f"yolo26n{suffix}",
         num_classes=dm.num_classes,
-        replay=ReplayConfig(network=True, loss=True, update=True),
+        replay=ReplayConfig(**TRAINING_REPLAY),
     )
     recorder = SyncRecorder()
     callbacks = _callbacks(bare)

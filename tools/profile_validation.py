@@ -86,6 +86,7 @@ from lucid_yolo.train import (
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import match_replay, matched_records, mean_average_precision
 from profile_step import busy_and_gaps, device_events, device_work, gap_split, ops_by_device_time
+from row_replay import TRAINING_REPLAY
 
 SUFFIX = {"detect": "", "segment": "-seg", "pose": "-pose", "obb": "-obb"}
 
@@ -321,9 +322,7 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
     if data.spec.kpt_shape is not None:  # the synthetic pose set has its own keypoint count
         options["kpt_shape"] = tuple(data.spec.kpt_shape)
     if args.replay_training:
-        options["replay"] = ReplayConfig(
-            network=True, loss=True, update=True, evaluation=args.replay_evaluation
-        )
+        options["replay"] = ReplayConfig(**TRAINING_REPLAY, evaluation=args.replay_evaluation)
     elif args.replay_evaluation:
         options["replay"] = ReplayConfig(evaluation=True)
     module = YoloModule(f"yolo26n{SUFFIX[task]}", num_classes=data.num_classes, **options)
