@@ -357,3 +357,34 @@ def test_cli_lists_only_the_command_that_runs(command: str) -> None:
     cli = object.__new__(YoloCLI)
     cli.command = command
     assert cli.subcommands() == {command: LightningCLI.subcommands()[command]}
+
+
+@pytest.mark.parametrize(("saved", "resumed"), [("float32", "float32"), (None, "auto")])
+def test_a_resumed_fit_keeps_the_newton_schulz_dtype_its_checkpoint_names(
+    trained: Trained,
+    tiny_fit: tuple[str, ...],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    saved: str | None,
+    resumed: str,
+) -> None:
+    # since the option exists a checkpoint holds it, and LightningCLI takes a resumed fit's
+    # model options from the checkpoint: a float32 run goes on in float32 on any device; one
+    # written before the option (no key) takes today's default
+    checkpoint = torch.load(trained.checkpoint, map_location="cpu", weights_only=True)
+    if saved is None:
+        del checkpoint["hyper_parameters"]["newton_schulz_dtype"]
+    else:
+        checkpoint["hyper_parameters"]["newton_schulz_dtype"] = saved
+    path = tmp_path / "resume.ckpt"
+    torch.save(checkpoint, path)
+    monkeypatch.chdir(tmp_path)
+    argv = ["fit", "--data.yaml", str(trained.data), *tiny_fit, "--trainer.max_epochs", "2"]
+    argv += ["--trainer.enable_progress_bar", "false"]
+    assert main([*argv, "--ckpt_path", str(path)]) == 0
+    config = yaml.safe_load((tmp_path / "runs/detect/fit1/config.yaml").read_text())
+    assert config["model"]["newton_schulz_dtype"] == resumed
+    last = torch.load(
+        tmp_path / "runs/detect/fit1/checkpoints/last.ckpt", map_location="cpu", weights_only=True
+    )
+    assert last["hyper_parameters"]["newton_schulz_dtype"] == resumed

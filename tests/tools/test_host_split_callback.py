@@ -55,7 +55,13 @@ class _CountingToo(_Counting):
     """Inherits its hook: wrapped after its base, it would count each call under both names."""
 
 
-def _fit(tool: ModuleType, tmp_path: Path, epochs: int, module: _Tiny | None = None) -> _Counting:
+def _fit(
+    tool: ModuleType,
+    tmp_path: Path,
+    epochs: int,
+    module: _Tiny | None = None,
+    checkpoints: bool = False,
+) -> _Counting:
     counting = _Counting()
     data = DataLoader(TensorDataset(torch.ones(12, 4)), batch_size=4)
     trainer = pl.Trainer(
@@ -63,7 +69,7 @@ def _fit(tool: ModuleType, tmp_path: Path, epochs: int, module: _Tiny | None = N
         callbacks=[tool.HostSplitCallback(), counting, _CountingToo()],
         accelerator="cpu",
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=checkpoints,
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=tmp_path,
@@ -98,7 +104,7 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     tool: ModuleType, tmp_path: Path, report_file: Path
 ) -> None:
     before = _wrappable(tool)
-    counting = _fit(tool, tmp_path, epochs=3)
+    counting = _fit(tool, tmp_path, epochs=3, checkpoints=True)
     report = json.loads(report_file.read_text())
     assert report["steps"] == 6  # epochs 1 and 2, three batches each
     rows = {row["function"]: row for row in report["rows"]}
@@ -112,9 +118,16 @@ def test_steps_after_the_first_epoch_are_split_and_everything_is_put_back(
     calls = {name: rows[name]["calls_per_step"] for name in rows}
     assert calls["_EvaluationLoop.run"] == pytest.approx(2 / 6, abs=1e-3)
     assert calls["_EvaluationLoop._evaluation_step"] == pytest.approx(4 / 6, abs=1e-3)
-    # the epoch's end after its validation: the fit loop's turnover and the callbacks' hooks
-    assert calls["_FitLoop.on_advance_end"] == pytest.approx(2 / 6, abs=1e-3)
-    assert calls["_Counting.on_validation_end"] == pytest.approx(2 / 6, abs=1e-3)
+    # the epoch's end after its validation: the fit loop's turnover, the checkpoint's save and
+    # the callbacks' hooks, once an epoch
+    for name in (
+        "_FitLoop.on_advance_end",
+        "ModelCheckpoint._save_checkpoint",
+        "_CheckpointConnector.dump_checkpoint",
+        "_Counting.on_validation_end",
+        "_Counting.on_train_epoch_start",
+    ):
+        assert calls[name] == pytest.approx(2 / 6, abs=1e-3), name
     assert report["missing"] == []  # every target exists in this Lightning and lucid-yolo
     assert _wrappable(tool) == before
     assert counting.batches == 9

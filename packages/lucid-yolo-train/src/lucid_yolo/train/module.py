@@ -78,11 +78,12 @@ class YoloModule(pl.LightningModule):
         momentum: MuSGD momentum.
         newton_schulz_dtype: compute dtype of MuSGD's Newton–Schulz orthogonalisation:
             ``float32``, ``bfloat16``, or ``auto``: bfloat16 on CUDA, float32 elsewhere
-            (``optim.NS_DTYPES``; chosen again for the device a checkpoint resumes on). On CUDA
-            the orthogonalisation in float32 is over half of a replayed update's device time;
-            bfloat16 cuts it to about a third and three seeded 30-epoch fits each way ended as
-            accurate (docs/engineering/whole-fit-speed.md, sessions 36 and 45). Native and
-            replayed fits agree bit for bit with either.
+            (``optim.NS_DTYPES``; ``auto`` is chosen again for the device a checkpoint resumes
+            on). On CUDA the orthogonalisation in float32 is over half of a replayed update's
+            device time and bfloat16 cuts it to about a third (docs/engineering/whole-fit-speed.md,
+            session 36); bfloat16 passed a non-inferiority check set before its fits ran (three
+            seeds each way, detect batch 16, the synthetic set; session 45). Native and replayed
+            fits agree bit for bit with either.
         weight_decay: decoupled weight decay of the weight group (biases and norms get none).
         warmup_epochs: linear warm-up length in epochs.
         warmup_min_steps: the warm-up lasts at least this many optimizer steps (YOLO uses 100;

@@ -79,11 +79,12 @@ unpadded (``tools/bench_orthogonalise_cpu.py``; docs/engineering/musgd-ema.md, s
 
 NS_DTYPES: dict[str, torch.dtype] = {"cuda": torch.bfloat16}
 """``ns_dtype`` by device type when MuSGD is given none; float32 for any other type. On CUDA the
-orthogonalisation in float32 was 1.34 of a replayed yolo26n update's 2.46 ms a step (H100),
-bfloat16 cuts it to 0.45 ms, and three seeded 30-epoch fits each way ended as accurate
-(docs/engineering/whole-fit-speed.md, session 45); Muon's authors and the reference trainer iterate
-in bfloat16 too. On a CPU bfloat16 products are slow (some 4 s a yolo26n update) and float32 is
-what the CPU suite's recorded values hold."""
+orthogonalisation in float32 was 1.34 of a replayed yolo26n update's 2.46 ms a step and bfloat16
+cuts it to 0.45 ms (H100; docs/engineering/whole-fit-speed.md, session 36), and bfloat16 passed a
+non-inferiority check set before its fits ran (three seeds each way, detect batch 16, the
+synthetic set; session 45); Muon's authors and the reference trainer iterate in bfloat16 too.
+On a CPU bfloat16 products are slow (some 4 s a yolo26n update) and float32 is what the CPU
+suite's recorded values hold."""
 
 
 @dataclass
