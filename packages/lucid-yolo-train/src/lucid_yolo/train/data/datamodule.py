@@ -315,17 +315,17 @@ class YoloDataModule(L.LightningDataModule):
         batch's ``source_shapes``, about thirty calls a batch on the host of a GPU validation
         loop that is bound by it (issue 11). With ``copy_stream`` the copies run beside the
         step in flight (:func:`~lucid_yolo.train.data.device_copy.beside_the_step`)."""
-        move_whole = super().transfer_batch_to_device
+        if self.copy_stream:
+            return beside_the_step(device, lambda: self._move(batch, device, dataloader_idx))
+        return self._move(batch, device, dataloader_idx)
 
-        def move() -> Any:
-            if not isinstance(batch, dict):
-                return move_whole(batch, device, dataloader_idx)
-            return {
-                key: value if key in HOST_FIELDS else move_data_to_device(value, device)
-                for key, value in batch.items()
-            }
-
-        return beside_the_step(device, move) if self.copy_stream else move()
+    def _move(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        if not isinstance(batch, dict):
+            return super().transfer_batch_to_device(batch, device, dataloader_idx)
+        return {
+            key: value if key in HOST_FIELDS else move_data_to_device(value, device)
+            for key, value in batch.items()
+        }
 
     @override
     def on_after_batch_transfer(self, batch: Batch | PackedBatch, dataloader_idx: int) -> Batch:

@@ -35,7 +35,7 @@ __all__ = [
 NewtonSchulzDtype = Literal["float32", "bfloat16"]
 """A configuration's name for the iteration's compute dtype."""
 
-NewtonSchulzChoice = Literal["auto", "float32", "bfloat16"]
+NewtonSchulzChoice = Literal["auto", NewtonSchulzDtype]
 """``YoloModule.newton_schulz_dtype``: a :data:`NewtonSchulzDtype`, or ``auto`` for MuSGD's
 choice by the matrices' device (``musgd.NS_DTYPES``)."""
 
