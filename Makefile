@@ -5,7 +5,7 @@ UV ?= uv
 PYTEST_ARGS ?=
 BENCH_ARGS ?= --batch 4 --pairs 3
 
-.PHONY: help setup test test-gpu bench lint typecheck contracts docs gate
+.PHONY: help setup test test-gpu bench bench-rows lint typecheck contracts docs gate
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "} {printf "  %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,12 @@ test-gpu: ## CUDA tests, from source, on a GPU machine with torch, lightning, py
 
 bench: ## native vs replay fit benchmark, from source, on a GPU machine (BENCH_ARGS to change it)
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) python3 tools/bench_fit.py $(BENCH_ARGS)
+
+# Issue 11's goal rows side by side with Ultralytics, carried as wheels in `.whl` (bash
+# tools/gpu_wheels.sh on a machine with the index): about 25 minutes on an H100, so not on
+# the lent device, whose calls stop at 600 s (docs/benchmarks.md lists the steps a call each).
+bench-rows: ## issue 11's goal table side by side with Ultralytics on a GPU machine (ROWS, ROUNDS, OUT)
+	bash tools/gpu_rows.sh
 
 lint: ## ruff lint + format check
 	$(UV) run ruff check .

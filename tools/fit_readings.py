@@ -4,7 +4,8 @@ The report's own table gives a row per tool (medians over its fits); the goal ta
 each fit's first epoch against its steady ones (the fixed costs), its step without the data
 wait (the step ratio's numerator), the device's span between steps and where the time outside
 the steps went. Sessions 43-45 read those from the JSON by hand; this prints them, one line a
-fit, with each lucid-yolo fit's ratio to the median of the Ultralytics fits of its report.
+fit, with each lucid-yolo fit's ratio to the median of the Ultralytics fits of its report and
+each replayed fit's peak memory against the median native fit's of its report.
 
 Usage (dev machine, on reports a device call brought back):
     python3 tools/fit_readings.py seg/side_by_side.json b16/side_by_side.json
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +41,7 @@ COLUMNS = {
     "between steps ms": ".3f",
     "outside steps %": ".1f",
     "peak reserved GiB": ".3f",
+    "× native peak": ".3f",
     "mAP50-95": ".4f",
 }
 """Each reading's column and its format (``""``: as it is)."""
@@ -48,8 +51,8 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
     """One dict per fit of ``report`` that finished, keyed by the names of :data:`COLUMNS`
     (``None`` where a fit has no such reading: Ultralytics logs no phases)."""
     finished = [run for run in report["runs"] if run["exit"] == 0]
-    reference = [run["whole_s"] for run in finished if run["tool"] == "ultralytics"]
-    baseline = statistics.median(reference) if reference else None
+    baseline = _median(run["whole_s"] for run in finished if run["tool"] == "ultralytics")
+    native_peak = _median(run["peak_reserved_gib"] for run in finished if run["tool"] == "native")
     rows = []
     for run in finished:
         shares = _lucid_shares(run) if run["tool"] != "ultralytics" else {}
@@ -79,10 +82,21 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
                 "between steps ms": shares.get("step_between_steps_ms"),
                 "outside steps %": None if step is None else 100 * shares["outside_share"],
                 "peak reserved GiB": run.get("peak_reserved_gib"),
+                "× native peak": (
+                    run["peak_reserved_gib"] / native_peak
+                    if native_peak and run["tool"] == "replay"
+                    else None
+                ),
                 "mAP50-95": _final_map(run),
             }
         )
     return rows
+
+
+def _median(values: Iterable[float]) -> float | None:
+    """The median of ``values``, ``None`` when there are none."""
+    listed = list(values)
+    return statistics.median(listed) if listed else None
 
 
 def _final_map(run: dict[str, Any]) -> float | None:

@@ -65,6 +65,16 @@ def test_a_replayed_fit_gets_its_fixed_costs_step_and_ratio(tool: ModuleType) ->
     assert rows[0]["step ms"] is None
 
 
+def test_a_replayed_fits_peak_is_read_against_the_native_fits_of_its_report(
+    tool: ModuleType,
+) -> None:
+    native = {**replayed(90.0, 6.0), "tool": "native", "peak_reserved_gib": 2.0}
+    rows = tool.readings({"runs": [replayed(40.0, 6.0), native]}, "memory")
+    assert rows[0]["× native peak"] == pytest.approx(1.25)
+    assert rows[1]["× native peak"] is None
+    assert tool.readings({"runs": [replayed(40.0, 6.0)]}, "b16")[0]["× native peak"] is None
+
+
 def test_a_fit_that_failed_is_left_out_and_a_report_without_ultralytics_has_no_ratio(
     tool: ModuleType,
 ) -> None:
@@ -85,4 +95,4 @@ def test_the_command_prints_one_table_row_a_fit_in_each_columns_format(
     assert len(lines) == 4
     cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
     assert cells[4:8] == ["40.0", "2.50", "6.00", "6.00"]
-    assert lines[3].count("—") == 10  # no ratio to itself, no epochs, no phases
+    assert lines[3].count("—") == 11  # no ratios, no epochs, no phases
