@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 
 from depthwise_nchw import VARIANT, nchw_depthwise
+from fused_weight_casts import VARIANT as FUSED_CASTS
+from fused_weight_casts import fuse_weight_casts
 from lucid_yolo.models import create_model
 
 DETERMINISTIC = "channels_last+cudnn-deterministic"
@@ -40,6 +42,7 @@ LAYOUTS = {
     "channels_last": torch.channels_last,
     VARIANT: torch.channels_last,
     DETERMINISTIC: torch.channels_last,
+    FUSED_CASTS: torch.channels_last,
 }
 
 
@@ -58,6 +61,8 @@ def _captured_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
     if layout == VARIANT:
         nchw_depthwise(model)
+    if layout == FUSED_CASTS:
+        fuse_weight_casts(model)
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:
