@@ -52,7 +52,11 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
     (``None`` where a fit has no such reading: Ultralytics logs no phases)."""
     finished = [run for run in report["runs"] if run["exit"] == 0]
     baseline = _median(run["whole_s"] for run in finished if run["tool"] == "ultralytics")
-    native_peak = _median(run["peak_reserved_gib"] for run in finished if run["tool"] == "native")
+    native_peak = _median(
+        run["peak_reserved_gib"]
+        for run in finished
+        if run["tool"] == "native" and run.get("peak_reserved_gib") is not None
+    )
     rows = []
     for run in finished:
         shares = _lucid_shares(run) if run["tool"] != "ultralytics" else {}
@@ -84,7 +88,9 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
                 "peak reserved GiB": run.get("peak_reserved_gib"),
                 "× native peak": (
                     run["peak_reserved_gib"] / native_peak
-                    if native_peak and run["tool"] == "replay"
+                    if native_peak
+                    and run["tool"] == "replay"
+                    and run.get("peak_reserved_gib") is not None
                     else None
                 ),
                 "mAP50-95": _final_map(run),

@@ -12,8 +12,9 @@
 #                                      or SECONDS pass (0: returns at once)
 #   wait NAME SECONDS                  waits again, in a later call, until NAME ends or SECONDS
 #                                      pass
-# Exit status: COMMAND's when it ended, 124 while it still runs, 2 for a wrong use (a name
-# already running, an unknown name). DETACHED_DIR defaults to /tmp/detached.
+# Exit status: COMMAND's when it ended, 124 while it still runs, 3 when it ended without one
+# (killed: out of memory, the machine's end), 2 for a wrong use (a name already running, an
+# unknown name). DETACHED_DIR defaults to /tmp/detached.
 # Example, the segment row in two calls on one lease (session 46 ran these steps with setsid
 # written into its call's script, before this tool):
 #   call 1: ENVIRONMENTS=own ROW=segment-b4 TOOLS=replay OUT=/tmp/seg bash tools/gpu_speed.sh
@@ -30,38 +31,53 @@ usage() {
     exit 2
 }
 
-# wait_for NAME SECONDS: the command's exit status once it ended, else 124 after SECONDS
+# alive NAME: whether NAME's process session leader still runs
+alive() {
+    kill -0 "$(cat "$dir/$1.pid")" 2>/dev/null
+}
+
+# wait_for NAME SECONDS: the command's exit status once it ended, 3 if it ended without one,
+# else 124 after SECONDS
 wait_for() {
     local name=$1 seconds=$2 began=$SECONDS
-    while [ ! -f "$dir/$name.rc" ] && [ $((SECONDS - began)) -lt "$seconds" ]; do
+    while [ ! -f "$dir/$name.rc" ] && alive "$name" && [ $((SECONDS - began)) -lt "$seconds" ]; do
         sleep 1
     done
+    if [ ! -f "$dir/$name.rc" ] && ! alive "$name"; then
+        echo "$name: ended without an exit status (killed?); its output: $dir/$name.log"
+        return 3
+    fi
     if [ -f "$dir/$name.rc" ]; then
         local rc
         rc=$(cat "$dir/$name.rc")
         echo "$name: ended with exit status $rc (output: $dir/$name.log)"
         return "$rc"
     fi
-    echo "$name: still running after $seconds s; collect it in the next call with: $0 wait $name SECONDS"
+    echo "$name: still running after $seconds s; in the next call: $0 wait $name SECONDS"
     return 124
 }
 
 [ $# -ge 3 ] || usage
 action=$1 name=$2 seconds=$3
-case "$seconds" in '' | *[!0-9]*) echo "SECONDS=$seconds: not a whole number of seconds" >&2; exit 2 ;; esac
-case "$name" in '' | *[!A-Za-z0-9._-]*) echo "NAME=$name: use letters, digits, '.', '_' and '-'" >&2; exit 2 ;; esac
+case "$seconds" in
+    '' | *[!0-9]*) echo "SECONDS=$seconds: not a whole number of seconds" >&2; exit 2 ;;
+esac
+case "$name" in
+    '' | *[!A-Za-z0-9._-]*) echo "NAME=$name: use letters, digits, '.', '_' and '-'" >&2; exit 2 ;;
+esac
+seconds=$((10#$seconds))
 shift 3
 case "$action" in
     start)
         [ "${1:-}" = -- ] && [ $# -ge 2 ] || usage
         shift
         mkdir -p "$dir"
-        if [ -f "$dir/$name.pid" ] && [ ! -f "$dir/$name.rc" ]; then
-            echo "$name: already running (pid $(cat "$dir/$name.pid")); wait for it or pick another name" >&2
+        if [ -f "$dir/$name.pid" ] && [ ! -f "$dir/$name.rc" ] && alive "$name"; then
+            echo "$name: already running (pid $(cat "$dir/$name.pid")); wait for it or rename" >&2
             exit 2
         fi
-        rm -f "$dir/$name.rc"
-        [ "$(id -u)" = 0 ] || echo "$name: not root, so the machine ends it when this call returns" >&2
+        rm -f "$dir/$name.rc" "$dir/$name.rc.part"
+        [ "$(id -u)" = 0 ] || echo "$name: not root: the machine ends it when this call returns" >&2
         # the status file is written last, after the command's own exit: its presence means done
         setsid bash -c '"$@"; echo $? > "$0.rc.part" && mv "$0.rc.part" "$0.rc"' "$dir/$name" "$@" \
             > "$dir/$name.log" 2>&1 < /dev/null &
@@ -71,7 +87,7 @@ case "$action" in
     wait)
         [ $# -eq 0 ] || usage
         if [ ! -f "$dir/$name.pid" ]; then
-            echo "$name: never started here ($dir holds no $name.pid); a fresh machine has none" >&2
+            echo "$name: never started here (no $dir/$name.pid); a fresh machine has none" >&2
             exit 2
         fi
         wait_for "$name" "$seconds"

@@ -15,13 +15,17 @@
 #   ROWS="..."   the rows (default: detect-b16 detect-b4 segment-b4)
 #   ROUNDS=<n>   rounds a row (default 1)
 #   TOOLS=...    the rows' tools (default ultralytics,replay; add native for its 30-epoch fits:
-#                at detect b4, 3,840 steps of 113 ms in session 46)
+#                at detect b4, 3,840 steps of about 113 ms, session 46's 3-epoch native step)
 #   DRY_RUN=1    print the commands instead of running them
 # Usage (repository root, `.whl` carried: tools/gpu_env.sh): bash tools/gpu_rows.sh
 set -u
 rows=${ROWS:-detect-b16 detect-b4 segment-b4}
 rounds=${ROUNDS:-1}
-case "$rounds" in '' | *[!0-9]* | 0) echo "ROUNDS=$rounds: a whole number of rounds, at least 1" >&2; exit 2 ;; esac
+case "$rounds" in
+    '' | *[!0-9]*) echo "ROUNDS=$rounds: a whole number of rounds, at least 1" >&2; exit 2 ;;
+esac
+rounds=$((10#$rounds))
+[ "$rounds" -ge 1 ] || { echo "ROUNDS=$rounds: a whole number of rounds, at least 1" >&2; exit 2; }
 for row in $rows; do
     case "$row" in
         detect-b16 | detect-b4 | segment-b4) ;;

@@ -16,10 +16,10 @@
 # and cut Ultralytics in its last epoch: give Ultralytics a call of its own, TOOLS=ultralytics,
 # then TOOLS=replay with MERGE, and say so beside the numbers); segment-b4 replayed 116-140 s
 # (sessions 44-46), Ultralytics' 30 epochs 401.9 s on one H100 lease and about 607 s
-# (extrapolated from a cut fit) on another (sessions 46 and 45): more than a call has left, so run the replayed fit first, then Ultralytics' with
-# MERGE under tools/gpu_detached.sh, which outlives the call, and collect it in the next call
-# (its header has the two calls). Add about 150 s per 30 batch-16 epochs for a native fit
-# (session 11).
+# (extrapolated from a cut fit) on another (sessions 46 and 45): more than a call may have
+# left, so run the replayed fit first, then Ultralytics' with MERGE under
+# tools/gpu_detached.sh, which outlives the call, and collect it in the next call (its header
+# has the two calls). Add about 150 s per 30 batch-16 epochs for a native fit (session 11).
 #   ROUND=<n>        this call's round (rotates the order; default 0)
 #   TOOLS=...        default ultralytics,replay,native
 #   MERGE="a.json b.json"   side_by_side.json files of the row's earlier rounds

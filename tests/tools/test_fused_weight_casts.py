@@ -86,6 +86,45 @@ def test_outside_autocast_the_convolutions_read_their_own_parameters(
     assert "_CastAllBackward" not in node_names(fused_loss)
 
 
+def test_frozen_parameters_are_cast_without_a_gradient_as_autocast_casts_them(
+    tool: ModuleType, models: tuple[nn.Module, nn.Module]
+) -> None:
+    plain, fused = models
+    for model in models:
+        for parameter in list(model.parameters())[:-5]:
+            parameter.requires_grad_(False)
+    tool.fuse_weight_casts(fused)
+    images = torch.rand(1, 3, 64, 64)
+    _, plain_loss = step(plain, images, autocast=True)
+    _, fused_loss = step(fused, images, autocast=True)
+    for p, q in zip(plain.parameters(), fused.parameters(), strict=True):
+        assert (p.grad is None) == (q.grad is None)
+        assert p.grad is None or torch.equal(p.grad, q.grad)
+    # a frozen weight's cast needs no gradient, so its convolution needs no backward
+    convolutions = [
+        names.count("ConvolutionBackward0") for names in map(node_names, (plain_loss, fused_loss))
+    ]
+    assert convolutions[0] == convolutions[1] < 126
+
+
+def test_a_forward_that_raised_leaves_no_casts_for_the_next(
+    tool: ModuleType, models: tuple[nn.Module, nn.Module]
+) -> None:
+    plain, fused = models
+    tool.fuse_weight_casts(fused)
+    with pytest.raises(RuntimeError), torch.autocast("cpu", dtype=torch.bfloat16):
+        fused(torch.rand(1, 4, 64, 64))  # four channels: the first convolution refuses them
+    images = torch.rand(1, 3, 64, 64)
+    plain_outputs, _ = step(plain, images, autocast=False)
+    fused_outputs, _ = step(fused, images, autocast=False)
+    assert all(torch.equal(plain_outputs[k], fused_outputs[k]) for k in plain_outputs)
+
+
+def test_a_network_without_convolutions_is_refused(tool: ModuleType) -> None:
+    with pytest.raises(ValueError, match="has no Conv2d"):
+        tool.fuse_weight_casts(nn.Linear(2, 2))
+
+
 def test_the_layout_benchmark_offers_the_variant(monkeypatch: pytest.MonkeyPatch) -> None:
     bench = load_tool("bench_memory_format", monkeypatch)
     assert bench.LAYOUTS[bench.FUSED_CASTS] is torch.channels_last

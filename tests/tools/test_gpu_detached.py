@@ -59,6 +59,18 @@ def test_the_command_runs_in_a_session_of_its_own(tmp_path: Path) -> None:
     assert session != os.getsid(0)
 
 
+def test_a_command_killed_before_its_status_is_reported_and_its_name_freed(
+    tmp_path: Path,
+) -> None:
+    """Killed with its session leader (out of memory, the machine's end), the command leaves
+    no exit status: waiting for it must end, and the name must be free again."""
+    killed = detached(tmp_path, "start", "fit", "20", "--", "bash", "-c", "kill -9 $PPID; sleep 5")
+    assert killed.returncode == 3
+    assert "without an exit status" in killed.stdout
+    assert detached(tmp_path, "wait", "fit", "20").returncode == 3
+    assert detached(tmp_path, "start", "fit", "20", "--", "true").returncode == 0
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
