@@ -4,8 +4,10 @@ The report's own table gives a row per tool (medians over its fits); the goal ta
 each fit's first epoch against its steady ones (the fixed costs), its step without the data
 wait (the step ratio's numerator), the device's span between steps and where the time outside
 the steps went. Sessions 43-45 read those from the JSON by hand; this prints them, one line a
-fit, with each lucid-yolo fit's ratio to the median of the Ultralytics fits of its report and
-each replayed fit's peak memory against the median native fit's of its report.
+fit, with each lucid-yolo fit's ratio to the median of the Ultralytics fits of its report (or,
+with ``--ratio round``, to the Ultralytics fit of its own round, as the goal tables of sessions
+43 and 46 give it) and each replayed fit's peak memory against the median native fit's of its
+report.
 
 Usage (dev machine, on reports a device call brought back):
     python3 tools/fit_readings.py seg/side_by_side.json b16/side_by_side.json
@@ -45,13 +47,21 @@ COLUMNS = {
     "mAP50-95": ".4f",
 }
 """Each reading's column and its format (``""``: as it is)."""
+RATIOS = ("median", "round")
+"""What a fit's ratio to Ultralytics divides by (:func:`readings`)."""
 
 
-def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
+def readings(report: dict[str, Any], name: str, ratio: str = "median") -> list[dict[str, Any]]:
     """One dict per fit of ``report`` that finished, keyed by the names of :data:`COLUMNS`
-    (``None`` where a fit has no such reading: Ultralytics logs no phases)."""
+    (``None`` where a fit has no such reading: Ultralytics logs no phases). ``ratio``: each
+    lucid-yolo fit's whole fit against the median Ultralytics fit (``"median"``) or against
+    the Ultralytics fit of the same round (``"round"``; none where that round has none)."""
+    if ratio not in RATIOS:
+        raise ValueError(f"ratio={ratio!r}: use one of {', '.join(RATIOS)}")
     finished = [run for run in report["runs"] if run["exit"] == 0]
-    baseline = _median(run["whole_s"] for run in finished if run["tool"] == "ultralytics")
+    reference = [run for run in finished if run["tool"] == "ultralytics"]
+    median = _median(run["whole_s"] for run in reference)
+    by_round = {run["repeat"]: run["whole_s"] for run in reference}
     native_peak = _median(
         run["peak_reserved_gib"]
         for run in finished
@@ -71,8 +81,8 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
                 "tool": run["tool"],
                 "round": run["repeat"],
                 "whole s": run["whole_s"],
-                "× Ultralytics": (
-                    baseline / run["whole_s"] if baseline and run["tool"] != "ultralytics" else None
+                "× Ultralytics": _ratio(
+                    median if ratio == "median" else by_round.get(run["repeat"]), run
                 ),
                 "start-up s": run.get("startup_s"),
                 "first epoch s": epochs[0] if epochs else None,
@@ -99,6 +109,11 @@ def readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _ratio(baseline: float | None, run: dict[str, Any]) -> float | None:
+    """Ultralytics' whole fit over ``run``'s; none for Ultralytics' own fits."""
+    return baseline / run["whole_s"] if baseline and run["tool"] != "ultralytics" else None
+
+
 def _median(values: Iterable[float]) -> float | None:
     """The median of ``values``, ``None`` when there are none."""
     listed = list(values)
@@ -123,10 +138,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("reports", nargs="+", type=Path, help="side_by_side.json files")
+    parser.add_argument(
+        "--ratio",
+        choices=RATIOS,
+        default="median",
+        help="the ratio to Ultralytics: against the median of the report's Ultralytics fits, "
+        "or against the same round's",
+    )
     args = parser.parse_args(argv)
     rows = []
     for path in args.reports:
-        rows += readings(json.loads(path.read_text()), str(path))
+        rows += readings(json.loads(path.read_text()), str(path), args.ratio)
     print(markdown(rows))
 
 

@@ -65,6 +65,24 @@ def test_a_replayed_fit_gets_its_fixed_costs_step_and_ratio(tool: ModuleType) ->
     assert rows[0]["step ms"] is None
 
 
+def test_with_the_round_ratio_a_fit_is_read_against_its_own_rounds_ultralytics_fit(
+    tool: ModuleType,
+) -> None:
+    second = {**replayed(50.0, 6.0), "repeat": 1}
+    report = {"runs": [ultralytics(90.0), replayed(40.0, 6.0), second, ultralytics(110.0)]}
+    report["runs"][3]["repeat"] = 1
+    rows = tool.readings(report, "b16", ratio="round")
+    assert rows[1]["× Ultralytics"] == pytest.approx(90.0 / 40.0)
+    assert rows[2]["× Ultralytics"] == pytest.approx(110.0 / 50.0)
+    alone = {**replayed(40.0, 6.0), "repeat": 2}  # a round without Ultralytics
+    assert (
+        tool.readings({"runs": [ultralytics(90.0), alone]}, "b16", "round")[1]["× Ultralytics"]
+        is None
+    )
+    with pytest.raises(ValueError, match="ratio='mean'"):
+        tool.readings(report, "b16", ratio="mean")
+
+
 def test_a_replayed_fits_peak_is_read_against_the_native_fits_of_its_report(
     tool: ModuleType,
 ) -> None:
