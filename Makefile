@@ -37,8 +37,9 @@ bench: ## native vs replay fit benchmark, from source, on a GPU machine (BENCH_A
 	PYTHONPATH=$$(ls -d packages/*/src | paste -sd:) python3 tools/bench_fit.py $(BENCH_ARGS)
 
 # Issue 11's goal rows side by side with Ultralytics, carried as wheels in `.whl` (bash
-# tools/gpu_wheels.sh on a machine with the index): about 25 minutes on an H100, so not on
-# the lent device, whose calls stop at 600 s (docs/benchmarks.md lists the steps a call each).
+# tools/gpu_wheels.sh on a machine with the index): about 25 minutes on an H100 by the sum of
+# session 46's calls (never run as one command), so not on the lent device, whose calls stop
+# at 600 s (docs/benchmarks.md lists the steps a call each).
 bench-rows: ## issue 11's goal table side by side with Ultralytics on a GPU machine (ROWS, ROUNDS, OUT)
 	bash tools/gpu_rows.sh
 

@@ -103,7 +103,7 @@ def readings(report: dict[str, Any], name: str, ratio: str = "median") -> list[d
                     and run.get("peak_reserved_gib") is not None
                     else None
                 ),
-                "mAP50-95": _final_map(run),
+                "mAP50-95": _primary_map(run),
             }
         )
     return rows
@@ -118,12 +118,6 @@ def _median(values: Iterable[float]) -> float | None:
     """The median of ``values``, ``None`` when there are none."""
     listed = list(values)
     return statistics.median(listed) if listed else None
-
-
-def _final_map(run: dict[str, Any]) -> float | None:
-    """The task's primary mAP50-95 at the fit's last validation, as the report's table reads it."""
-    value = _primary_map(run)
-    return None if value is None else float(value)
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
