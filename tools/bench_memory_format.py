@@ -27,8 +27,6 @@ from pathlib import Path
 import torch
 
 from depthwise_nchw import VARIANT, nchw_depthwise
-from fused_weight_casts import VARIANT as FUSED_CASTS
-from fused_weight_casts import fuse_weight_casts
 from lucid_yolo.models import create_model
 
 DETERMINISTIC = "channels_last+cudnn-deterministic"
@@ -37,12 +35,17 @@ captured: cuDNN then skips engines it marks non-deterministic. Session 25 found 
 compiled code in the depthwise convolutions' weight gradients; whether that engine is among the
 skipped ones, and what the step pays for it, is what this variant times (with
 ``tools/probe_depthwise_warm.py --cudnn-deterministic`` for the first call)."""
+CASTS_TOGETHER = "channels_last+casts-together"
+"""Channels-last with the convolutions' weights cast to bfloat16 in one multi-tensor copy per
+forward part and their gradients cast back one block at a time
+(``YOLO26.casts_weights_together``), against autocast's cast per tensor where it is used, the
+network's default (session 47; session 46 timed a tool-side wrapper of the same casts)."""
 LAYOUTS = {
     "contiguous": torch.contiguous_format,
     "channels_last": torch.channels_last,
     VARIANT: torch.channels_last,
     DETERMINISTIC: torch.channels_last,
-    FUSED_CASTS: torch.channels_last,
+    CASTS_TOGETHER: torch.channels_last,
 }
 
 
@@ -61,8 +64,7 @@ def _captured_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[
     model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
     if layout == VARIANT:
         nchw_depthwise(model)
-    if layout == FUSED_CASTS:
-        fuse_weight_casts(model)
+    model.casts_weights_together = layout == CASTS_TOGETHER
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:

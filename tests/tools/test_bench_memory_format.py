@@ -1,4 +1,5 @@
-"""The layout benchmark's cuDNN-deterministic variant: the flag holds while a step is captured."""
+"""The layout benchmark's variants: cuDNN-deterministic holds its flag while a step is captured;
+the casts-together variant is a channels-last one."""
 
 from __future__ import annotations
 
@@ -35,3 +36,7 @@ def test_deterministic_variant_captures_with_the_flag_and_puts_it_back(
         bench._graphed_step("yolo26n", 1, 64, "contiguous")
     assert seen == [True, False, False]
     assert torch.backends.cudnn.deterministic is flag_before
+
+
+def test_the_casts_together_variant_is_channels_last(bench: ModuleType) -> None:
+    assert bench.LAYOUTS[bench.CASTS_TOGETHER] is torch.channels_last

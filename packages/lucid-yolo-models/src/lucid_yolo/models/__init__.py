@@ -29,6 +29,7 @@ from lucid_yolo.models.registry import (
 )
 from lucid_yolo.models.scales import SCALES, Scale
 from lucid_yolo.models.summary import LayerRow, ModelSummary, model_summary
+from lucid_yolo.models.weight_casts import CastConv2d, casting_weights
 from lucid_yolo.models.weights import (
     ImportedWeights,
     WeightsReport,
@@ -65,6 +66,7 @@ __all__ = [
     "Bottleneck",
     "C3k",
     "C3k2",
+    "CastConv2d",
     "ConvBnAct",
     "PSABlock",
     # decoding and export (more in lucid_yolo.models.decode)
@@ -73,6 +75,8 @@ __all__ = [
     "decode_nms",
     "End2EndModel",
     "export_onnx",
+    # autocast
+    "casting_weights",
     # summary
     "LayerRow",
     "ModelSummary",

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from torch import Tensor, nn
 
+from lucid_yolo.models.weight_casts import CastConv2d
+
 BN_EPS = 1e-3
 BN_MOMENTUM = 0.03
 
@@ -35,7 +37,7 @@ class ConvBnAct(nn.Module):
         act: bool = True,
     ) -> None:
         super().__init__()
-        self.conv = nn.Conv2d(
+        self.conv = CastConv2d(
             in_channels,
             out_channels,
             kernel_size,

@@ -26,6 +26,7 @@ from torch import Tensor, nn
 
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.models.conv import ConvBnAct, depthwise
+from lucid_yolo.models.weight_casts import CastConv2d
 
 NOMINAL_IMAGE_SIZE = 640
 """Image size assumed by the classifier bias prior."""
@@ -53,7 +54,7 @@ class Branch(nn.Module):
         self.names = tuple(name for name, _ in outputs)
         self.sizes = tuple(size for _, size in outputs)
         convs = [
-            {name: nn.Conv2d(trunk_channels, size, 1) for name, size in outputs} for _ in trunks
+            {name: CastConv2d(trunk_channels, size, 1) for name, size in outputs} for _ in trunks
         ]
         with torch.no_grad():
             for name, values in (bias_priors or {}).items():

@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from lucid_yolo.models.conv import ConvBnAct
+from lucid_yolo.models.weight_casts import CastConv2d
 
 
 class Protos(nn.Module):
@@ -43,7 +44,7 @@ class Protos(nn.Module):
         self.semantic = nn.Sequential(
             ConvBnAct(c3, hidden, 3),
             ConvBnAct(hidden, hidden, 3),
-            nn.Conv2d(hidden, num_classes, 1),
+            CastConv2d(hidden, num_classes, 1),
         )
 
     def forward(self, features: Sequence[Tensor]) -> tuple[Tensor, Tensor | None]:
