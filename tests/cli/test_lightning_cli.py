@@ -111,6 +111,18 @@ def test_fit_print_config_shows_resolved_options(
     assert f"yaml: {tiny_data}" in out
 
 
+@pytest.mark.parametrize(
+    ("flag", "packed"), [((), "true"), (("--data.pack_batches", "false"), "false")]
+)
+def test_fit_packs_training_batches_unless_told_not_to(
+    tiny_data: Path, capsys: pytest.CaptureFixture[str], flag: tuple[str, ...], packed: str
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        main(["fit", "--data.yaml", str(tiny_data), *flag, "--print_config"])
+    assert exit_info.value.code == 0
+    assert f"pack_batches: {packed}" in capsys.readouterr().out
+
+
 def test_fit_accepts_verify_every(tiny_data: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = [
         "fit",
