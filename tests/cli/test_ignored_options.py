@@ -63,7 +63,13 @@ def test_ignored_options_predict_only_flags_outside_predict() -> None:
 
 
 def test_ignored_options_checkpoint_keeps_unsaved_model_options_and_groups() -> None:
-    args = ["--model.memory_format", "contiguous", "--model.replay.network=true", "--model.lr0=1"]
+    args = [
+        "--model.memory_format",
+        "contiguous",
+        "--model.casts_weights_together=true",
+        "--model.replay.network=true",
+        "--model.lr0=1",
+    ]
     lines = ignored_option_warnings(
         "fit", args, ckpt_path="last.ckpt", kept_model_options=UNSAVED_MODEL_OPTIONS
     )

@@ -106,6 +106,7 @@ def digested_fit(
     max_steps: int = 6,
     weights: str | None = None,
     memory_format: MemoryFormat = "auto",
+    casts_weights_together: bool = False,
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
     newton_schulz_dtype: NewtonSchulzChoice = "auto",
@@ -116,7 +117,8 @@ def digested_fit(
 ) -> DigestedFit:
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
-    the module's option (``auto``: channels-last on CUDA, NCHW on the CPU).
+    the module's option (``auto``: channels-last on CUDA, NCHW on the CPU), and so is
+    ``casts_weights_together``.
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
     ``newton_schulz_dtype`` the module's, ``gradient_clip_val`` the trainer's (by norm);
     ``callbacks`` join the loss recorder; ``max_instances`` the data module's target rows
@@ -145,6 +147,7 @@ def digested_fit(
         weights=weights,
         replay=replay,
         memory_format=memory_format,
+        casts_weights_together=casts_weights_together,
         newton_schulz_dtype=newton_schulz_dtype,
         **clip,
     )

@@ -15,6 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.loggers import CSVLogger
 
+import lucid_yolo.models.model as model_module
+import lucid_yolo.models.weight_casts as weight_casts
 from lucid_yolo.models import YOLO26, ConvBnAct
 from lucid_yolo.models.registry import TASK_SUFFIXES
 from lucid_yolo.replay import (
@@ -623,3 +625,37 @@ def test_module_bf16_mixed_hands_bf16_images_with_the_bits_of_float32_images(
         assert ours.keys() == theirs.keys()
         for key, value in theirs.items():
             assert (ours[key] is None and value is None) or torch.equal(ours[key], value), key
+
+
+@pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
+def test_module_casts_weights_together_on_request_with_the_bits_of_autocasts_casts(
+    tiny_dataset: Callable[[str], Path],
+    fit_digests: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    yaml = tiny_dataset("detect")
+    options: dict[str, Any] = {"accelerator": "cpu", "max_steps": 3, "validate": True}
+    scopes: list[bool] = []
+    casting = weight_casts.casting_weights
+
+    def counted(*modules: torch.nn.Module) -> Any:
+        scopes.append(torch.is_grad_enabled())
+        return casting(*modules)
+
+    monkeypatch.setattr(weight_casts, "casting_weights", counted)
+    monkeypatch.setattr(model_module, "casting_weights", counted)
+    together = fit_digests(yaml, "detect", "bf16-mixed", 1, casts_weights_together=True, **options)
+    # backbone+neck and head: every training step, and every validation forward without grad
+    assert scopes.count(True) == 2 * 3
+    assert scopes.count(False) >= 2
+    scopes.clear()
+    autocast = fit_digests(yaml, "detect", "bf16-mixed", 1, **options)
+    assert scopes == []
+    assert together.module.net.casts_weights_together
+    assert together.module.ema_net.casts_weights_together
+    assert not autocast.module.net.casts_weights_together
+    assert "casts_weights_together" not in together.module.hparams
+    assert together.digests == autocast.digests
+    assert together.losses == autocast.losses
+    assert together.val == autocast.val
+    assert together.val_outputs == autocast.val_outputs

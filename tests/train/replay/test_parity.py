@@ -369,3 +369,27 @@ def test_replayed_fit_with_float32_newton_schulz_is_bitwise_native(
     assert native.losses == replayed.losses
     # the default is not float32 on CUDA (test_musgd: it is bfloat16's bits)
     assert first_difference(default.digests, replayed.digests) is not None
+
+
+@pytest.mark.parametrize("task", ["detect", "segment"])
+def test_replayed_fit_with_the_weights_cast_together_is_bitwise_native(
+    task: str, tiny_dataset: Callable[[str], Path], fit_digests: Callable[..., Any]
+) -> None:
+    # The casts made together (lucid_yolo.models.weight_casts) run inside the recorded regions
+    # and the replayed evaluation; a fit with them must keep the bits of one without them.
+    yaml = tiny_dataset(task)
+    replay = ReplayConfig(network=True, segment_heads=task == "segment", loss=True, update=True)
+    options: dict[str, Any] = {"casts_weights_together": True, "validate": True}
+    native = fit_digests(yaml, task, "bf16-mixed", 2, **options)
+    replayed = fit_digests(yaml, task, "bf16-mixed", 2, replay=replay, **options)
+    autocast = fit_digests(yaml, task, "bf16-mixed", 2, validate=True)
+    assert replayed.module.net.casts_weights_together
+    assert replayed.module.ema_net.casts_weights_together
+    assert replayed.network_replays == len(replayed.losses) - 1
+    assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
+    assert replayed.telemetry["retirements"] == 0, replayed.telemetry
+    for other in (replayed, autocast):
+        assert first_difference(native.digests, other.digests) is None
+        assert native.losses == other.losses
+        assert native.val == other.val
+        assert native.val_outputs == other.val_outputs

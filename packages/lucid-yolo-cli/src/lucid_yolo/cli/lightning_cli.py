@@ -68,7 +68,7 @@ PREDICT_CONF = 0.25
 """``predict``'s default ``--model.val_conf``: validation's 0.001 serves mAP, not a reader."""
 INFERENCE_OPTIONS = ("val_conf", "max_det")
 """Model options that ``predict`` takes from the command line, not from the checkpoint."""
-UNSAVED_MODEL_OPTIONS = ("memory_format", "replay")
+UNSAVED_MODEL_OPTIONS = ("memory_format", "casts_weights_together", "replay")
 """Model options (or groups) a checkpoint's hyperparameters leave out, so that the command line's
 value holds with ``--ckpt_path``: they change how a step runs, not what a checkpoint holds."""
 

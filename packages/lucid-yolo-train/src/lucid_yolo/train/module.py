@@ -116,6 +116,15 @@ class YoloModule(pl.LightningModule):
             either layout (:mod:`lucid_yolo.train.memory_format`). Not saved in the
             hyperparameters: a checkpoint does not depend on it, and a resumed fit runs the
             layout its command line asks for.
+        casts_weights_together: under autocast, cast the convolutions' weights to its dtype
+            in one multi-tensor copy a forward part and their gradients back one block at a
+            time (``YOLO26.casts_weights_together``, for the network and its EMA copy): the
+            same bits as autocast's cast per tensor, about 270 fewer kernels a step. Off by
+            default: on an H100 its first version shortened the graphed forward+backward of
+            yolo26n at batch 4 by 0.54 ms but raised a replayed fit's peak memory by 21 MB
+            (1.121× native), and this blockwise version is not yet measured on a GPU
+            (docs/engineering/whole-fit-speed.md, session 47). Not saved in the
+            hyperparameters: it changes no result.
         replay: which parts of the training step replay from CUDA graphs, and the runtime
             verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
             true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a
@@ -155,6 +164,7 @@ class YoloModule(pl.LightningModule):
         val_conf: float = 0.001,
         max_det: int = 300,
         memory_format: MemoryFormat = "auto",
+        casts_weights_together: bool = False,
         replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
         non_finite_loss: NonFinitePolicy = "stop",
     ) -> None:
@@ -177,10 +187,13 @@ class YoloModule(pl.LightningModule):
         self.memory_format_choice = check_memory_format(memory_format)
         self.memory_format: torch.memory_format = torch.contiguous_format
         """The layout in use: the choice resolved for the trainer's device at :meth:`setup`."""
-        self.save_hyperparameters(ignore=["weights", "replay", "memory_format"])
+        self.save_hyperparameters(
+            ignore=["weights", "replay", "memory_format", "casts_weights_together"]
+        )
         spec = model_spec(model)
         self.task = spec.task
         self.net = create_model(model, num_classes=num_classes, kpt_shape=kpt_shape, seed=seed)
+        self.net.casts_weights_together = casts_weights_together
         if weights is not None:
             print_line(load_weights(self.net, read_weights(weights)).summary())
         self.ema = trainer_ema(self.net, decay=ema_decay, tau=ema_tau)
