@@ -25,6 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from torch import nn
 
 from depthwise_nchw import VARIANT, nchw_depthwise
 from lucid_yolo.models import create_model
@@ -60,11 +61,17 @@ def _graphed_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[]
         torch.backends.cudnn.deterministic = before
 
 
-def _captured_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
-    model = create_model(name).cuda().train().to(memory_format=LAYOUTS[layout])
+def _model(name: str, layout: str) -> nn.Module:
+    """``name`` in training mode, set up as ``layout``'s variant asks (still on the CPU)."""
+    model = create_model(name).train()
     if layout == VARIANT:
         nchw_depthwise(model)
     model.casts_weights_together = layout == CASTS_TOGETHER
+    return model
+
+
+def _captured_step(name: str, batch: int, imgsz: int, layout: str) -> Callable[[], None]:
+    model = _model(name, layout).cuda().to(memory_format=LAYOUTS[layout])
     images = torch.rand(batch, 3, imgsz, imgsz, device="cuda").to(memory_format=LAYOUTS[layout])
 
     def step() -> None:

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import Tensor, nn
 
+import lucid_yolo.models.weight_casts as weight_casts
 from lucid_yolo.models import YOLO26, CastConv2d, create_model
 from lucid_yolo.models import outputs as keys
 from lucid_yolo.models.registry import TASK_SUFFIXES
@@ -149,14 +150,16 @@ def test_a_parameter_no_loss_reaches_keeps_no_gradient(images: Tensor) -> None:
 
     per_tensor, together = pair()
     per_tensor_out, _ = step(per_tensor, images, loss=one_to_one)
-    together_out, _ = step(together, images, loss=one_to_one)
+    together_out, together_loss = step(together, images, loss=one_to_one)
     assert_same_bits(per_tensor, together, per_tensor_out, together_out)
     branch = together.head.o2m[keys.BOX]
     assert branch.out[0][keys.BOX].weight.grad is None
     assert all(p.grad is None for p in together.backbone.parameters())
+    # the one-to-one branches are one block, whose node the loss reaches
+    assert node_names(together_loss).count("_GradientsBackBackward") == 1
 
 
-def test_frozen_parameters_are_cast_without_a_gradient(images: Tensor) -> None:
+def test_frozen_parameters_are_left_to_autocast(images: Tensor) -> None:
     per_tensor, together = pair()
     for net in (per_tensor, together):
         for parameter in list(net.parameters())[:-5]:
@@ -164,19 +167,32 @@ def test_frozen_parameters_are_cast_without_a_gradient(images: Tensor) -> None:
     per_tensor_out, per_tensor_loss = step(per_tensor, images)
     together_out, together_loss = step(together, images)
     assert_same_bits(per_tensor, together, per_tensor_out, together_out)
-    # a frozen weight's cast needs no gradient, so its convolution needs no weight backward
-    convolutions = [
-        n.count("ConvolutionBackward0") for n in map(node_names, (per_tensor_loss, together_loss))
-    ]
-    assert convolutions[0] == convolutions[1] < 126
+    trainable = sum(
+        t is not None and t.requires_grad
+        for m in together.modules()
+        if isinstance(m, CastConv2d)
+        for t in (m.weight, m.bias)
+    )
+    per_tensor_nodes, together_nodes = node_names(per_tensor_loss), node_names(together_loss)
+    assert 0 < trainable < cast_tensors(together)
+    assert "_GradientsBackBackward" in together_nodes
+    assert together_nodes.count("ToCopyBackward0") == (
+        per_tensor_nodes.count("ToCopyBackward0") - trainable
+    )
 
 
-def test_without_grad_the_evaluation_forward_is_the_same(images: Tensor) -> None:
+def test_without_grad_the_evaluation_forward_is_left_to_autocast(images: Tensor) -> None:
+    """Autocast frees each cast after its layer there; a scope would hold a part's to its end."""
     per_tensor, together = pair()
     outputs = []
     for net in (per_tensor.eval(), together.eval()):
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        with (
+            torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof,
+            torch.no_grad(),
+            torch.autocast("cpu", dtype=torch.bfloat16),
+        ):
             outputs.append(net(images))
+        assert "aten::_foreach_copy_" not in {e.key for e in prof.key_averages()}
     assert outputs[0].keys() == outputs[1].keys()
     assert all(torch.equal(outputs[0][k], outputs[1][k]) for k in outputs[0])
 
@@ -199,31 +215,41 @@ def test_a_deep_copy_casts_its_own_parameters(images: Tensor) -> None:
         for net in (copied, per_tensor_copy):
             for parameter in net.parameters():
                 parameter.mul_(0.5)
-    copied_out, _ = step(copied, images)
+    copied_out, copied_loss = step(copied, images)
     per_tensor_out, _ = step(per_tensor_copy, images)
     assert all(torch.equal(per_tensor_out[k], copied_out[k]) for k in per_tensor_out)
+    assert node_names(copied_loss).count("_GradientsBackBackward") == 12
 
 
 def test_a_forward_that_raised_leaves_no_casts_behind(images: Tensor) -> None:
-    per_tensor, together = pair()
-    with pytest.raises(RuntimeError), torch.autocast("cpu", dtype=torch.bfloat16):
-        together(torch.rand(1, 4, 64, 64))  # four channels: the first convolution refuses them
-    per_tensor_out, _ = step(per_tensor, images, autocast=None)
-    together_out, _ = step(together, images, autocast=None)
-    assert all(o.dtype == torch.float32 for o in together_out.values())
-    assert_same_bits(per_tensor, together, per_tensor_out, together_out)
+    _, together = pair()
+    entered: list[int] = []
+
+    def refuse(module: nn.Module, args: tuple[Tensor, ...]) -> None:
+        entered.append(len(weight_casts._SCOPE.get()))
+        raise RuntimeError("refused inside the scope")
+
+    hook = together.neck.register_forward_pre_hook(refuse)
+    with pytest.raises(RuntimeError, match="refused"), torch.autocast("cpu", dtype=torch.bfloat16):
+        together(images)
+    hook.remove()
+    assert entered[0] > 0  # the backbone's and neck's layers were in the scope
+    assert len(weight_casts._SCOPE.get()) == 0
+    outputs, _ = step(together, images, autocast=None)
+    assert all(o.dtype == torch.float32 for o in outputs.values())
 
 
 def test_a_part_called_on_its_own_is_the_same(images: Tensor) -> None:
-    """The trainer's replay regions and export call the forward's parts, not ``forward``."""
+    """The trainer's replay regions call the forward's parts, not ``forward``."""
     per_tensor, together = pair("segment")
     results = []
     for net in (per_tensor, together):
         with torch.autocast("cpu", dtype=torch.bfloat16):
             features = net.features(images)
-            results.append((net.predictions(features), net.protos(features)[0]))
-    assert all(torch.equal(results[0][0][k], results[1][0][k]) for k in results[0][0])
-    assert torch.equal(results[0][1], results[1][1])
+            results.append({**net.predictions(features), **net.segment_outputs(features)})
+    assert results[0].keys() == results[1].keys()
+    assert all(torch.equal(results[0][k], results[1][k]) for k in results[0])
+    assert node_names(everything(results[1])).count("_GradientsBackBackward") == 18
 
 
 @pytest.mark.gpu

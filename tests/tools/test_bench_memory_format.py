@@ -38,5 +38,9 @@ def test_deterministic_variant_captures_with_the_flag_and_puts_it_back(
     assert torch.backends.cudnn.deterministic is flag_before
 
 
-def test_the_casts_together_variant_is_channels_last(bench: ModuleType) -> None:
+def test_only_the_casts_together_variant_casts_the_weights_together(bench: ModuleType) -> None:
     assert bench.LAYOUTS[bench.CASTS_TOGETHER] is torch.channels_last
+    layouts = list(bench.LAYOUTS)
+    models = {layout: bench._model("yolo26n", layout) for layout in layouts}
+    together = {layout: model.casts_weights_together for layout, model in models.items()}
+    assert together == {layout: layout == bench.CASTS_TOGETHER for layout in layouts}

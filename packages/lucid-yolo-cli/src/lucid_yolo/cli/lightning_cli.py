@@ -160,9 +160,9 @@ class YoloCLI(LightningCLI):
             "data", "model.kpt_shape", compute_fn=kpt_shape_of, apply_on="instantiate"
         )
         parser.set_defaults({"data.yaml": SYNTHETIC})
-        # a fit's step gets the same batch bit for bit, with less data wait on the device at
-        # every batch measured (H100, sessions 46-47); the data module keeps Batch dicts by
-        # default for code that iterates its loaders itself
+        # a fit's step gets the same batch bit for bit, with less data wait on the device in
+        # every replayed fit measured (H100, sessions 46-47; only fit has a training loader);
+        # the data module keeps Batch dicts by default for code that iterates its loaders
         parser.set_defaults({"data.pack_batches": True})
         for action in parser._actions:
             if action.dest == "data.yaml":

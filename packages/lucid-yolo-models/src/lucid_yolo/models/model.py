@@ -40,13 +40,13 @@ class YOLO26(nn.Module):
 
     Attributes:
         strides: input pixels per cell of P3, P4, P5: ``(8, 16, 32)``.
-        casts_weights_together: under autocast, each forward part casts its convolutions'
-            weights in one multi-tensor copy, and their gradients back one block at a time
-            (:mod:`lucid_yolo.models.weight_casts`: the same bits, some 250 fewer launches a
-            step). Off by default: on an H100 the graphed forward+backward of yolo26n at batch
-            4 was 0.54 ms shorter, but a replayed fit's peak memory rose by 21 MB with one
-            node for the network (session 47), and the blockwise version is not yet measured
-            there.
+        casts_weights_together: in a training forward under autocast, each forward part
+            casts its convolutions' trainable weights in one multi-tensor copy, and their
+            gradients back one block at a time (:mod:`lucid_yolo.models.weight_casts`: the
+            same bits, in place of autocast's 276 per-tensor casts a step in yolo26n). Off by
+            default: on an H100 a first version (one backward node a part) shortened yolo26n's
+            graphed forward+backward at batch 4 by 0.54 ms but raised a replayed fit's peak by
+            22 MiB, and this version is not yet measured on a GPU (session 47).
 
     Raises:
         ModelConfigError: on an unknown task, a class count below 1, or a keypoint shape that is

@@ -116,15 +116,15 @@ class YoloModule(pl.LightningModule):
             either layout (:mod:`lucid_yolo.train.memory_format`). Not saved in the
             hyperparameters: a checkpoint does not depend on it, and a resumed fit runs the
             layout its command line asks for.
-        casts_weights_together: under autocast, cast the convolutions' weights to its dtype
-            in one multi-tensor copy a forward part and their gradients back one block at a
-            time (``YOLO26.casts_weights_together``, for the network and its EMA copy): the
-            same bits as autocast's cast per tensor, about 270 fewer kernels a step. Off by
-            default: on an H100 its first version shortened the graphed forward+backward of
-            yolo26n at batch 4 by 0.54 ms but raised a replayed fit's peak memory by 21 MB
-            (1.121× native), and this blockwise version is not yet measured on a GPU
-            (docs/engineering/whole-fit-speed.md, session 47). Not saved in the
-            hyperparameters: it changes no result.
+        casts_weights_together: in a training forward under autocast, cast the convolutions'
+            trainable weights to its dtype in one multi-tensor copy a forward part and their
+            gradients back one block at a time (``YOLO26.casts_weights_together``, for the
+            network and its EMA copy): the same bits as autocast's cast per tensor, whose 276
+            kernels a step (yolo26n) it replaces. Off by default: on an H100 a first version
+            (one backward node a part) shortened yolo26n's graphed forward+backward at batch 4
+            by 0.54 ms but raised a replayed fit's peak memory by 22 MiB (1.121× native), and
+            this version is not yet measured on a GPU (docs/engineering/whole-fit-speed.md,
+            session 47). Not saved in the hyperparameters: it changes no result.
         replay: which parts of the training step replay from CUDA graphs, and the runtime
             verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
             true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a

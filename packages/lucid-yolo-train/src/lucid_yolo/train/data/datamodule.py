@@ -127,8 +127,9 @@ class YoloDataModule(L.LightningDataModule):
             bit (unpacked in :meth:`on_after_batch_transfer`). Off here, so that a loop over
             :meth:`train_dataloader` of its own gets Batch dicts; ``lucid-yolo fit`` turns it
             on (on an H100 it lowered the device's data wait of replayed fits at detect batch
-            16 and 4 and segment batch 4, for at most 0.02 GiB more peak memory and none in
-            native fits: docs/engineering/whole-fit-speed.md, sessions 46-47).
+            16 and 4 and segment batch 4, for at most 0.02 GiB more peak memory, and left the
+            native peaks at batch 4 as they were: docs/engineering/whole-fit-speed.md,
+            sessions 46-47).
         copy_stream: copy each batch to a GPU on a stream of its own, beside the step in flight
             (:mod:`.device_copy`), instead of queued behind it on the step's stream; the step
             sees the same bytes. Off by default: it may hold up to two more batches on the
