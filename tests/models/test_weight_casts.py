@@ -74,9 +74,9 @@ def assert_same_bits(
             assert p.grad.stride() == q.grad.stride(), name
 
 
-def cast_tensors(net: nn.Module) -> int:
+def cast_tensors(net: nn.Module, *, trainable_only: bool = False) -> int:
     return sum(
-        t is not None
+        t is not None and (t.requires_grad or not trainable_only)
         for m in net.modules()
         if isinstance(m, CastConv2d)
         for t in (m.weight, m.bias)
@@ -167,12 +167,7 @@ def test_frozen_parameters_are_left_to_autocast(images: Tensor) -> None:
     per_tensor_out, per_tensor_loss = step(per_tensor, images)
     together_out, together_loss = step(together, images)
     assert_same_bits(per_tensor, together, per_tensor_out, together_out)
-    trainable = sum(
-        t is not None and t.requires_grad
-        for m in together.modules()
-        if isinstance(m, CastConv2d)
-        for t in (m.weight, m.bias)
-    )
+    trainable = cast_tensors(together, trainable_only=True)
     per_tensor_nodes, together_nodes = node_names(per_tensor_loss), node_names(together_loss)
     assert 0 < trainable < cast_tensors(together)
     assert "_GradientsBackBackward" in together_nodes
