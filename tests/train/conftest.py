@@ -106,7 +106,7 @@ def digested_fit(
     max_steps: int = 6,
     weights: str | None = None,
     memory_format: MemoryFormat = "auto",
-    casts_weights_together: bool = False,
+    casts_weights_together: bool | None = None,
     replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
     grad_clip_norm: float | None = None,
     newton_schulz_dtype: NewtonSchulzChoice = "auto",
@@ -118,7 +118,8 @@ def digested_fit(
     """A short seeded fit (from pretrained ``weights`` when given); digests of model, EMA,
     optimizer (and scaler), learning-rate schedule, per-step loss bits. ``memory_format`` is
     the module's option (``auto``: channels-last on CUDA, NCHW on the CPU), and so is
-    ``casts_weights_together``.
+    ``casts_weights_together`` (``None``: the module's default, so that the
+    parity tests run what a fit runs by default).
     ``grad_clip_norm`` is the module's clip (``None``: the module's default),
     ``newton_schulz_dtype`` the module's, ``gradient_clip_val`` the trainer's (by norm);
     ``callbacks`` join the loss recorder; ``max_instances`` the data module's target rows
@@ -137,7 +138,11 @@ def digested_fit(
         seed=0,
     )
     suffix = TASK_SUFFIXES[task]
-    clip = {} if grad_clip_norm is None else {"grad_clip_norm": grad_clip_norm}
+    module_options: dict[str, Any] = {}
+    if grad_clip_norm is not None:
+        module_options["grad_clip_norm"] = grad_clip_norm
+    if casts_weights_together is not None:
+        module_options["casts_weights_together"] = casts_weights_together
     shape = data.spec.kpt_shape
     module = YoloModule(
         f"yolo26n{suffix}",
@@ -147,9 +152,8 @@ def digested_fit(
         weights=weights,
         replay=replay,
         memory_format=memory_format,
-        casts_weights_together=casts_weights_together,
         newton_schulz_dtype=newton_schulz_dtype,
-        **clip,
+        **module_options,
     )
     losses, val = _LossBits(), _ValBits()
     val_outputs: list[dict[str, str]] = []

@@ -647,7 +647,7 @@ def test_module_casts_weights_together_on_request_with_the_bits_of_autocasts_cas
     # a block (12); validation, without grad, leaves its casts to autocast
     assert len(copies) == 14 * len(together.losses) > 0
     copies.clear()
-    autocast = fit_digests(yaml, "detect", "bf16-mixed", 2, **options)
+    autocast = fit_digests(yaml, "detect", "bf16-mixed", 2, casts_weights_together=False, **options)
     assert copies == []
     assert together.module.net.casts_weights_together
     assert together.module.ema_net.casts_weights_together

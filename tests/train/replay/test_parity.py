@@ -382,9 +382,10 @@ def test_replayed_fit_with_the_weights_cast_together_is_bitwise_native(
     options: dict[str, Any] = {"casts_weights_together": True, "validate": True}
     native = fit_digests(yaml, task, "bf16-mixed", 2, **options)
     replayed = fit_digests(yaml, task, "bf16-mixed", 2, replay=replay, **options)
-    autocast = fit_digests(yaml, task, "bf16-mixed", 2, validate=True)
+    autocast = fit_digests(yaml, task, "bf16-mixed", 2, validate=True, casts_weights_together=False)
     assert replayed.module.net.casts_weights_together
     assert replayed.module.ema_net.casts_weights_together
+    assert not autocast.module.net.casts_weights_together
     assert replayed.network_replays == len(replayed.losses) - 1
     assert replayed.regions["optimizer MuSGD"]["replays"] == replayed.ema_updates - 1
     assert replayed.telemetry["retirements"] == 0, replayed.telemetry
