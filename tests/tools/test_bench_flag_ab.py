@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from side_by_side_runs import replayed_run
 from tool_modules import load_tool
 
 ON = "--model.casts_weights_together true"
@@ -17,23 +18,6 @@ BENCH = ["--tasks", "detect", "--batch", "4", "--tools", "replay"]
 @pytest.fixture
 def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_tool("bench_flag_ab", monkeypatch)
-
-
-def replayed(whole_s: float, peak_gib: float) -> dict[str, object]:
-    phases = {"data_ms": 2.0, "network_ms": 10.0, "backward_ms": 6.0, "update_ms": 2.0}
-    return {
-        "task": "detect",
-        "tool": "replay",
-        "repeat": 0,
-        "exit": 0,
-        "whole_s": whole_s,
-        "startup_s": 6.0,
-        "val_s": 3.0,
-        "peak_reserved_gib": peak_gib,
-        "phases_ms": [{**phases, "between_steps_ms": 1.0}] * 4,
-        "epochs": [{"wall_s": 6.0, "steps": 50}] + [{"wall_s": 2.0, "steps": 50}] * 2,
-        "epoch_metrics": [{"box": 0.9}],
-    }
 
 
 def test_the_variants_alternate_and_odd_rounds_run_reversed(tool: ModuleType) -> None:
@@ -86,7 +70,7 @@ def test_each_variant_gets_the_medians_of_its_finished_fits(
     for v, r, peak in [(0, 0, 0.86), (1, 0, 0.85), (1, 1, 0.85), (0, 1, 0.88)]:
         folder = tmp_path / f"v{v}-r{r}"
         folder.mkdir()
-        report = {"runs": [replayed(70.0 + v, peak)]}
+        report = {"runs": [{**replayed_run(70.0 + v, 6.0), "peak_reserved_gib": peak}]}
         (folder / "side_by_side.json").write_text(json.dumps(report))
         fits.append({"variant": v, "round": r, "folder": str(folder), "exit": 0})
     fits.append({"variant": 0, "round": 2, "folder": str(tmp_path / "v0-r2"), "exit": None})

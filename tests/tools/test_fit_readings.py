@@ -7,6 +7,7 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
+from side_by_side_runs import replayed_run, ultralytics_run
 from tool_modules import load_tool
 
 
@@ -15,39 +16,8 @@ def tool(monkeypatch: pytest.MonkeyPatch) -> ModuleType:
     return load_tool("fit_readings", monkeypatch)
 
 
-def replayed(whole_s: float, first_epoch_s: float) -> dict[str, object]:
-    phases = {"data_ms": 2.0, "network_ms": 10.0, "backward_ms": 6.0, "update_ms": 2.0}
-    return {
-        "task": "detect",
-        "tool": "replay",
-        "repeat": 0,
-        "exit": 0,
-        "whole_s": whole_s,
-        "startup_s": 6.0,
-        "val_s": 3.0,
-        "peak_reserved_gib": 2.5,
-        "phases_ms": [{**phases, "between_steps_ms": 1.0}] * 4,
-        "epochs": [{"wall_s": first_epoch_s, "steps": 50}] + [{"wall_s": 2.0, "steps": 50}] * 4,
-        "epoch_metrics": [{"box": 0.5}, {"box": 0.9}],
-    }
-
-
-def ultralytics(whole_s: float) -> dict[str, object]:
-    return {
-        "task": "detect",
-        "tool": "ultralytics",
-        "repeat": 0,
-        "exit": 0,
-        "whole_s": whole_s,
-        "startup_s": 4.0,
-        "val_s": 12.0,
-        "peak_reserved_gib": 3.0,
-        "epoch_metrics": [{"box": 0.8}],
-    }
-
-
 def test_a_replayed_fit_gets_its_fixed_costs_step_and_ratio(tool: ModuleType) -> None:
-    report = {"runs": [ultralytics(90.0), replayed(40.0, 6.0), ultralytics(110.0)]}
+    report = {"runs": [ultralytics_run(90.0), replayed_run(40.0, 6.0), ultralytics_run(110.0)]}
     rows = tool.readings(report, "b16")
     fit = rows[1]
     assert fit["× Ultralytics"] == pytest.approx(100.0 / 40.0)  # the Ultralytics fits' median
@@ -68,15 +38,16 @@ def test_a_replayed_fit_gets_its_fixed_costs_step_and_ratio(tool: ModuleType) ->
 def test_with_the_round_ratio_a_fit_is_read_against_its_own_rounds_ultralytics_fit(
     tool: ModuleType,
 ) -> None:
-    second = {**replayed(50.0, 6.0), "repeat": 1}
-    report = {"runs": [ultralytics(90.0), replayed(40.0, 6.0), second, ultralytics(110.0)]}
+    second = {**replayed_run(50.0, 6.0), "repeat": 1}
+    runs = [ultralytics_run(90.0), replayed_run(40.0, 6.0), second, ultralytics_run(110.0)]
+    report = {"runs": runs}
     report["runs"][3]["repeat"] = 1
     rows = tool.readings(report, "b16", ratio="round")
     assert rows[1]["× Ultralytics"] == pytest.approx(90.0 / 40.0)
     assert rows[2]["× Ultralytics"] == pytest.approx(110.0 / 50.0)
-    alone = {**replayed(40.0, 6.0), "repeat": 2}  # a round without Ultralytics
+    alone = {**replayed_run(40.0, 6.0), "repeat": 2}  # a round without Ultralytics
     assert (
-        tool.readings({"runs": [ultralytics(90.0), alone]}, "b16", "round")[1]["× Ultralytics"]
+        tool.readings({"runs": [ultralytics_run(90.0), alone]}, "b16", "round")[1]["× Ultralytics"]
         is None
     )
     with pytest.raises(ValueError, match="ratio='mean'"):
@@ -86,18 +57,18 @@ def test_with_the_round_ratio_a_fit_is_read_against_its_own_rounds_ultralytics_f
 def test_a_replayed_fits_peak_is_read_against_the_native_fits_of_its_report(
     tool: ModuleType,
 ) -> None:
-    native = {**replayed(90.0, 6.0), "tool": "native", "peak_reserved_gib": 2.0}
-    rows = tool.readings({"runs": [replayed(40.0, 6.0), native]}, "memory")
+    native = {**replayed_run(90.0, 6.0), "tool": "native", "peak_reserved_gib": 2.0}
+    rows = tool.readings({"runs": [replayed_run(40.0, 6.0), native]}, "memory")
     assert rows[0]["× native peak"] == pytest.approx(1.25)
     assert rows[1]["× native peak"] is None
-    assert tool.readings({"runs": [replayed(40.0, 6.0)]}, "b16")[0]["× native peak"] is None
+    assert tool.readings({"runs": [replayed_run(40.0, 6.0)]}, "b16")[0]["× native peak"] is None
 
 
 def test_a_fit_that_failed_is_left_out_and_a_report_without_ultralytics_has_no_ratio(
     tool: ModuleType,
 ) -> None:
-    failed = {**ultralytics(50.0), "exit": 1}
-    rows = tool.readings({"runs": [failed, replayed(40.0, 6.0)]}, "b16")
+    failed = {**ultralytics_run(50.0), "exit": 1}
+    rows = tool.readings({"runs": [failed, replayed_run(40.0, 6.0)]}, "b16")
     assert [row["tool"] for row in rows] == ["replay"]
     assert rows[0]["× Ultralytics"] is None
 
@@ -106,7 +77,7 @@ def test_the_command_prints_one_table_row_a_fit_in_each_columns_format(
     tmp_path: Path, tool: ModuleType, capsys: pytest.CaptureFixture[str]
 ) -> None:
     report = tmp_path / "side_by_side.json"
-    report.write_text(json.dumps({"runs": [replayed(40.0, 6.0), ultralytics(100.0)]}))
+    report.write_text(json.dumps({"runs": [replayed_run(40.0, 6.0), ultralytics_run(100.0)]}))
     tool.main([str(report)])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| report | task | tool |")
