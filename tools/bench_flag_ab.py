@@ -21,7 +21,10 @@ Usage (GPU machine, repository root, after ``source tools/gpu_env.sh``)::
            --tools replay --no-warm-up
 
 Everything after ``--`` goes to ``bench_side_by_side.py`` (not ``--out``, ``--runs-dir``,
-``--timeout`` or ``--lucid-args``, which this sets). ``--dry-run`` prints the commands.
+``--timeout`` or ``--lucid-args``, which this sets), with one tool named in ``--tools``: the
+benchmark's timeout is per fit, so an invocation of two tools could outrun the budget and be
+cut before it writes its report (run the tool again for native fits). ``--dry-run`` prints the
+commands.
 """
 
 from __future__ import annotations
@@ -178,6 +181,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     clash = [a for a in bench if a.split("=")[0] in OWN_OPTIONS]
     if clash:
         parser.error(f"{', '.join(clash)} after --: this tool sets {', '.join(OWN_OPTIONS)} itself")
+    tools = [bench[i + 1] for i, a in enumerate(bench[:-1]) if a == "--tools"]
+    tools += [a.split("=", 1)[1] for a in bench if a.startswith("--tools=")]
+    if len(tools) != 1 or "," in tools[0]:
+        parser.error("name one tool after --, as --tools TOOL (each fit gets its own budget)")
     args.bench_args = bench
     return args
 

@@ -57,10 +57,24 @@ def test_options_the_tool_sets_are_refused_after_the_separator(
 ) -> None:
     with pytest.raises(SystemExit):
         tool.parse(
-            ["--variant", ON, "--variant", OFF, "--out", str(tmp_path), "--", "--timeout", "9"]
+            [
+                "--variant",
+                ON,
+                "--variant",
+                OFF,
+                "--out",
+                str(tmp_path),
+                "--",
+                *BENCH,
+                "--timeout",
+                "9",
+            ]
         )
     with pytest.raises(SystemExit):
         tool.parse(["--variant", ON, "--out", str(tmp_path)])  # one variant compares nothing
+    for tools in (["--tools", "replay,native"], ["--tools=replay,native"], []):
+        with pytest.raises(SystemExit):  # two fits (or the default three) could outrun it
+            tool.parse(["--variant", ON, "--variant", OFF, "--out", str(tmp_path), "--", *tools])
 
 
 def test_each_variant_gets_the_medians_of_its_finished_fits(
