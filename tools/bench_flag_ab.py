@@ -54,6 +54,9 @@ SUMMARY = (
     "peak reserved GiB",
 )
 """The readings each variant's medians are given for."""
+_BENCH_TOOLS = argparse.ArgumentParser(add_help=False)
+_BENCH_TOOLS.add_argument("--tools")
+"""Reads the benchmark's ``--tools`` (either spelling) from the arguments after ``--``."""
 TIMEOUT_MARGIN_S = 5
 """Seconds between a fit's own timeout and the budget's end, for its report to be written."""
 
@@ -85,11 +88,11 @@ def fit_command(bench_args: list[str], flags: str, folder: Path, timeout_s: int)
 
 def run_all(
     args: argparse.Namespace,
-    run: Callable[[list[str], int], int] | None = None,
+    run: Callable[[list[str], Path, int], int] | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[dict[str, Any]]:
     """Each scheduled fit's variant, round, folder and exit status (``None``: not started,
-    too little of the budget left); ``run(command, timeout_s)`` runs one fit."""
+    too little of the budget left); ``run(command, folder, timeout_s)`` runs one fit."""
     run = run or _run
     start = clock()
     fits: list[dict[str, Any]] = []
@@ -99,16 +102,15 @@ def run_all(
         fit: dict[str, Any] = {"variant": v, "round": r, "folder": str(folder), "exit": None}
         if left >= args.min_left:
             command = fit_command(args.bench_args, args.variant[v], folder, left - TIMEOUT_MARGIN_S)
-            fit["exit"] = run(command, left)
+            fit["exit"] = run(command, folder, left)
         else:
             print(f"v{v} r{r}: not started, {left} s of the budget left", flush=True)
         fits.append(fit)
     return fits
 
 
-def _run(command: list[str], timeout_s: int) -> int:
-    """One fit, its output to ``run.log`` in its folder; 124 when cut at ``timeout_s``."""
-    folder = Path(command[command.index("--out") + 1])
+def _run(command: list[str], folder: Path, timeout_s: int) -> int:
+    """One fit, its output to ``run.log`` in ``folder``; 124 when cut at ``timeout_s``."""
     folder.mkdir(parents=True, exist_ok=True)
     with (folder / "run.log").open("w") as log:
         try:
@@ -181,9 +183,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     clash = [a for a in bench if a.split("=")[0] in OWN_OPTIONS]
     if clash:
         parser.error(f"{', '.join(clash)} after --: this tool sets {', '.join(OWN_OPTIONS)} itself")
-    tools = [bench[i + 1] for i, a in enumerate(bench[:-1]) if a == "--tools"]
-    tools += [a.split("=", 1)[1] for a in bench if a.startswith("--tools=")]
-    if len(tools) != 1 or "," in tools[0]:
+    tools = _BENCH_TOOLS.parse_known_args(bench)[0].tools
+    if tools is None or "," in tools:
         parser.error("name one tool after --, as --tools TOOL (each fit gets its own budget)")
     args.bench_args = bench
     return args

@@ -34,7 +34,10 @@ def test_each_fit_gets_its_flags_folder_and_the_budget_left(
     now = [0.0]
     commands: list[tuple[list[str], int]] = []
 
-    def run(command: list[str], timeout_s: int) -> int:
+    folders: list[Path] = []
+
+    def run(command: list[str], folder: Path, timeout_s: int) -> int:
+        folders.append(folder)
         commands.append((command, timeout_s))
         now[0] += 100.0  # each fit takes 100 s
         return 0
@@ -43,6 +46,7 @@ def test_each_fit_gets_its_flags_folder_and_the_budget_left(
     # the third fit starts with 100 s left, the fourth would have 0 (under --min-left 45)
     assert [f["exit"] for f in fits] == [0, 0, 0, None]
     assert [c[1] for c in commands] == [300, 200, 100]
+    assert folders == [tmp_path / "v0-r0", tmp_path / "v1-r0", tmp_path / "v1-r1"]
     first = commands[0][0]
     assert first[first.index("--timeout") + 1] == str(300 - tool.TIMEOUT_MARGIN_S)
     assert f"--lucid-args={ON}" in first
