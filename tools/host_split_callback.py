@@ -100,7 +100,7 @@ TARGETS = (
     ("lucid_yolo.train.data.packed_batch", "PackedBatch", "unpack"),
     ("lucid_yolo.train.data.augment.device_pixels", "DevicePixels", "__call__"),
     ("lucid_yolo.train.data.augment.device_pixels", "DevicePixels", "_finish_images"),
-    ("lucid_yolo.train.data.augment.device_pixels", None, "hsv_luts"),
+    ("lucid_yolo.train.data.augment.device_pixels", None, "jitter_tables"),
     ("lucid_yolo.train.data.augment.device_pixels", None, "hsv_lookup"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_top_k"),
     ("lucid_yolo.train.evaluation", "Evaluator", "_source_predictions"),

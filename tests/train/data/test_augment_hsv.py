@@ -7,7 +7,14 @@ import numpy as np
 import pytest
 import torch
 
-from lucid_yolo.train.data.augment import HsvTables, draw_hsv_gains, hsv_cpu, hsv_on_device
+from lucid_yolo.train.data.augment import (
+    HsvTables,
+    draw_hsv_gains,
+    hsv_cpu,
+    hsv_luts,
+    hsv_on_device,
+    jitter_tables,
+)
 
 YOLO_AMPLITUDES = (0.015, 0.7, 0.4)
 
@@ -46,16 +53,31 @@ def test_hsv_cpu_value_gain_changes_brightness_only() -> None:
     assert np.abs(hsv_out[..., 0] - hsv_in[..., 0]).mean() < 8
 
 
-def test_hsv_tables_hold_opencv_conversions(cpu_tables: HsvTables) -> None:
+def _packed(triples: np.ndarray) -> torch.Tensor:
+    """(N, 3) uint8 -> (N,) int64 ``t0 | t1 << 8 | t2 << 16``."""
+    wide = triples.astype(np.int64)
+    return torch.from_numpy(wide[:, 0] | wide[:, 1] << 8 | wide[:, 2] << 16)
+
+
+def test_hsv_tables_hold_opencv_conversions_packed(cpu_tables: HsvTables) -> None:
     image = _image(32)
-    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV)
-    rgb = image.reshape(-1, 3).astype(np.int64)
-    codes = torch.from_numpy((rgb[:, 0] << 16) | (rgb[:, 1] << 8) | rgb[:, 2])
-    assert np.array_equal(cpu_tables.to_hsv[codes].numpy(), hsv.reshape(-1, 3))
-    back = cv2.cvtColor(hsv, cv2.COLOR_HSV2RGB)
-    h = hsv.reshape(-1, 3).astype(np.int64)
-    codes = torch.from_numpy((h[:, 0] << 16) | (h[:, 1] << 8) | h[:, 2])
-    assert np.array_equal(cpu_tables.to_rgb[codes].numpy(), back.reshape(-1, 3))
+    hsv = cv2.cvtColor(image, cv2.COLOR_RGB2HSV).reshape(-1, 3)
+    rgb = image.reshape(-1, 3)
+    assert cpu_tables.to_hsv.dtype == cpu_tables.to_rgb.dtype == torch.int32
+    assert torch.equal(cpu_tables.to_hsv[_packed(rgb)].long(), _packed(hsv[:, ::-1]))
+    back = cv2.cvtColor(hsv.reshape(32, 32, 3), cv2.COLOR_HSV2RGB).reshape(-1, 3)
+    assert torch.equal(cpu_tables.to_rgb[_packed(hsv[:, ::-1])].long(), _packed(back))
+
+
+def test_jitter_tables_hold_each_images_channel_tables_packed() -> None:
+    gains = torch.tensor([[1.01, 0.5, 1.3], [0.99, 1.6, 0.7]], dtype=torch.float64)
+    luts = hsv_luts(gains).long()
+    jitter = jitter_tables(gains)
+    h, s, v = 179, 200, 37
+    for image in range(2):
+        assert jitter.hue[image, h] == luts[image, 0, h] << 16
+        value = luts[image, 2, v] | luts[image, 1, s] << 8
+        assert jitter.saturation_value[image, v | s << 8] == value
 
 
 @pytest.mark.parametrize("size", [32, 64, 96])

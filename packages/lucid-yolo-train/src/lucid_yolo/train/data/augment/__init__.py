@@ -12,11 +12,13 @@ from lucid_yolo.train.data.augment.flip import flip_lr
 from lucid_yolo.train.data.augment.geometry import KeepRule, clip_polygon
 from lucid_yolo.train.data.augment.hsv import (
     HsvTables,
+    JitterTables,
     draw_hsv_gains,
     hsv_cpu,
     hsv_lookup,
     hsv_luts,
     hsv_on_device,
+    jitter_tables,
 )
 from lucid_yolo.train.data.augment.letterbox import (
     fit_size,
@@ -78,11 +80,13 @@ __all__ = [
     "mosaic4",
     # colour
     "HsvTables",
+    "JitterTables",
     "draw_hsv_gains",
     "hsv_cpu",
     "hsv_lookup",
     "hsv_luts",
     "hsv_on_device",
+    "jitter_tables",
     # pixel passes finished on the training device
     "DevicePixels",
     # rotated boxes

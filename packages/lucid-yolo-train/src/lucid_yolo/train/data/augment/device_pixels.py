@@ -34,18 +34,18 @@ import torch
 from torch import Tensor, nn
 
 from lucid_yolo.replay import ForwardRecorder, ReplayPool, Telemetry, merge_telemetry
-from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, hsv_luts
+from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, jitter_tables
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
 CHUNK_PIXELS = 1 << 22
 """Pixels :class:`DevicePixels` finishes at once by default: ten 640 px images, whose HSV
-temporaries come to about 75 MB (18 bytes per pixel, :func:`hsv_lookup`). Smaller chunks cost time
-per chunk, not per pixel: on the H200 a 16 x 640 px batch took 2.46 ms of device time and 2.78 ms
-of host time in chunks of two images, 0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once
-(``tools/bench_data_wait.py --device-only --chunk-pixels N``,
-docs/engineering/whole-fit-speed.md)."""
+temporaries come to about 50 MB (12 bytes per pixel, :func:`hsv_lookup`). Smaller chunks cost time
+per chunk, not per pixel: with the three-byte tables used before session 49, on the H200 a
+16 x 640 px batch took 2.46 ms of device time and 2.78 ms of host time in chunks of two images,
+0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once (``tools/bench_data_wait.py
+--device-only --chunk-pixels N``, docs/engineering/whole-fit-speed.md)."""
 
 MAX_SIGNATURES = 4
 """Graphs :class:`DevicePixels` records per device (one per batch shape, chunk size and whether
@@ -63,7 +63,7 @@ class DevicePixels:
     of that. Each pixel's result depends on that pixel's bytes and its image's draws alone, so
     chunks give the whole batch's bits (``tests/train/data/test_augment_device_pixels.py``).
 
-    The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 83 MB) are
+    The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 109 MiB) are
     built at the first batch that needs them and kept for the device.
 
     Args:
@@ -71,7 +71,7 @@ class DevicePixels:
         replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
             :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device). Each recording
             keeps a static copy of the images it reads and, in its pool, the finished copy it
-            writes and one chunk's temporaries (about 75 MB at 640 px with the default chunk);
+            writes and one chunk's temporaries (about 50 MB at 640 px with the default chunk);
             the first batch of a shape runs eagerly, the second records. No effect on the
             CPU. The data module sets it as the fit replays (``AugmentConfig.pixels_replayed``).
         pool_for: the memory pool the graphs record into on a device; ``None``: a pool of
@@ -191,12 +191,12 @@ class _FinishImages:
     ) -> None:
         """HSV, then the mirror (the CPU path's order), ``step`` images at a time into ``into``
         (which may be ``images``)."""
-        luts = None if gains is None else hsv_luts(gains)
         for start in range(0, images.shape[0], step):
             chunk = slice(start, start + step)
             finished = images[chunk]
-            if luts is not None:
-                finished = hsv_lookup(finished, luts[chunk], self._tables_on(images.device))
+            if gains is not None:
+                jitter = jitter_tables(gains[chunk])
+                finished = hsv_lookup(finished, jitter, self._tables_on(images.device))
             if flips is None:
                 into[chunk] = finished
             else:

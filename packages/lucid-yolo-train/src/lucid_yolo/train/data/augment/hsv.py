@@ -12,17 +12,18 @@ Two implementations of the same function:
 * :func:`hsv_on_device` on a (B, 3, H, W) batch on any torch device, one gain triple per image.
   Both colour conversions are functions of a pixel's three bytes alone, so :class:`HsvTables`
   evaluates OpenCV's own conversions once for every input (2^24 RGB and 180 x 256 x 256 HSV
-  triples, 83 MB) and the device looks pixels up in them; the lookup tables are computed in float64
-  as on the CPU. The result equals :func:`hsv_cpu` bit for bit wherever OpenCV converts a pixel
-  with its vector code, which covers every pixel of an image whose width is a multiple of 32 (any
-  network size; ``tests/train/data/test_augment_hsv.py``). OpenCV's scalar code for the last
-  pixels of other row widths rounds HSV to RGB differently by at most one grey level (measured
-  with OpenCV 5.0: up to 1 level on 74 % of random HSV triples), and so may the device there.
+  triples, 109 MiB as int32 rows) and the device looks pixels up in them; the channel tables are
+  computed in float64 as on the CPU. The result equals :func:`hsv_cpu` bit for bit wherever
+  OpenCV converts a pixel with its vector code, which covers every pixel of an image whose width
+  is a multiple of 32 (any network size; ``tests/train/data/test_augment_hsv.py``). OpenCV's
+  scalar code for the last pixels of other row widths rounds HSV to RGB differently by at most
+  one grey level (measured with OpenCV 5.0: up to 1 level on 74 % of random HSV triples), and so
+  may the device there.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sys
 from dataclasses import dataclass
 
 import cv2
@@ -32,6 +33,7 @@ import torch
 from torch import Tensor
 
 from lucid_yolo.train.data.augment.sample import UInt8Array
+from lucid_yolo.train.exceptions import TrainConfigError
 
 HUE_LEVELS = 180
 """OpenCV's 8-bit hue: degrees / 2."""
@@ -70,11 +72,19 @@ def hsv_cpu(image: UInt8Array, gains: npt.NDArray[np.float64]) -> UInt8Array:
 
 @dataclass(frozen=True)
 class HsvTables:
-    """OpenCV's 8-bit RGB <-> HSV conversions as tables on one device.
+    """OpenCV's 8-bit RGB <-> HSV conversions as tables on one device, a pixel in one int32.
+
+    A pixel travels as the int32 whose little-endian bytes are its three channels and a zero
+    (:func:`hsv_lookup` builds it by viewing the bytes, so the host must be little-endian, as
+    every CUDA device is). One int32 a row lets each conversion be one gather of four bytes
+    with an int32 index, where rows of three bytes took three byte loads and an int64 copy of
+    the index.
 
     Attributes:
-        to_hsv: (2^24, 3) uint8, row ``r << 16 | g << 8 | b`` = OpenCV's HSV of that RGB triple.
-        to_rgb: (180 * 2^16, 3) uint8, row ``(h << 8 | s) << 8 | v`` = OpenCV's RGB of that HSV.
+        to_hsv: (2^24,) int32: row ``r | g << 8 | b << 16`` holds OpenCV's HSV of that RGB
+            triple as ``v | s << 8 | h << 16``.
+        to_rgb: (180 * 2^16,) int32: row ``v | s << 8 | h << 16`` holds OpenCV's RGB of that
+            HSV triple as ``r | g << 8 | b << 16``.
     """
 
     to_hsv: Tensor
@@ -83,10 +93,33 @@ class HsvTables:
     @classmethod
     def on(cls, device: torch.device) -> HsvTables:
         """The tables on ``device`` (computed on the host once per process, ~1 s)."""
+        if sys.byteorder != "little":
+            raise TrainConfigError(
+                "the device HSV jitter reads a pixel's bytes as one little-endian int32 and this "
+                "host is big-endian; set `data.augment.pixels_on_device: false` to jitter in "
+                "the loader workers"
+            )
         to_hsv, to_rgb = _opencv_tables()
         return cls(
             to_hsv=torch.from_numpy(to_hsv).to(device), to_rgb=torch.from_numpy(to_rgb).to(device)
         )
+
+
+@dataclass(frozen=True)
+class JitterTables:
+    """Each image's channel tables (:func:`hsv_cpu`'s ``luts``) laid out for
+    :func:`hsv_lookup`: indexed by fields of :attr:`HsvTables.to_hsv`'s packed codes and valued
+    in the packed codes :attr:`HsvTables.to_rgb` reads, so that a pixel's jittered code is the
+    OR of two lookups.
+
+    Attributes:
+        hue: (B, 256) int32: row ``h`` of image ``b`` is its hue table's value ``<< 16``.
+        saturation_value: (B, 2^16) int32: row ``v | s << 8`` of image ``b`` is
+            ``lut_v[v] | lut_s[s] << 8``.
+    """
+
+    hue: Tensor
+    saturation_value: Tensor
 
 
 def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
@@ -94,7 +127,7 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
 
     No host synchronisation: every step is a gather or an elementwise op on the device. The
     whole batch at once; :class:`~lucid_yolo.train.data.augment.DevicePixels` runs the same two
-    steps (:func:`hsv_luts`, :func:`hsv_lookup`) a few images at a time.
+    steps (:func:`jitter_tables`, :func:`hsv_lookup`) a few images at a time.
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
@@ -104,7 +137,7 @@ def hsv_on_device(images: Tensor, gains: Tensor, tables: HsvTables) -> Tensor:
     Returns:
         (B, 3, H, W) uint8 RGB, contiguous.
     """
-    return hsv_lookup(images, hsv_luts(gains), tables).contiguous()
+    return hsv_lookup(images, jitter_tables(gains), tables).contiguous()
 
 
 def hsv_luts(gains: Tensor) -> Tensor:
@@ -123,63 +156,81 @@ def hsv_luts(gains: Tensor) -> Tensor:
     ).to(torch.uint8)  # truncates, as numpy's astype
 
 
-def hsv_lookup(images: Tensor, luts: Tensor, tables: HsvTables) -> Tensor:
-    """RGB -> HSV, each channel through its image's table, HSV -> RGB: three table lookups.
+def jitter_tables(gains: Tensor) -> JitterTables:
+    """:func:`hsv_luts` of ``gains`` laid out for :func:`hsv_lookup`."""
+    luts = hsv_luts(gains).int()
+    hue = luts[:, 0].bitwise_left_shift(16)
+    saturation = luts[:, 1, :, None].bitwise_left_shift(8)
+    saturation_value = saturation.bitwise_or(luts[:, 2, None, :])  # (B, s, v)
+    return JitterTables(hue.contiguous(), saturation_value.flatten(1))
 
-    Pixels travel as one int32 code each, built and rebuilt in place in one buffer. The channel
-    tables are read one channel at a time with an int64 index: with one int32 index for all
-    three, the H200's allocator peaked 18.7 MiB above the tensors' own bytes for two 640 px
-    images, about one int64 copy of that index. The temporaries come to about 18 bytes per
-    pixel.
+
+def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tensor:
+    """RGB -> HSV, each channel through its image's table, HSV -> RGB: four int32 gathers.
+
+    The RGB code is the images' bytes copied into a zeroed four-byte pixel and read as int32;
+    the jittered HSV code is the OR of the image's hue lookup and its saturation-value lookup,
+    each indexed by a field of the HSV code plus the image's offset into its flattened table.
+    Three int32 buffers the images' size serve every step (12 bytes per pixel).
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
-        luts: (B, 3, 256) uint8 contiguous, from :func:`hsv_luts`.
+        jitter: the images' :class:`JitterTables` (:func:`jitter_tables`).
         tables: the conversions on ``images.device``.
 
     Returns:
-        (B, 3, H, W) uint8 RGB in ``torch.channels_last`` layout (a view of the last lookup).
+        (B, 3, H, W) uint8 RGB, a view of the last lookup's int32 pixels.
     """
-    codes = _pixel_codes(images.unbind(1))  # (B, H, W) int32 RGB codes
-    hsv = tables.to_hsv[codes]  # (B, H, W, 3)
-    # element (b * 3 + c) * 256 + value of the flattened tables: image b's channel c
-    offsets = torch.arange(0, luts.numel(), 256, device=luts.device).view(-1, 3, 1, 1)
-    flat = luts.view(-1)
-    jittered = [flat[hsv[..., c].long().add_(offsets[:, c])] for c in range(3)]  # 3 x (B, H, W)
-    del hsv
-    rgb = tables.to_rgb[_pixel_codes(jittered, into=codes)]  # (B, H, W, 3)
-    return rgb.permute(0, 3, 1, 2)
+    count, _, height, width = images.shape
+    pixels = images.new_zeros(count, height, width, 4)
+    pixels[..., :3] = images.permute(0, 2, 3, 1)
+    codes = pixels.view(torch.int32).view(-1)  # RGB codes
+    hsv = tables.to_hsv.index_select(0, codes)
+    first = torch.arange(count, dtype=torch.int32, device=images.device)[:, None]
+    index = hsv.bitwise_and(0xFFFF).view(count, -1).add_(first << 16).view(-1)
+    torch.index_select(jitter.saturation_value.view(-1), 0, index, out=codes)
+    torch.bitwise_right_shift(hsv, 16, out=index).view(count, -1).add_(first << 8)
+    torch.index_select(jitter.hue.view(-1), 0, index, out=hsv)
+    torch.index_select(tables.to_rgb, 0, codes.bitwise_or_(hsv), out=index)  # jittered RGB
+    rgb = index.view(count, height, width, 1).view(torch.uint8)  # (B, H, W, 4)
+    return rgb[..., :3].permute(0, 3, 1, 2)
 
 
-def _pixel_codes(channels: Sequence[Tensor], into: Tensor | None = None) -> Tensor:
-    """``c0 << 16 | c1 << 8 | c2`` as int32 from three uint8 planes of one shape, built in
-    ``into`` (int32, that shape) when given: the row of a pixel in :class:`HsvTables`."""
-    first, second, third = channels
-    codes = first.int() if into is None else into.copy_(first)
-    codes.bitwise_left_shift_(8).bitwise_or_(second)
-    return codes.bitwise_left_shift_(8).bitwise_or_(third)
-
-
-def _opencv_tables() -> tuple[UInt8Array, UInt8Array]:
-    """Every RGB triple converted to HSV and every HSV triple (h < 180) to RGB by OpenCV.
+def _opencv_tables() -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+    """Every RGB triple converted to HSV and every HSV triple (h < 180) to RGB by OpenCV, in
+    :class:`HsvTables`' packed codes.
 
     Converted as images 4,096 and 1,024 pixels wide, so OpenCV's vector code converts every
     pixel, as it does every pixel of a network-size image.
     """
-    # little-endian bytes of the code, reversed: (code >> 16, code >> 8 & 255, code & 255)
-    rgb = np.arange(2**24, dtype=np.uint32).view(np.uint8).reshape(-1, 4)[:, 2::-1]
-    to_hsv = cv2.cvtColor(np.ascontiguousarray(rgb).reshape(4096, 4096, 3), cv2.COLOR_RGB2HSV)
-    hsv = np.arange(HUE_LEVELS << 16, dtype=np.uint32).view(np.uint8).reshape(-1, 4)[:, 2::-1]
-    to_rgb = cv2.cvtColor(np.ascontiguousarray(hsv).reshape(-1, 1024, 3), cv2.COLOR_HSV2RGB)
-    return np.asarray(to_hsv, np.uint8).reshape(-1, 3), np.asarray(to_rgb, np.uint8).reshape(-1, 3)
+    # a code's little-endian bytes are its (r, g, b) or (v, s, h) triple, then a zero
+    rgb = np.arange(2**24, dtype="<u4").view(np.uint8).reshape(-1, 4)[:, :3]
+    hsv = np.asarray(
+        cv2.cvtColor(np.ascontiguousarray(rgb).reshape(4096, 4096, 3), cv2.COLOR_RGB2HSV), np.uint8
+    )
+    to_hsv = _packed(hsv.reshape(-1, 3)[:, ::-1])
+    vsh = np.arange(HUE_LEVELS << 16, dtype="<u4").view(np.uint8).reshape(-1, 4)[:, 2::-1]
+    back = np.asarray(
+        cv2.cvtColor(np.ascontiguousarray(vsh).reshape(-1, 1024, 3), cv2.COLOR_HSV2RGB), np.uint8
+    )
+    return to_hsv, _packed(back.reshape(-1, 3))
+
+
+def _packed(triples: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
+    """(N, 3) uint8 -> (N,) int32 ``t0 | t1 << 8 | t2 << 16``."""
+    pixels = np.zeros((len(triples), 4), np.uint8)
+    pixels[:, :3] = triples
+    return pixels.view("<i4").reshape(-1).astype(np.int32)
 
 
 __all__ = [
     "HUE_LEVELS",
     "HsvTables",
+    "JitterTables",
     "draw_hsv_gains",
     "hsv_cpu",
     "hsv_lookup",
     "hsv_luts",
     "hsv_on_device",
+    "jitter_tables",
 ]
