@@ -66,7 +66,7 @@ def test_ignored_options_checkpoint_keeps_unsaved_model_options_and_groups() -> 
     args = [
         "--model.memory_format",
         "contiguous",
-        "--model.casts_weights_together=true",
+        "--model.casts_weights_together=false",
         "--model.replay.network=true",
         "--model.lr0=1",
     ]

@@ -627,7 +627,7 @@ def test_module_bf16_mixed_hands_bf16_images_with_the_bits_of_float32_images(
 
 
 @pytest.mark.filterwarnings("ignore::lightning.fabric.utilities.warnings.PossibleUserWarning")
-def test_module_casts_weights_together_on_request_with_the_bits_of_autocasts_casts(
+def test_module_casts_weights_together_by_default_with_the_bits_of_autocasts_casts(
     tiny_dataset: Callable[[str], Path],
     fit_digests: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
@@ -642,7 +642,7 @@ def test_module_casts_weights_together_on_request_with_the_bits_of_autocasts_cas
         return converted(tensors, dtypes)
 
     monkeypatch.setattr(weight_casts, "_converted", counted)
-    together = fit_digests(yaml, "detect", "bf16-mixed", 2, casts_weights_together=True, **options)
+    together = fit_digests(yaml, "detect", "bf16-mixed", 2, **options)
     # a training forward: one copy for backbone and neck, one for the head; its backward: one
     # a block (12); validation, without grad, leaves its casts to autocast
     assert len(copies) == 14 * len(together.losses) > 0

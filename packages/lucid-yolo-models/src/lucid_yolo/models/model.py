@@ -43,10 +43,10 @@ class YOLO26(nn.Module):
         casts_weights_together: in a training forward under autocast, each forward part
             casts its convolutions' trainable weights in one multi-tensor copy, and their
             gradients back one block at a time (:mod:`lucid_yolo.models.weight_casts`: the
-            same bits, in place of autocast's 276 per-tensor casts a step in yolo26n). Off by
-            default: on an H100 a first version (one backward node a part) shortened yolo26n's
-            graphed forward+backward at batch 4 by 0.54 ms but raised a replayed fit's peak by
-            22 MiB, and this version is not yet measured on a GPU (session 47).
+            same bits, in place of autocast's 276 per-tensor casts a step in yolo26n). Off
+            for a network built alone, which then runs autocast's own casts; the trainer's
+            ``YoloModule`` turns it on (on an H100 it shortened a replayed detect batch-4 step
+            by about 0.6 ms at the same peak memory, session 49).
 
     Raises:
         ModelConfigError: on an unknown task, a class count below 1, or a keypoint shape that is

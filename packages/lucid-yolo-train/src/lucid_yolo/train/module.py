@@ -120,11 +120,11 @@ class YoloModule(pl.LightningModule):
             trainable weights to its dtype in one multi-tensor copy a forward part and their
             gradients back one block at a time (``YOLO26.casts_weights_together``, for the
             network and its EMA copy): the same bits as autocast's cast per tensor, whose 276
-            kernels a step (yolo26n) it replaces. Off by default: on an H100 a first version
-            (one backward node a part) shortened yolo26n's graphed forward+backward at batch 4
-            by 0.54 ms but raised a replayed fit's peak memory by 22 MiB (1.121× native), and
-            this version is not yet measured on a GPU (docs/engineering/whole-fit-speed.md,
-            session 47). Not saved in the hyperparameters: it changes no result.
+            kernels a step (yolo26n) it replaces. On by default: on an H100 (session 49 of
+            docs/engineering/whole-fit-speed.md) a replayed detect batch-4 fit's step without
+            the data wait took 15.14 ms with it against 15.70-15.89 ms without, at the same
+            peak reserved memory, and the whole GPU suite passed with it on. Not saved in the
+            hyperparameters: it changes no result.
         replay: which parts of the training step replay from CUDA graphs, and the runtime
             verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
             true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a
@@ -164,7 +164,7 @@ class YoloModule(pl.LightningModule):
         val_conf: float = 0.001,
         max_det: int = 300,
         memory_format: MemoryFormat = "auto",
-        casts_weights_together: bool = False,
+        casts_weights_together: bool = True,
         replay: ReplayConfig = ReplayConfig(),  # noqa: B008 (frozen, so one shared default)
         non_finite_loss: NonFinitePolicy = "stop",
     ) -> None:
