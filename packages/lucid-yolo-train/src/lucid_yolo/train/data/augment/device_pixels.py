@@ -63,7 +63,7 @@ class DevicePixels:
     of that. Each pixel's result depends on that pixel's bytes and its image's draws alone, so
     chunks give the whole batch's bits (``tests/train/data/test_augment_device_pixels.py``).
 
-    The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 109 MiB) are
+    The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 98 MiB) are
     built at the first batch that needs them and kept for the device.
 
     Args:

@@ -12,7 +12,7 @@ Two implementations of the same function:
 * :func:`hsv_on_device` on a (B, 3, H, W) batch on any torch device, one gain triple per image.
   Both colour conversions are functions of a pixel's three bytes alone, so :class:`HsvTables`
   evaluates OpenCV's own conversions once for every input (2^24 RGB and 180 x 256 x 256 HSV
-  triples, 109 MiB as int32 rows) and the device looks pixels up in them; the channel tables are
+  triples, 98 MiB) and the device looks pixels up in them; the channel tables are
   computed in float64 as on the CPU. The result equals :func:`hsv_cpu` bit for bit wherever
   OpenCV converts a pixel with its vector code, which covers every pixel of an image whose width
   is a multiple of 32 (any network size; ``tests/train/data/test_augment_hsv.py``). OpenCV's
@@ -76,15 +76,16 @@ class HsvTables:
 
     A pixel travels as the int32 whose little-endian bytes are its three channels and a zero
     (:func:`hsv_lookup` builds it by viewing the bytes, so the host must be little-endian, as
-    every CUDA device is). One int32 a row lets each conversion be one gather of four bytes
-    with an int32 index, where rows of three bytes took three byte loads and an int64 copy of
-    the index.
+    every CUDA device is). Int32 codes let the RGB -> HSV conversion be one four-byte gather
+    with an int32 index and the jitter two more, where rows of three bytes took three byte loads
+    and an int64 copy of the index each; the HSV -> RGB rows stay three bytes, since they are
+    the result.
 
     Attributes:
         to_hsv: (2^24,) int32: row ``r | g << 8 | b << 16`` holds OpenCV's HSV of that RGB
             triple as ``v | s << 8 | h << 16``.
-        to_rgb: (180 * 2^16,) int32: row ``v | s << 8 | h << 16`` holds OpenCV's RGB of that
-            HSV triple as ``r | g << 8 | b << 16``.
+        to_rgb: (180 * 2^16, 3) uint8: row ``v | s << 8 | h << 16`` holds OpenCV's RGB of that
+            HSV triple (the last lookup's result is the pixels, so three bytes a row do).
     """
 
     to_hsv: Tensor
@@ -166,12 +167,14 @@ def jitter_tables(gains: Tensor) -> JitterTables:
 
 
 def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tensor:
-    """RGB -> HSV, each channel through its image's table, HSV -> RGB: four int32 gathers.
+    """RGB -> HSV, each channel through its image's table, HSV -> RGB: four gathers.
 
     The RGB code is the images' bytes copied into a zeroed four-byte pixel and read as int32;
     the jittered HSV code is the OR of the image's hue lookup and its saturation-value lookup,
-    each indexed by a field of the HSV code plus the image's offset into its flattened table.
-    Three int32 buffers the images' size serve every step (12 bytes per pixel).
+    each indexed by a field of the HSV code plus the image's offset into its flattened table;
+    the last gather reads the RGB rows. Three int32 buffers the images' size serve the steps
+    (12 bytes per pixel); the index buffer goes before the last gather, whose three-byte rows
+    can take its place.
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
@@ -179,7 +182,7 @@ def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tenso
         tables: the conversions on ``images.device``.
 
     Returns:
-        (B, 3, H, W) uint8 RGB, a view of the last lookup's int32 pixels.
+        (B, 3, H, W) uint8 RGB in ``torch.channels_last`` layout (a view of the last lookup).
     """
     count, _, height, width = images.shape
     pixels = images.new_zeros(count, height, width, 4)
@@ -191,12 +194,12 @@ def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tenso
     torch.index_select(jitter.saturation_value.view(-1), 0, index, out=codes)
     torch.bitwise_right_shift(hsv, 16, out=index).view(count, -1).add_(first << 8)
     torch.index_select(jitter.hue.view(-1), 0, index, out=hsv)
-    torch.index_select(tables.to_rgb, 0, codes.bitwise_or_(hsv), out=index)  # jittered RGB
-    rgb = index.view(count, height, width, 1).view(torch.uint8)  # (B, H, W, 4)
-    return rgb[..., :3].permute(0, 3, 1, 2)
+    del index
+    rgb = tables.to_rgb.index_select(0, codes.bitwise_or_(hsv))
+    return rgb.view(count, height, width, 3).permute(0, 3, 1, 2)
 
 
-def _opencv_tables() -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
+def _opencv_tables() -> tuple[npt.NDArray[np.int32], UInt8Array]:
     """Every RGB triple converted to HSV and every HSV triple (h < 180) to RGB by OpenCV, in
     :class:`HsvTables`' packed codes.
 
@@ -213,7 +216,7 @@ def _opencv_tables() -> tuple[npt.NDArray[np.int32], npt.NDArray[np.int32]]:
     back = np.asarray(
         cv2.cvtColor(np.ascontiguousarray(vsh).reshape(-1, 1024, 3), cv2.COLOR_HSV2RGB), np.uint8
     )
-    return to_hsv, _packed(back.reshape(-1, 3))
+    return to_hsv, back.reshape(-1, 3)
 
 
 def _packed(triples: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
