@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from lucid_yolo.train.data.augment import (
+    MAX_LOOKUP_IMAGES,
     HsvTables,
     draw_hsv_gains,
     hsv_cpu,
@@ -15,6 +16,7 @@ from lucid_yolo.train.data.augment import (
     hsv_on_device,
     jitter_tables,
 )
+from lucid_yolo.train.exceptions import TrainConfigError
 
 YOLO_AMPLITUDES = (0.015, 0.7, 0.4)
 
@@ -97,6 +99,12 @@ def test_hsv_on_device_extreme_gains_equal_hsv_cpu(cpu_tables: HsvTables) -> Non
     gains = np.array([[1.9, 2.0, 2.0], [0.1, 0.0, 0.5]])
     out = hsv_on_device(_channels_first([image, image]), torch.from_numpy(gains), cpu_tables)
     assert torch.equal(out, _channels_first([hsv_cpu(image, g) for g in gains]))
+
+
+def test_jitter_tables_refuse_more_images_than_an_int32_offset_reaches() -> None:
+    gains = torch.ones(MAX_LOOKUP_IMAGES + 1, 3, dtype=torch.float64)
+    with pytest.raises(TrainConfigError, match="chunk_pixels"):
+        jitter_tables(gains)
 
 
 @pytest.mark.gpu

@@ -11,6 +11,7 @@ from lucid_yolo.train.data.augment.device_pixels import DevicePixels
 from lucid_yolo.train.data.augment.flip import flip_lr
 from lucid_yolo.train.data.augment.geometry import KeepRule, clip_polygon
 from lucid_yolo.train.data.augment.hsv import (
+    MAX_LOOKUP_IMAGES,
     HsvTables,
     JitterTables,
     draw_hsv_gains,
@@ -79,6 +80,7 @@ __all__ = [
     "mixup",
     "mosaic4",
     # colour
+    "MAX_LOOKUP_IMAGES",
     "HsvTables",
     "JitterTables",
     "draw_hsv_gains",

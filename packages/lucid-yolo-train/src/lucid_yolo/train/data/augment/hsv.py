@@ -38,6 +38,10 @@ from lucid_yolo.train.exceptions import TrainConfigError
 HUE_LEVELS = 180
 """OpenCV's 8-bit hue: degrees / 2."""
 
+MAX_LOOKUP_IMAGES = 1 << 15
+"""Images :func:`hsv_lookup` takes at once: image ``b``'s saturation-value table starts at
+``b << 16`` in an int32 index."""
+
 
 def draw_hsv_gains(
     amplitudes: tuple[float, float, float], rng: np.random.Generator
@@ -158,7 +162,17 @@ def hsv_luts(gains: Tensor) -> Tensor:
 
 
 def jitter_tables(gains: Tensor) -> JitterTables:
-    """:func:`hsv_luts` of ``gains`` laid out for :func:`hsv_lookup`."""
+    """:func:`hsv_luts` of ``gains`` laid out for :func:`hsv_lookup`.
+
+    Raises:
+        TrainConfigError: gains of more than :data:`MAX_LOOKUP_IMAGES` images (256 KiB of
+            tables an image, and offsets past an int32 index).
+    """
+    if len(gains) > MAX_LOOKUP_IMAGES:
+        raise TrainConfigError(
+            f"the HSV lookup finishes at most {MAX_LOOKUP_IMAGES} images at once, got "
+            f"{len(gains)}; finish the batch in chunks (DevicePixels' chunk_pixels)"
+        )
     luts = hsv_luts(gains).int()
     hue = luts[:, 0].bitwise_left_shift(16)
     saturation = luts[:, 1, :, None].bitwise_left_shift(8)
@@ -228,6 +242,7 @@ def _packed(triples: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
 
 __all__ = [
     "HUE_LEVELS",
+    "MAX_LOOKUP_IMAGES",
     "HsvTables",
     "JitterTables",
     "draw_hsv_gains",
