@@ -9,6 +9,8 @@ import torch
 from tool_modules import load_tool
 
 from lucid_yolo.train.data.augment import DevicePixels
+from lucid_yolo.train.data.augment.device_pixels import TABLE_PIXELS
+from lucid_yolo.train.data.augment.hsv import JITTER_TABLE_BYTES
 
 IMGSZ = 160  # large enough that pixels, not the per-image tables, set the peak
 
@@ -52,8 +54,20 @@ def test_device_pixels_in_chunks_hold_what_one_image_holds_plus_its_tables(
     peak(pixels, 1)  # builds the tables
     one = peak(pixels, 1)
     assert peak(pixels, 8) <= one + 8 * 3 * 256  # one uint8 table per image and channel
-    pixels.chunk_pixels = 8 * IMGSZ * IMGSZ
+    pixels.chunk_pixels = 8 * (IMGSZ * IMGSZ + TABLE_PIXELS)
     assert peak(pixels, 8) > 4 * one
+
+
+def test_device_pixels_count_small_images_channel_tables_towards_a_chunk(
+    memory_tool: ModuleType,
+) -> None:
+    size = 8  # 64 pixels an image against 257 KiB of channel tables
+    pixels = DevicePixels(chunk_pixels=4 * (size * size + TABLE_PIXELS))
+    batch = memory_tool.synthetic_batch(16, size, 0, torch.device("cpu"))
+    memory_tool.measure(pixels, batch)  # builds the tables
+    batch = memory_tool.synthetic_batch(16, size, 0, torch.device("cpu"))
+    held = int(memory_tool.measure(pixels, batch)["live_peak_bytes"])
+    assert 4 * JITTER_TABLE_BYTES <= held < 5 * JITTER_TABLE_BYTES
 
 
 def test_device_pixels_hold_one_unpacked_mask_tensor(memory_tool: ModuleType) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import cv2
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ from lucid_yolo.train.data.augment import (
     HsvTables,
     draw_hsv_gains,
     hsv_cpu,
+    hsv_lookup,
     hsv_luts,
     hsv_on_device,
     jitter_tables,
@@ -102,9 +105,38 @@ def test_hsv_on_device_extreme_gains_equal_hsv_cpu(cpu_tables: HsvTables) -> Non
 
 
 def test_jitter_tables_refuse_more_images_than_an_int32_offset_reaches() -> None:
+    last_row = (MAX_LOOKUP_IMAGES << 16) - 1  # the last image's last saturation-value row
+    assert last_row == torch.iinfo(torch.int32).max
     gains = torch.ones(MAX_LOOKUP_IMAGES + 1, 3, dtype=torch.float64)
     with pytest.raises(TrainConfigError, match="chunk_pixels"):
         jitter_tables(gains)
+
+
+def test_hsv_lookup_refuses_jitter_tables_of_other_images(cpu_tables: HsvTables) -> None:
+    images = _channels_first([_image(8, seed) for seed in range(3)])
+    jitter = jitter_tables(torch.ones(2, 3, dtype=torch.float64))
+    with pytest.raises(TrainConfigError, match="3 images and jitter tables for 2"):
+        hsv_lookup(images, jitter, cpu_tables)
+
+
+def test_hsv_tables_refuse_a_big_endian_host(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "byteorder", "big")
+    with pytest.raises(TrainConfigError, match="pixels_on_device: false"):
+        HsvTables.on(torch.device("cpu"))
+
+
+def test_hsv_on_device_of_views_and_of_no_images(cpu_tables: HsvTables) -> None:
+    rng = np.random.default_rng(3)
+    images = [_image(40, seed) for seed in range(3)]
+    gains = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in images])  # type: ignore[misc]
+    view = _channels_first(images)[1:, :, 3:, 8:]  # a slice of the batch, cropped (OpenCV's
+    # vector code converts every pixel of a row a multiple of 32 wide: the module docstring)
+    out = hsv_on_device(view, torch.from_numpy(gains[1:]), cpu_tables)
+    crops = [np.ascontiguousarray(im[3:, 8:]) for im in images[1:]]
+    expected = _channels_first([hsv_cpu(im, g) for im, g in zip(crops, gains[1:], strict=True)])
+    assert torch.equal(out, expected)
+    none = hsv_on_device(view[:0], torch.from_numpy(gains[:0]), cpu_tables)
+    assert none.shape == (0, 3, 37, 32)
 
 
 @pytest.mark.gpu

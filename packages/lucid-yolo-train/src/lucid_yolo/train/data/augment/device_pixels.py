@@ -34,18 +34,30 @@ import torch
 from torch import Tensor, nn
 
 from lucid_yolo.replay import ForwardRecorder, ReplayPool, Telemetry, merge_telemetry
-from lucid_yolo.train.data.augment.hsv import HsvTables, hsv_lookup, jitter_tables
+from lucid_yolo.train.data.augment.hsv import (
+    JITTER_TABLE_BYTES,
+    LOOKUP_BYTES_PER_PIXEL,
+    MAX_LOOKUP_IMAGES,
+    HsvTables,
+    hsv_lookup,
+    jitter_tables,
+)
 from lucid_yolo.train.data.augment.targets import MASK_STRIDE
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.exceptions import TrainConfigError
 
 CHUNK_PIXELS = 1 << 22
-"""Pixels :class:`DevicePixels` finishes at once by default: ten 640 px images, whose HSV
-temporaries come to about 50 MB (12 bytes per pixel, :func:`hsv_lookup`). Smaller chunks cost time
+"""Pixels :class:`DevicePixels` finishes at once by default: nine 640 px images (each counted with
+its channel tables, :data:`TABLE_PIXELS`), whose HSV temporaries and tables come to about 47 MB
+(12 bytes per pixel, :func:`hsv_lookup`, and 257 KiB an image). Smaller chunks cost time
 per chunk, not per pixel: with the three-byte tables used before session 49, on the H200 a
 16 x 640 px batch took 2.46 ms of device time and 2.78 ms of host time in chunks of two images,
 0.90 and 0.98 ms in chunks of ten, 0.88 and 0.60 ms at once (``tools/bench_data_wait.py
 --device-only --chunk-pixels N``, docs/engineering/whole-fit-speed.md)."""
+
+TABLE_PIXELS = JITTER_TABLE_BYTES // LOOKUP_BYTES_PER_PIXEL
+"""Pixels whose HSV temporaries weigh one image's channel tables; each image counts them
+towards ``chunk_pixels``."""
 
 MAX_SIGNATURES = 4
 """Graphs :class:`DevicePixels` records per device (one per batch shape, chunk size and whether
@@ -59,15 +71,21 @@ class DevicePixels:
     memory): natively the data path's temporaries reuse blocks the previous step's activations
     freed, but in a replayed fit those activations stay in the graph pool, so the temporaries
     add to what the fit reserves (docs/engineering/replay-memory.md, item 10). Whole-batch HSV
-    held about 13 bytes per image byte (244 MiB at 16 x 640 px); a chunk holds a bounded slice
-    of that. Each pixel's result depends on that pixel's bytes and its image's draws alone, so
-    chunks give the whole batch's bits (``tests/train/data/test_augment_device_pixels.py``).
+    held about 13 bytes per image byte (244 MiB at 16 x 640 px) with the lookup used before
+    session 49 and 4 with today's, plus 257 KiB of channel tables an image; a chunk holds a
+    bounded slice of that. Each pixel's result depends on that pixel's bytes and its image's
+    draws alone, so chunks give the whole batch's bits
+    (``tests/train/data/test_augment_device_pixels.py``).
 
     The conversion tables (:class:`~lucid_yolo.train.data.augment.hsv.HsvTables`, 98 MiB) are
     built at the first batch that needs them and kept for the device.
 
     Args:
-        chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W))`` at a time.
+        chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W + T))`` at a time,
+            where ``T`` (21,846) is the pixels whose lookup temporaries weigh what one image's
+            channel tables do (:data:`~lucid_yolo.train.data.augment.hsv.JITTER_TABLE_BYTES`),
+            so that many small images do not make a chunk of tables; at most
+            :data:`~lucid_yolo.train.data.augment.hsv.MAX_LOOKUP_IMAGES`.
         replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
             :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device). Each recording
             keeps a static copy of the images it reads and, in its pool, the finished copy it
@@ -151,7 +169,8 @@ class DevicePixels:
         region = self._regions.get(device)
         if region is None:
             region = self._regions[device] = _FinishImages()
-        step = max(1, self.chunk_pixels // (images.shape[-2] * images.shape[-1]))
+        image_pixels = images.shape[-2] * images.shape[-1] + TABLE_PIXELS
+        step = max(1, min(MAX_LOOKUP_IMAGES, self.chunk_pixels // image_pixels))
         if not (self.replay and device.type == "cuda"):
             region.finish(images, gains, flips, step, into=images)
             return
@@ -195,8 +214,8 @@ class _FinishImages:
             chunk = slice(start, start + step)
             finished = images[chunk]
             if gains is not None:
-                jitter = jitter_tables(gains[chunk])
-                finished = hsv_lookup(finished, jitter, self._tables_on(images.device))
+                tables = self._tables_on(images.device)
+                finished = hsv_lookup(finished, jitter_tables(gains[chunk]), tables)
             if flips is None:
                 into[chunk] = finished
             else:

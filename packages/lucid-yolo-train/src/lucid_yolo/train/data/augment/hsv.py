@@ -42,6 +42,13 @@ MAX_LOOKUP_IMAGES = 1 << 15
 """Images :func:`hsv_lookup` takes at once: image ``b``'s saturation-value table starts at
 ``b << 16`` in an int32 index."""
 
+LOOKUP_BYTES_PER_PIXEL = 12
+"""What :func:`hsv_lookup` holds a pixel at its peak: three int32 buffers."""
+
+JITTER_TABLE_BYTES = (256 + (1 << 16)) * 4
+"""One image's :class:`JitterTables` (257 KiB), whatever its size: as many bytes as the lookup's
+temporaries for about 22,000 pixels, so small images are chunked by both."""
+
 
 def draw_hsv_gains(
     amplitudes: tuple[float, float, float], rng: np.random.Generator
@@ -80,10 +87,10 @@ class HsvTables:
 
     A pixel travels as the int32 whose little-endian bytes are its three channels and a zero
     (:func:`hsv_lookup` builds it by viewing the bytes, so the host must be little-endian, as
-    every CUDA device is). Int32 codes let the RGB -> HSV conversion be one four-byte gather
-    with an int32 index and the jitter two more, where rows of three bytes took three byte loads
-    and an int64 copy of the index each; the HSV -> RGB rows stay three bytes, since they are
-    the result.
+    every CUDA device is). Int32 codes make the RGB -> HSV conversion and the jitter one
+    element gathered a pixel each, by ``index_select`` with the int32 code itself as the index
+    (advanced indexing would first copy an int32 index to int64); the HSV -> RGB rows stay
+    three bytes, since they are the result.
 
     Attributes:
         to_hsv: (2^24,) int32: row ``r | g << 8 | b << 16`` holds OpenCV's HSV of that RGB
@@ -187,26 +194,32 @@ def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tenso
     the jittered HSV code is the OR of the image's hue lookup and its saturation-value lookup,
     each indexed by a field of the HSV code plus the image's offset into its flattened table;
     the last gather reads the RGB rows. Three int32 buffers the images' size serve the steps
-    (12 bytes per pixel); the index buffer goes before the last gather, whose three-byte rows
-    can take its place.
+    (:data:`LOOKUP_BYTES_PER_PIXEL`, beside the jitter tables' :data:`JITTER_TABLE_BYTES` an
+    image); the
+    index buffer goes before the last gather, whose three-byte rows can take its place.
 
     Args:
         images: (B, 3, H, W) uint8 RGB.
-        jitter: the images' :class:`JitterTables` (:func:`jitter_tables`).
+        jitter: the images' :class:`JitterTables` (:func:`jitter_tables`), one an image.
         tables: the conversions on ``images.device``.
 
     Returns:
         (B, 3, H, W) uint8 RGB in ``torch.channels_last`` layout (a view of the last lookup).
     """
     count, _, height, width = images.shape
+    if jitter.hue.shape[0] != count:
+        raise TrainConfigError(
+            f"hsv_lookup got {count} images and jitter tables for {jitter.hue.shape[0]}; "
+            "build them with jitter_tables(gains) from the same images' gains"
+        )
     pixels = images.new_zeros(count, height, width, 4)
     pixels[..., :3] = images.permute(0, 2, 3, 1)
     codes = pixels.view(torch.int32).view(-1)  # RGB codes
     hsv = tables.to_hsv.index_select(0, codes)
     first = torch.arange(count, dtype=torch.int32, device=images.device)[:, None]
-    index = hsv.bitwise_and(0xFFFF).view(count, -1).add_(first << 16).view(-1)
+    index = hsv.bitwise_and(0xFFFF).view(count, height * width).add_(first << 16).view(-1)
     torch.index_select(jitter.saturation_value.view(-1), 0, index, out=codes)
-    torch.bitwise_right_shift(hsv, 16, out=index).view(count, -1).add_(first << 8)
+    torch.bitwise_right_shift(hsv, 16, out=index).view(count, height * width).add_(first << 8)
     torch.index_select(jitter.hue.view(-1), 0, index, out=hsv)
     del index
     rgb = tables.to_rgb.index_select(0, codes.bitwise_or_(hsv))
@@ -242,6 +255,8 @@ def _packed(triples: npt.NDArray[np.uint8]) -> npt.NDArray[np.int32]:
 
 __all__ = [
     "HUE_LEVELS",
+    "JITTER_TABLE_BYTES",
+    "LOOKUP_BYTES_PER_PIXEL",
     "MAX_LOOKUP_IMAGES",
     "HsvTables",
     "JitterTables",
