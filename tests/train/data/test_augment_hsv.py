@@ -19,6 +19,7 @@ from lucid_yolo.train.data.augment import (
     hsv_on_device,
     jitter_tables,
 )
+from lucid_yolo.train.data.augment.hsv import HUE_LEVELS
 from lucid_yolo.train.exceptions import TrainConfigError
 
 YOLO_AMPLITUDES = (0.015, 0.7, 0.4)
@@ -94,6 +95,15 @@ def test_hsv_on_device_equals_hsv_cpu_bitwise(cpu_tables: HsvTables, size: int) 
     expected = _channels_first([hsv_cpu(im, g) for im, g in zip(images, gains, strict=True)])
     assert out.dtype == torch.uint8
     assert torch.equal(out, expected)
+
+
+def test_hsv_on_device_hue_table_entry_of_180_equals_hsv_cpu(cpu_tables: HsvTables) -> None:
+    # a hue gain just below zero: x * gain is just below zero, and modulo 180 rounds up to 180
+    gains = np.array([[-1e-15, 1.0, 1.0]])
+    assert hsv_luts(torch.from_numpy(gains))[0, 0].max() == HUE_LEVELS
+    image = _image(32, seed=4)
+    out = hsv_on_device(_channels_first([image]), torch.from_numpy(gains), cpu_tables)
+    assert torch.equal(out, _channels_first([hsv_cpu(image, gains[0])]))
 
 
 def test_hsv_on_device_extreme_gains_equal_hsv_cpu(cpu_tables: HsvTables) -> None:

@@ -38,6 +38,11 @@ from lucid_yolo.train.exceptions import TrainConfigError
 HUE_LEVELS = 180
 """OpenCV's 8-bit hue: degrees / 2."""
 
+HUE_ROWS = HUE_LEVELS + 1
+"""Hues :attr:`HsvTables.to_rgb` converts: a full turn and 180 itself, which a hue table holds
+when a gain just below zero makes ``x * gain`` round up to 180 modulo 180 (reachable with a hue
+amplitude above 1); OpenCV converts it as hue 0, so the CPU path does too."""
+
 MAX_LOOKUP_IMAGES = 1 << 15
 """Images :func:`hsv_lookup` takes at once: image ``b``'s saturation-value table starts at
 ``b << 16`` in an int32 index."""
@@ -95,8 +100,9 @@ class HsvTables:
     Attributes:
         to_hsv: (2^24,) int32: row ``r | g << 8 | b << 16`` holds OpenCV's HSV of that RGB
             triple as ``v | s << 8 | h << 16``.
-        to_rgb: (180 * 2^16, 3) uint8: row ``v | s << 8 | h << 16`` holds OpenCV's RGB of that
-            HSV triple (the last lookup's result is the pixels, so three bytes a row do).
+        to_rgb: (:data:`HUE_ROWS` * 2^16, 3) uint8: row ``v | s << 8 | h << 16`` holds
+            OpenCV's RGB of that HSV triple (the last lookup's result is the pixels, so three
+            bytes a row do).
     """
 
     to_hsv: Tensor
@@ -227,7 +233,7 @@ def hsv_lookup(images: Tensor, jitter: JitterTables, tables: HsvTables) -> Tenso
 
 
 def _opencv_tables() -> tuple[npt.NDArray[np.int32], UInt8Array]:
-    """Every RGB triple converted to HSV and every HSV triple (h < 180) to RGB by OpenCV, in
+    """Every RGB triple converted to HSV and every HSV triple (h <= 180) to RGB by OpenCV, in
     :class:`HsvTables`' packed codes.
 
     Converted as images 4,096 and 1,024 pixels wide, so OpenCV's vector code converts every
@@ -239,7 +245,7 @@ def _opencv_tables() -> tuple[npt.NDArray[np.int32], UInt8Array]:
         cv2.cvtColor(np.ascontiguousarray(rgb).reshape(4096, 4096, 3), cv2.COLOR_RGB2HSV), np.uint8
     )
     to_hsv = _packed(hsv.reshape(-1, 3)[:, ::-1])
-    vsh = np.arange(HUE_LEVELS << 16, dtype="<u4").view(np.uint8).reshape(-1, 4)[:, 2::-1]
+    vsh = np.arange(HUE_ROWS << 16, dtype="<u4").view(np.uint8).reshape(-1, 4)[:, 2::-1]
     back = np.asarray(
         cv2.cvtColor(np.ascontiguousarray(vsh).reshape(-1, 1024, 3), cv2.COLOR_HSV2RGB), np.uint8
     )
