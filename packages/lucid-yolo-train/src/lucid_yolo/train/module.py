@@ -122,9 +122,9 @@ class YoloModule(pl.LightningModule):
             network and its EMA copy): the same bits as autocast's cast per tensor, whose 276
             kernels a step (yolo26n) it replaces. On by default: on an H100 (session 49 of
             docs/engineering/whole-fit-speed.md) a replayed detect batch-4 fit's step without
-            the data wait took 15.14 ms with it against 15.70-15.89 ms without, at the same
-            peak reserved memory, and the whole GPU suite passed with it on. Not saved in the
-            hyperparameters: it changes no result.
+            the data wait took 15.14 ms with it against 15.70-15.89 ms without (one fit
+            against two), at the same peak reserved memory, and the whole GPU suite passed with
+            it on. Not saved in the hyperparameters: it changes no result.
         replay: which parts of the training step replay from CUDA graphs, and the runtime
             verifier (:class:`~lucid_yolo.train.replay.ReplayConfig`; ``--model.replay.network
             true`` on the CLI). Not saved in the hyperparameters: replay changes no result, so a
