@@ -89,7 +89,7 @@ class DevicePixels:
         replay: on a CUDA device, replay the work from a CUDA graph per batch shape (a
             :class:`~lucid_yolo.replay.ForwardRecorder` on the images' device). Each recording
             keeps a static copy of the images it reads and, in its pool, the finished copy it
-            writes and one chunk's temporaries (about 50 MB at 640 px with the default chunk);
+            writes and one chunk's temporaries (about 47 MB at 640 px with the default chunk);
             the first batch of a shape runs eagerly, the second records. No effect on the
             CPU. The data module sets it as the fit replays (``AugmentConfig.pixels_replayed``).
         pool_for: the memory pool the graphs record into on a device; ``None``: a pool of
