@@ -244,8 +244,8 @@ def _opencv_tables() -> tuple[npt.NDArray[np.int32], UInt8Array]:
     """
     # a code's little-endian bytes are its (r, g, b) or (v, s, h) triple, then a zero
     codes = np.arange(2**24, dtype="<u4").view(np.uint8).reshape(4096, 4096, 4)
-    hsv = np.asarray(cv2.cvtColor(cv2.cvtColor(codes, cv2.COLOR_RGBA2RGB), cv2.COLOR_RGB2HSV))
-    to_hsv = _packed(hsv.astype(np.uint8, copy=False), (2, 1, 0))
+    rgb = cv2.cvtColor(codes, cv2.COLOR_RGBA2RGB)
+    to_hsv = _packed(np.asarray(cv2.cvtColor(rgb, cv2.COLOR_RGB2HSV), np.uint8), (2, 1, 0))
     vsh = np.arange(HUE_ROWS << 16, dtype="<u4").view(np.uint8).reshape(-1, 1024, 4)
     hsv_rows = np.empty((*vsh.shape[:2], 3), np.uint8)
     cv2.mixChannels([vsh], [hsv_rows], [2, 0, 1, 1, 0, 2])
