@@ -95,6 +95,8 @@ def test_device_pixels_without_hsv_flips_only(tmp_path: Path) -> None:
     cpu, deferred = _pair(tmp_path, "detect", AugmentConfig(hsv_h=0, hsv_s=0, hsv_v=0))
     batch = collate([deferred[item] for item in ITEMS])
     assert "deferred_hsv" not in batch
+    assert batch["deferred_flip"].any()
+    assert not batch["deferred_flip"].all()
     _assert_batches_equal(DevicePixels()(batch), collate([cpu[item] for item in ITEMS]))
 
 

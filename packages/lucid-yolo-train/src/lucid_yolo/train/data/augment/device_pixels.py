@@ -112,7 +112,7 @@ class DevicePixels:
         if chunk_pixels < 1:
             raise TrainConfigError(
                 f"chunk_pixels={chunk_pixels!r} must be at least 1; the default, "
-                f"{CHUNK_PIXELS}, finishes ten 640 px images at a time"
+                f"{CHUNK_PIXELS}, finishes nine 640 px images at a time"
             )
         self.chunk_pixels = chunk_pixels
         self._replay = replay
@@ -218,14 +218,27 @@ class _FinishImages:
                 finished = hsv_lookup(finished, jitter_tables(gains[chunk]), tables)
             if flips is None:
                 into[chunk] = finished
+            elif gains is None:  # ``finished`` may be ``into``'s own bytes: gathered apart first
+                into[chunk] = finished.gather(-1, _source_columns(flips[chunk], finished))
             else:
-                mirror = flips[chunk, None, None, None]
-                torch.where(mirror, finished.flip(-1), finished, out=into[chunk])
+                columns = _source_columns(flips[chunk], finished)
+                torch.gather(finished, -1, columns, out=into[chunk])
 
     def _tables_on(self, device: torch.device) -> HsvTables:
         if self._tables is None:
             self._tables = HsvTables.on(device)
         return self._tables
+
+
+def _source_columns(flips: Tensor, images: Tensor) -> Tensor:
+    """The column each output pixel reads, mirrored where ``flips`` is set: the flip as one
+    gather, which writes the finished chunk in the same pass as the copy out of the lookup's
+    channels-last result (a mirrored copy and a ``where`` read the chunk three times). Returned
+    as an expanded view of (B, W) indices, the shape of ``images``."""
+    width = images.shape[-1]
+    columns = torch.arange(width, device=images.device)
+    source = torch.where(flips[:, None], (width - 1) - columns, columns)
+    return source[:, None, None, :].expand(images.shape)
 
 
 def _unpack_bits(packed: Tensor, width: int) -> Tensor:
