@@ -9,6 +9,11 @@ with ``--ratio round``, to the Ultralytics fit of its own round, as the goal tab
 43 and 46 give it) and each replayed fit's peak memory against the median native fit's of its
 report.
 
+A fit the benchmark cut at its timeout (an Ultralytics fit longer than the device call had
+left: sessions 22, 25, 45 and 50) gets a line of its own in a second table: where it was cut,
+its finished epochs and the least it would have taken to the end, which bounds each lucid-yolo
+fit's ratio from below (:func:`cut_readings`). Sessions before 51 worked those out by hand.
+
 Usage (dev machine, on reports a device call brought back):
     python3 tools/fit_readings.py seg/side_by_side.json b16/side_by_side.json
 """
@@ -49,6 +54,25 @@ COLUMNS = {
 """Each reading's column and its format (``""``: as it is)."""
 RATIOS = ("median", "round")
 """What a fit's ratio to Ultralytics divides by (:func:`readings`)."""
+CUT_COLUMNS = {
+    "report": "",
+    "task": "",
+    "tool": "",
+    "round": "",
+    "cut at s": ".1f",
+    "epochs finished": "",
+    "fastest epoch s": ".2f",
+    "mean epoch s": ".2f",
+    "whole fit at least s": ".1f",
+    "lucid-yolo fits × at least": "",
+}
+"""Each cut fit's reading and its format (:func:`cut_readings`)."""
+TIMED_OUT = -1
+"""The exit ``bench_side_by_side.py`` records for a fit it cut at its ``--timeout``."""
+LAST_PHASE_EPOCHS = 10
+"""Both tools' last epochs that train without mosaic (``close_mosaic``, Ultralytics' default and
+``--data.close_mosaic``'s): a phase whose epochs may run at another pace than the ones before,
+so a cut fit's finished epochs bound only the epochs of their own phase."""
 
 
 def readings(report: dict[str, Any], name: str, ratio: str = "median") -> list[dict[str, Any]]:
@@ -109,6 +133,71 @@ def readings(report: dict[str, Any], name: str, ratio: str = "median") -> list[d
     return rows
 
 
+def cut_readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
+    """One dict per fit of ``report`` cut at the benchmark's timeout, keyed by the names of
+    :data:`CUT_COLUMNS`.
+
+    The epochs a cut fit finished are those its tool logged (``epoch_metrics``, each with the
+    tool's own clock at its end). When the cut came, one more epoch was under way and the rest
+    had not begun, so the whole fit would have taken at least the cut's seconds plus each epoch
+    not begun at the pace of the fastest finished epoch of its phase (:data:`LAST_PHASE_EPOCHS`;
+    the first epoch, which holds the tool's warm-up, left out), or nothing where no epoch of
+    that phase finished: a bound as long as no later epoch runs faster than every finished one
+    of its phase (a fit whose epochs kept getting faster may end sooner). It is left empty
+    where the report does not say how many epochs were planned. Each finished lucid-yolo fit
+    of the same task is read against it: a ratio of at least that much, against a fit that may
+    have been slower than the report's others (its round's ratio, as ``--ratio round`` reads
+    it).
+    """
+    planned = report.get("args", {}).get("epochs")
+    rows = []
+    for run in report["runs"]:
+        if run["exit"] != TIMED_OUT:
+            continue
+        ends = {
+            epoch["epoch"]: epoch["fit_s"]
+            for epoch in run.get("epoch_metrics", [])
+            if epoch.get("fit_s") is not None
+        }
+        spans = {e: ends[e] - ends[e - 1] for e in ends if e - 1 in ends}
+        at_least = None
+        if planned is not None:
+            last_phase = int(planned) - LAST_PHASE_EPOCHS
+            fastest = {
+                phase: min((s for e, s in spans.items() if (e >= last_phase) == phase), default=0.0)
+                for phase in (False, True)
+            }
+            not_begun = range(max(ends, default=-1) + 2, int(planned))
+            at_least = run["whole_s"] + sum(fastest[epoch >= last_phase] for epoch in not_begun)
+        lucid = [
+            other
+            for other in report["runs"]
+            if other["exit"] == 0
+            and other["tool"] != "ultralytics"
+            and other["task"] == run["task"]
+        ]
+        rows.append(
+            {
+                "report": name,
+                "task": run["task"],
+                "tool": run["tool"],
+                "round": run["repeat"],
+                "cut at s": run["whole_s"],
+                "epochs finished": f"{len(ends)} of {planned if planned is not None else '?'}",
+                "fastest epoch s": min(spans.values()) if spans else None,
+                "mean epoch s": statistics.mean(spans.values()) if spans else None,
+                "whole fit at least s": at_least,
+                "lucid-yolo fits × at least": None
+                if at_least is None or not lucid
+                else ", ".join(
+                    f"{other['tool']} #{other['repeat']} {at_least / other['whole_s']:.2f}×"
+                    for other in lucid
+                ),
+            }
+        )
+    return rows
+
+
 def _ratio(baseline: float | None, run: dict[str, Any]) -> float | None:
     """Ultralytics' whole fit over ``run``'s; none for Ultralytics' own fits."""
     return baseline / run["whole_s"] if baseline and run["tool"] != "ultralytics" else None
@@ -120,11 +209,12 @@ def _median(values: Iterable[float]) -> float | None:
     return statistics.median(listed) if listed else None
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
-    """The rows as a Markdown table, each column in its format (``—``: no such reading)."""
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+def markdown(rows: list[dict[str, Any]], columns: dict[str, str] = COLUMNS) -> str:
+    """The rows as a Markdown table, each of ``columns`` in its format (``—``: no such
+    reading)."""
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
-        cells = ("—" if row[c] is None else format(row[c], f) for c, f in COLUMNS.items())
+        cells = ("—" if row[c] is None else format(row[c], f) for c, f in columns.items())
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -140,10 +230,15 @@ def main(argv: list[str] | None = None) -> None:
         "or against the same round's",
     )
     args = parser.parse_args(argv)
-    rows = []
+    rows, cut = [], []
     for path in args.reports:
-        rows += readings(json.loads(path.read_text()), str(path), args.ratio)
+        report = json.loads(path.read_text())
+        rows += readings(report, str(path), args.ratio)
+        cut += cut_readings(report, str(path))
     print(markdown(rows))
+    if cut:
+        print("\nFits cut at the benchmark's timeout:\n")
+        print(markdown(cut, CUT_COLUMNS))
 
 
 if __name__ == "__main__":

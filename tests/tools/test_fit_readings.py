@@ -85,3 +85,58 @@ def test_the_command_prints_one_table_row_a_fit_in_each_columns_format(
     cells = [cell.strip() for cell in lines[2].strip("|").split("|")]
     assert cells[4:8] == ["40.0", "2.50", "6.00", "6.00"]
     assert lines[3].count("—") == 11  # no ratios, no epochs, no phases
+
+
+def _cut_ultralytics(cut_s: float, epoch_ends: list[float]) -> dict[str, object]:
+    epochs = [{"epoch": e, "fit_s": end, "box": 0.5} for e, end in enumerate(epoch_ends)]
+    return {**ultralytics_run(cut_s), "exit": -1, "epoch_metrics": epochs}
+
+
+def test_a_cut_fit_is_bounded_by_its_fastest_epoch_of_each_phase_not_yet_begun(
+    tool: ModuleType,
+) -> None:
+    cut = _cut_ultralytics(100.0, [10.0, 20.0, 29.0, 37.0])  # epochs 1-3 took 10, 9, 8 s
+    # 16 planned, the last ten (6-15) without mosaic: epoch 4 under way at the cut, epoch 5 at
+    # the mosaic epochs' fastest pace; no epoch of the last phase finished, so it adds nothing
+    report = {"args": {"epochs": "16"}, "runs": [cut, replayed_run(40.0, 6.0)]}
+    (row,) = tool.cut_readings(report, "b4")
+    assert row["cut at s"] == 100.0
+    assert row["epochs finished"] == "4 of 16"
+    assert row["fastest epoch s"] == 8.0
+    assert row["mean epoch s"] == pytest.approx(9.0)
+    assert row["whole fit at least s"] == pytest.approx(108.0)
+    assert row["lucid-yolo fits × at least"] == "replay #0 2.70×"
+    # 12 planned: epochs 2-11 are the last phase, finished at 9 and 8 s; 5-11 not begun
+    report["args"] = {"epochs": "12"}
+    (row,) = tool.cut_readings(report, "b4")
+    assert row["whole fit at least s"] == pytest.approx(100.0 + 7 * 8.0)
+
+
+def test_a_cut_fit_without_its_planned_epochs_or_lucid_fits_has_no_bound_or_ratio(
+    tool: ModuleType,
+) -> None:
+    cut = _cut_ultralytics(100.0, [10.0, 20.0])
+    (row,) = tool.cut_readings({"runs": [cut, replayed_run(40.0, 6.0)]}, "b4")
+    assert row["epochs finished"] == "2 of ?"
+    assert row["whole fit at least s"] is None
+    assert row["lucid-yolo fits × at least"] is None
+    (row,) = tool.cut_readings({"args": {"epochs": "30"}, "runs": [cut]}, "b4")
+    assert row["whole fit at least s"] is not None
+    assert row["lucid-yolo fits × at least"] is None
+    failed = {**ultralytics_run(50.0), "exit": 1}  # failed, not cut: no bound to read
+    assert tool.cut_readings({"args": {"epochs": "30"}, "runs": [failed]}, "b4") == []
+
+
+def test_the_command_prints_the_cut_fits_in_a_table_of_their_own(
+    tmp_path: Path, tool: ModuleType, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = tmp_path / "side_by_side.json"
+    runs = [replayed_run(40.0, 6.0), _cut_ultralytics(100.0, [10.0, 20.0, 29.0, 37.0])]
+    report.write_text(json.dumps({"args": {"epochs": "16"}, "runs": runs}))
+    tool.main([str(report)])
+    out = capsys.readouterr().out
+    assert "Fits cut at the benchmark's timeout:" in out
+    assert f"| {report} | detect | ultralytics | 0 | 100.0 | 4 of 16 | 8.00 | 9.00 | 108.0 |" in out
+    report.write_text(json.dumps({"runs": [replayed_run(40.0, 6.0)]}))
+    tool.main([str(report)])
+    assert "cut" not in capsys.readouterr().out
