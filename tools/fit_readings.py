@@ -12,7 +12,7 @@ report.
 A fit the benchmark cut at its timeout (an Ultralytics fit longer than the device call had
 left: sessions 22, 25, 45 and 50) gets a line of its own in a second table: where it was cut,
 its finished epochs and the least it would have taken to the end, which bounds each lucid-yolo
-fit's ratio from below (:func:`cut_readings`). Sessions before 51 worked those out by hand.
+fit's ratio from below (:func:`cut_readings`).
 
 Usage (dev machine, on reports a device call brought back):
     python3 tools/fit_readings.py seg/side_by_side.json b16/side_by_side.json
