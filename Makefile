@@ -47,7 +47,7 @@ lint: ## ruff lint + format check
 	$(UV) run ruff check .
 	$(UV) run ruff format --check .
 
-typecheck: ## mypy --strict over every package
+typecheck: ## mypy --strict over every package and the tools
 	$(UV) run mypy
 
 contracts: ## import-linter layering contracts

@@ -164,7 +164,10 @@ def _device_only(args: argparse.Namespace) -> dict[str, Any]:
         host = time.perf_counter()
         batch["images"].pin_memory()
         times["pin_ms"].append((time.perf_counter() - host) * 1000.0)
-        marks = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+        marks = [
+            torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            for _ in range(3)
+        ]
         marks[0].record()
         moved = {key: value.to(device, non_blocking=True) for key, value in pinned.items()}
         marks[1].record()

@@ -52,7 +52,7 @@ def main() -> None:
     for share in args.shares:
         images = [image_overlaps(rng, args.dets, args.targets, share) for _ in range(args.images)]
         stacked = torch.from_numpy(np.stack([im.overlaps for im in images])).to(device)
-        batches = list(stacked.split(args.batch))
+        batches = list(stacked.split(args.batch))  # type: ignore[no-untyped-call]
         match_batch(batches[0], flags, flags)  # warm-up
         if device.type == "cuda":
             torch.cuda.synchronize()

@@ -88,7 +88,7 @@ def _fit(
     import lightning.pytorch as pl
     from lightning.pytorch.callbacks import Callback
 
-    from lucid_yolo.models import save_reference_weights
+    from lucid_yolo.models import YOLO26, save_reference_weights
     from lucid_yolo.train import YoloDataModule, YoloModule
 
     curve: list[float] = []
@@ -125,6 +125,8 @@ def _fit(
     )
     trainer.fit(module, data)
     if args.stage == "pretrain":
+        if not isinstance(module.ema_net, YOLO26):
+            raise TypeError(f"the EMA network is a {type(module.ema_net).__name__}, not a YOLO26")
         save_reference_weights(module.ema_net, args.root / "pretrained.pt")
 
 

@@ -14,7 +14,7 @@ import time
 import torch
 from torch import Tensor, nn
 
-from lucid_yolo.replay import ReplayStep
+from lucid_yolo.replay import RegionOutput, ReplayStep
 
 
 def _net(width: int, depth: int) -> nn.Module:
@@ -25,7 +25,9 @@ def _net(width: int, depth: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
-def _loss(out: Tensor, target: Tensor) -> Tensor:
+def _loss(out: RegionOutput, target: Tensor) -> Tensor:
+    if not isinstance(out, Tensor):
+        raise TypeError(f"the net's output is a {type(out).__name__}, not a Tensor")
     return nn.functional.mse_loss(out.float(), target)
 
 

@@ -219,7 +219,10 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     config = ReplayConfig(**ROW_REPLAY) if replay else ReplayConfig()
     options: dict[str, Any] = {}
     if args.task == "pose":
-        options["kpt_shape"] = tuple(data.spec.kpt_shape)
+        kpt_shape = data.spec.kpt_shape
+        if kpt_shape is None:
+            raise ValueError(f"{args.data}: a pose set without kpt_shape")
+        options["kpt_shape"] = kpt_shape
     module = YoloModule(MODELS[args.task], num_classes=data.num_classes, replay=config, **options)
     probe = MemoryProbe()
     trainer = step_trainer(
@@ -255,7 +258,8 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         result["peak_reserved"] = torch.cuda.max_memory_reserved()
         result["peak_allocated"] = torch.cuda.max_memory_allocated()
         result["stats"] = {k: stats.get(k) for k in STATS}
-        result["owners_at_end"] = segments_by_owner(torch.cuda.memory_snapshot())
+        snapshot = torch.cuda.memory_snapshot()  # type: ignore[no-untyped-call]
+        result["owners_at_end"] = segments_by_owner(snapshot)
         loan = module.replay.evaluation_loan
         if loan is not None and loan.pool.holds_graphs and not history:
             readings = timeit.repeat(loan.pool.live_blocks, number=1, repeat=5)

@@ -70,9 +70,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from row_replay import ROW_REPLAY, replay_flags
+
+if TYPE_CHECKING:
+    from lucid_yolo.train.data.dataset_yaml import Task
 
 BETWEEN_KEY = "between_steps_ms"
 """``PhaseTimer``'s span between two steps (``lucid_yolo.train.callbacks.BETWEEN_STEPS``), as the
@@ -94,7 +97,7 @@ ULTRALYTICS_KINDS = {
 rotated box)."""
 
 
-def synthetic_set(root: Path, task: str, images: int, val_images: int, imgsz: int) -> Path:
+def synthetic_set(root: Path, task: Task, images: int, val_images: int, imgsz: int) -> Path:
     """The benchmark's synthetic set under ``root`` (its YAML), rendered only when missing.
 
     Rendering 640 images at 640 px takes about 20 s on the GPU machine, in every row of a device

@@ -53,7 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.autograd import DeviceType
+from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from dispatch_count import VIEW_OPS, DispatchCount

@@ -7,15 +7,20 @@ alone, or the steps and the validation the caller chose.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+
+if TYPE_CHECKING:
+    from lightning.fabric.plugins.precision.precision import _PRECISION_INPUT
 
 
 def step_trainer(
     steps: int,
     probe: Callback,
     accelerator: str = "gpu",
-    precision: str = "bf16-mixed",
+    precision: _PRECISION_INPUT = "bf16-mixed",
     val_batches: int = 0,
 ) -> pl.Trainer:
     """A trainer that runs ``steps`` optimizer steps on one device with ``probe`` attached,

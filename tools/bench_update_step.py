@@ -58,7 +58,8 @@ def _build(
     ns_steps: int = 5,
 ) -> tuple[MuSGD, UpdateStep]:
     torch.manual_seed(0)
-    net = create_model(name, num_classes=80).to(device, memory_format=memory_format)
+    net = create_model(name, num_classes=80).to(device)
+    net = net.to(memory_format=memory_format)
     ema = trainer_ema(net)
     optimizer = MuSGD(
         param_groups(net, weight_decay=5e-4),
@@ -99,14 +100,14 @@ def _time(optimizer: MuSGD, steps: int) -> tuple[float, float]:
     start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
     torch.cuda.synchronize()
-    start.record()  # type: ignore[no-untyped-call]
+    start.record()
     host = time.perf_counter()
     for _ in range(steps):
         optimizer.step()
     host_ms = (time.perf_counter() - host) * 1000.0 / steps
-    end.record()  # type: ignore[no-untyped-call]
+    end.record()
     torch.cuda.synchronize()
-    return float(start.elapsed_time(end)) / steps, host_ms  # type: ignore[no-untyped-call]
+    return float(start.elapsed_time(end)) / steps, host_ms
 
 
 _Key = tuple[str, float, str, int, str]

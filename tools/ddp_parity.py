@@ -32,9 +32,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from multi_gpu_env import multicast_off, run_group
+
+if TYPE_CHECKING:
+    from lucid_yolo.train.data.dataset_yaml import Task
 
 multicast_off()
 
@@ -51,7 +54,7 @@ def _case_name(task: str, precision: str, accumulation: int) -> str:
 # --------------------------------------------------------------------- one rank (under torchrun)
 
 
-def _rank_fit(args: argparse.Namespace, task: str, precision: str, acc: int, replay: bool) -> Any:
+def _rank_fit(args: argparse.Namespace, task: Task, precision: str, acc: int, replay: bool) -> Any:
     import lightning.pytorch as pl
 
     from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule

@@ -40,12 +40,11 @@ def nchw_depthwise(model: nn.Module) -> int:
     wrapped = 0
     for parent in list(model.modules()):
         for name, child in list(parent.named_children()):
-            depthwise = (
+            if (
                 isinstance(child, nn.Conv2d)
                 and child.groups > 1
                 and child.groups == child.in_channels == child.out_channels
-            )
-            if depthwise:
+            ):
                 setattr(parent, name, NchwDepthwise(child))
                 wrapped += 1
     return wrapped

@@ -92,7 +92,7 @@ class DepthwiseWarmUp(pl.Callback):
         if trainer.precision != "bf16-mixed":
             self.result["skipped"] = f"precision {trainer.precision}, not bf16-mixed"
             return
-        datamodule: Any = trainer.datamodule
+        datamodule: Any = getattr(trainer, "datamodule", None)
         hparams = pl_module.hparams
         fit = WarmedFit(
             model=hparams["model"],
@@ -112,7 +112,7 @@ class DepthwiseWarmUp(pl.Callback):
             self.result["convs"] = len(calls)
             if fit.device.type == "cuda":
                 with torch.cuda.device(fit.device):
-                    stream = torch.cuda.Stream(fit.device)
+                    stream = torch.cuda.Stream(fit.device)  # type: ignore[no-untyped-call]
                     with torch.cuda.stream(stream):
                         run_warm_calls(calls, fit.batch, fit.device, fit.memory_format)
                     stream.synchronize()

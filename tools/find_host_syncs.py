@@ -43,6 +43,7 @@ from lucid_yolo.cli.lightning_cli import trainer_defaults
 from lucid_yolo.cli.progress_bar import RunProgressBar
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
 from lucid_yolo.train.callbacks import AtomicCheckpointIO
+from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from row_replay import TRAINING_REPLAY
 
@@ -135,7 +136,7 @@ def _backup_bytes(module: YoloModule) -> int:
 def watched_fit(
     root: Path,
     *,
-    task: str = "detect",
+    task: Task = "detect",
     batch: int = 16,
     imgsz: int = 640,
     images: int = 64,

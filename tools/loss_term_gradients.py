@@ -23,6 +23,7 @@ import torch
 
 from lucid_yolo.models import create_model
 from lucid_yolo.train import YoloDataModule
+from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.losses import LossGains, build_loss
 
@@ -34,7 +35,7 @@ MODELS = {
 }
 
 
-def term_gradients(task: str, imgsz: int, batch_size: int, root: Path) -> dict[str, float]:
+def term_gradients(task: Task, imgsz: int, batch_size: int, root: Path) -> dict[str, float]:
     """``{term: gradient L2 norm over backbone + neck}`` for one batch of ``task``.
 
     Each term is isolated by a loss whose other gains are zero, so the public loss computes it
@@ -47,8 +48,11 @@ def term_gradients(task: str, imgsz: int, batch_size: int, root: Path) -> dict[s
     data.setup("fit")
     kpt_shape = data.spec.kpt_shape
     batch = next(iter(data.train_dataloader()))
-    extra = {"kpt_shape": tuple(kpt_shape)} if kpt_shape is not None else {}
-    net = create_model(MODELS[task], num_classes=data.num_classes, seed=0, **extra).train()
+    if kpt_shape is None:
+        net = create_model(MODELS[task], num_classes=data.num_classes, seed=0)
+    else:
+        net = create_model(MODELS[task], num_classes=data.num_classes, kpt_shape=kpt_shape, seed=0)
+    net.train()
     options: dict[str, object] = {"strides": net.strides}
     if kpt_shape is not None:
         options["num_keypoints"] = kpt_shape[0]

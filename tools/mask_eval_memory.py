@@ -25,6 +25,7 @@ import torch
 from lucid_yolo.models.decode import anchor_grid
 from lucid_yolo.train import Evaluator
 from lucid_yolo.train.data.batch import Batch
+from lucid_yolo.train.geometry import SourceShape
 
 
 def _peak_mib() -> float:
@@ -39,7 +40,7 @@ def _batch(batch: int, imgsz: int, height: int, width: int, instances: int) -> B
     wh = rng.uniform(20, [width * 0.3, height * 0.3], (batch, instances, 2))
     source = np.concatenate([xy, xy + wh], axis=-1)
     boxes = torch.from_numpy(source * scale + [pad_x, pad_y, pad_x, pad_y]).float()
-    polygons = [
+    polygons: list[list[SourceShape]] = [
         [np.array([[b[0], b[1]], [b[2], b[1]], [b[2], b[3]], [b[0], b[3]]]) for b in image]
         for image in source
     ]

@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import cv2
 import lightning.pytorch as pl
@@ -217,11 +217,15 @@ def score_variants(module: YoloModule, data: YoloDataModule) -> dict[str, float]
     metrics = {v: MeanAveragePrecision(kinds=("mask",)) for v in EVAL_VARIANTS}
     net = module.ema_net.eval()
     device = next(net.parameters()).device
-    for batch in data.val_dataloader():
-        batch = Batch(**{k: v.to(device) if isinstance(v, Tensor) else v for k, v in batch.items()})
+    for loaded in data.val_dataloader():
+        batch = cast(
+            Batch, {k: v.to(device) if isinstance(v, Tensor) else v for k, v in loaded.items()}
+        )
         outputs = net(batch["images"].float() / 255.0)
         for i, detections in enumerate(evaluator.decode(outputs, batch)):
             record = evaluator.image_predictions(detections, batch, i)
+            if record.boxes is None:
+                raise ValueError("a segment evaluator's predictions carry no boxes")
             targets = evaluator.targets(batch, i)
             for variant, metric in metrics.items():
                 masks = _prediction_masks(variant, detections, record.boxes, batch, i)

@@ -27,11 +27,12 @@ from typing import Any
 import lightning.pytorch as pl
 
 from lucid_yolo.train import ReplayConfig, YoloDataModule, YoloModule
+from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from parity_matrix import SUFFIX, TASKS, Record, fit_state_digests, parity_trainer
 
 
-def fit(yaml: Path, task: str, rows: int | None, args: argparse.Namespace) -> dict[str, Any]:
+def fit(yaml: Path, task: Task, rows: int | None, args: argparse.Namespace) -> dict[str, Any]:
     """One fit with ``rows`` target rows per training image (``None``: the data module's
     choice): its digests, losses and counts."""
     pl.seed_everything(0)

@@ -123,7 +123,7 @@ def event_owners(trace: Sequence[Event], pools: Sequence[PoolRange]) -> list[str
             owners[index] = segments[start][1] if inside else owner_of(event, pools)
             blocks[address] = owners[index]
         elif action == "free_completed":
-            owners[index] = blocks.pop(int(event["addr"]), None) or owner_of(event, pools)
+            owners[index] = blocks.pop(int(event["addr"]), "") or owner_of(event, pools)
     return owners
 
 

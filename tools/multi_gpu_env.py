@@ -13,6 +13,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 MULTICAST_OFF = {
     "NCCL_NVLS_ENABLE": "0",
@@ -35,7 +36,7 @@ def run_group(
     command: Sequence[str],
     timeout: float,
     extra_env: Mapping[str, str] | None = None,
-    **kwargs: object,
+    **kwargs: Any,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``command`` in its own process group with :func:`child_env` (plus ``extra_env``);
     past ``timeout`` seconds the whole group (a launcher and every rank it started) is stopped,

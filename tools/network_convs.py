@@ -130,7 +130,10 @@ class ConvConfig:
             kind, common = nn.ConvTranspose2d, {**common, "output_padding": self.output_padding}
         if initialised:
             return kind(self.in_channels, self.out_channels, **common)
-        return torch.nn.utils.skip_init(kind, self.in_channels, self.out_channels, **common)
+        module: nn.Module = torch.nn.utils.skip_init(  # type: ignore[no-untyped-call]
+            kind, self.in_channels, self.out_channels, **common
+        )
+        return module
 
 
 def network_convs(name: str, imgsz: int, num_classes: int) -> dict[ConvConfig, int]:

@@ -43,6 +43,7 @@ import json
 import statistics
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,8 @@ def run_variant(
 ) -> dict[str, Any]:
     """``steps`` training steps of yolo26n's network; the last one profiled."""
     torch.manual_seed(0)
-    net = create_model("yolo26n", num_classes=80).to(device, memory_format=torch.channels_last)
+    net = create_model("yolo26n", num_classes=80).to(device)
+    net = net.to(memory_format=torch.channels_last)
     recorder = RegionRecorder(
         NetworkRegion(net),
         name="network",
@@ -92,11 +94,15 @@ def run_variant(
             p.grad = None
         with torch.autocast(device.type, dtype=torch.bfloat16):
             outputs = recorder(images)
+        if not isinstance(outputs, Mapping):
+            raise TypeError(f"the network region returned {type(outputs).__name__}, not a mapping")
         loss = sum(o.float().square().mean() for o in outputs.values())
+        if not isinstance(loss, torch.Tensor):
+            raise TypeError("the network region returned no outputs")
         _synchronize(device)
         if step < steps - 1:
             start = time.perf_counter()
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             elapsed = (time.perf_counter() - start) * 1e3
             if step >= steps // 4:
                 host_ms.append(elapsed)
@@ -105,7 +111,7 @@ def run_variant(
         if device.type == "cuda":
             activities.append(ProfilerActivity.CUDA)
         with profile(activities=activities) as trace:
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             _synchronize(device)
         api.update(e.name for e in trace.events() if e.name.startswith(_RUNTIME_PREFIXES))
         averages = sorted(trace.key_averages(), key=lambda a: -a.self_cpu_time_total)

@@ -60,6 +60,10 @@ def _spin(stop: Any) -> None:
         sum(range(10_000))
 
 
+def _alive(storages: list[StorageWeakRef]) -> bool:
+    return any(not s.expired() for s in storages)  # type: ignore[no-untyped-call]
+
+
 def run_block(rounds: int, device: torch.device) -> dict[str, int]:
     """Rounds whose gradients' memory was still held at each stage."""
     conv = torch.nn.Conv2d(16, 16, 3, padding=1, device=device)
@@ -70,14 +74,17 @@ def run_block(rounds: int, device: torch.device) -> dict[str, int]:
         with torch.cuda.stream(side):
             images = torch.randn(4, 16, 32, 32, device=device, requires_grad=True)
             grads = torch.autograd.grad(conv(images).square().sum(), (images, conv.weight))
-            storages = [StorageWeakRef(grad.untyped_storage()) for grad in grads]
+            storages = [
+                StorageWeakRef(grad.untyped_storage())  # type: ignore[no-untyped-call]
+                for grad in grads
+            ]
             del images, grads
         torch.cuda.current_stream(device).wait_stream(side)
-        still = {"at_return": any(not s.expired() for s in storages)}
+        still = {"at_return": _alive(storages)}
         gc.collect()
-        still["after_gc"] = any(not s.expired() for s in storages)
+        still["after_gc"] = _alive(storages)
         drain_autograd_worker(device)
-        still["after_drain"] = any(not s.expired() for s in storages)
+        still["after_drain"] = _alive(storages)
         for stage in STAGES:
             held[stage] += still[stage]
     return held

@@ -175,7 +175,7 @@ class CheckpointCost(pl.Callback):
         io = strategy.checkpoint_io
         if isinstance(io, io_module.AtomicCheckpointIO):  # a save repeating the previous dump
             io.save_again = _timed(part("io_s"), io.save_again)  # type: ignore[method-assign]
-        io_module.host_snapshot = _timed(part("snapshot_s"), io_module.host_snapshot)
+        io_module.host_snapshot = _timed(part("snapshot_s"), io_module.host_snapshot)  # type: ignore[attr-defined]
         interval = os.environ.get(WRITER_SWITCH_ENV)
         for job in ("fill", "atomic_save", "atomic_link"):  # what the writer thread runs
             function = getattr(io_module, job)

@@ -124,7 +124,6 @@ class WarmCall:
 def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
     """The depthwise convolutions a ``variant``'s thread runs."""
     depthwise = [c for c in configs if c.kind == "depthwise"]
-    small = {"height": SMALL_SIDE, "width": SMALL_SIDE}
     if variant == "cold":
         return []
     if variant in ("exact", *OPERATOR_VARIANTS):
@@ -136,12 +135,19 @@ def warm_calls(configs: list[ConvConfig], variant: str) -> list[WarmCall]:
     if variant == "exact-weight-grad":
         return [WarmCall(replace(c, input_requires_grad=False), 0) for c in depthwise]
     if variant == "small":
-        return [WarmCall(replace(c, **small), 1) for c in depthwise]
+        return [WarmCall(replace(c, height=SMALL_SIDE, width=SMALL_SIDE), 1) for c in depthwise]
     if variant == "other-channels":
         shapes: dict[ConvConfig, None] = {}
         for c in depthwise:
-            channels = {"in_channels": OTHER_CHANNELS, "out_channels": OTHER_CHANNELS}
-            shapes.setdefault(replace(c, **channels, groups=OTHER_CHANNELS, **small))
+            other = replace(
+                c,
+                in_channels=OTHER_CHANNELS,
+                out_channels=OTHER_CHANNELS,
+                groups=OTHER_CHANNELS,
+                height=SMALL_SIDE,
+                width=SMALL_SIDE,
+            )
+            shapes.setdefault(other)
         return [WarmCall(c, 1) for c in shapes]
     raise ValueError(f"variant {variant!r}: not one of {', '.join(VARIANTS)}")
 
@@ -181,8 +187,10 @@ def operator_call(
     bf16: dict[str, Any] = {"device": where, "dtype": torch.bfloat16}
     shape = (call.batch or batch, config.in_channels, config.height, config.width)
     x = torch.ones(shape, **bf16).to(memory_format=memory_format)
-    weight_shape = config.standalone(initialised=False).weight.shape
-    weight = torch.ones(weight_shape, **bf16).to(memory_format=memory_format)
+    module_weight = config.standalone(initialised=False).weight
+    if not isinstance(module_weight, torch.Tensor):
+        raise TypeError(f"{config}: the module's weight is a {type(module_weight).__name__}")
+    weight = torch.ones(module_weight.shape, **bf16).to(memory_format=memory_format)
     bias = torch.ones(config.out_channels, **bf16) if config.bias else None
     geometry = (config.stride, config.padding, config.dilation, config.transposed)
     y = torch.ops.aten.convolution(x, weight, bias, *geometry, config.output_padding, config.groups)

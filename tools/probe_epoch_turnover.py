@@ -59,7 +59,7 @@ def per_epoch_loader(streamed: ResumableLoader) -> DataLoader[Any]:
 
 def waits(batches: Iterable[Any], step_s: float) -> list[float]:
     """Milliseconds each batch of one epoch was waited for, sleeping ``step_s`` after each."""
-    out = []
+    out: list[float] = []
     iterator = iter(batches)
     while True:
         start = time.perf_counter()

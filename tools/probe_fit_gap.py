@@ -176,7 +176,7 @@ class FitGaps(pl.Callback):
     """
 
     def __init__(self) -> None:
-        self.epochs: list[dict[str, float]] = []
+        self.epochs: list[dict[str, float | None]] = []
         self._marks: dict[str, float] = {}
         self._step_clocks: list[tuple[DeviceClock, DeviceClock | None]] = []
         self._host_waits: list[float] = []
@@ -203,9 +203,9 @@ class FitGaps(pl.Callback):
         trainer.save_checkpoint = timed  # type: ignore[method-assign]
         gc.callbacks.append(self._gc)
         if os.environ.get(NO_FREEZE_ENV) == "1":
-            for callback in trainer.callbacks:
+            for callback in trainer.callbacks:  # type: ignore[attr-defined]
                 if isinstance(callback, SetUpObjectsFrozen):
-                    callback.on_train_start = _skip_hook
+                    callback.on_train_start = _skip_hook  # type: ignore[method-assign]
                     print("probe: SetUpObjectsFrozen turned off", file=sys.stderr)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

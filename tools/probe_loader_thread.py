@@ -52,9 +52,12 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-TASK = "detect"
+if TYPE_CHECKING:
+    from lucid_yolo.train.data.dataset_yaml import Task
+
+TASK: Task = "detect"
 MODEL = "yolo26n"
 RESULT = "probe_loader_thread: "
 """Prefix of the line a child prints its result on."""
@@ -118,7 +121,7 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
     if variant.switch_interval is not None:
         sys.setswitchinterval(variant.switch_interval)
     if variant.sharing_strategy is not None:
-        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)
+        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)  # type: ignore[no-untyped-call]
     cuda = torch.cuda.is_available()
 
     class Window(Callback):
@@ -194,10 +197,10 @@ def _fit(args: argparse.Namespace) -> dict[str, Any]:
         "period_ms": round(window.seconds * 1000.0 / steps, 3),
         "between_ms": round(window.between * 1000.0 / steps, 3),
         "switch_interval_s": sys.getswitchinterval(),
-        "sharing_strategy": torch.multiprocessing.get_sharing_strategy(),
+        "sharing_strategy": torch.multiprocessing.get_sharing_strategy(),  # type: ignore[no-untyped-call]
         "replays": int(module.replay_telemetry.replays),
         "device": torch.cuda.get_device_name() if cuda else "cpu",
-        "callbacks": sorted({type(c).__name__ for c in trainer.callbacks}),
+        "callbacks": sorted({type(c).__name__ for c in trainer.callbacks}),  # type: ignore[attr-defined]
         "logger": type(trainer.logger).__name__ if trainer.logger else None,
     }
 
@@ -222,7 +225,7 @@ def _receive(args: argparse.Namespace) -> dict[str, Any]:
     if variant.switch_interval is not None:
         sys.setswitchinterval(variant.switch_interval)
     if variant.sharing_strategy is not None:
-        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)
+        torch.multiprocessing.set_sharing_strategy(variant.sharing_strategy)  # type: ignore[no-untyped-call]
     data = YoloDataModule(
         args.root / TASK / "data.yaml",
         task=TASK,

@@ -109,7 +109,7 @@ def _graph(
             grads = torch.autograd.grad(y, inputs, grad_out)
         results[:] = [y, *grads, *layer.buffers()]
 
-    side = torch.cuda.Stream()
+    side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         passes()  # warm-up: cuDNN/kernels chosen, workspaces allocated outside the capture
@@ -129,7 +129,8 @@ def measure(key: LayerKey, reps: int, rounds: int) -> dict[str, Any]:
         order = list(LAYOUTS) if round_ % 2 == 0 else list(reversed(LAYOUTS))
         for name in order:
             replay = graphs[name][0]
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
             replay()
             end.record()

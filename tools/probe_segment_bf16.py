@@ -93,7 +93,7 @@ def _mask_terms(
     elif assemble == "bmm":
         # (B, S, M) @ (B, M, h*w) -> (B, S, h*w)
         logits = torch.bmm(sample_coef.transpose(1, 2), protos.flatten(2))
-        logits = logits.unflatten(2, (height, width))
+        logits = logits.unflatten(2, (height, width))  # type: ignore[no-untyped-call]
     else:
         logits = torch.einsum("bms,bmhw->bshw", sample_coef, protos)
     gt_index = ctx.targets.gt_index.gather(1, index)
@@ -257,11 +257,12 @@ class _OutputGrads:
         self.seen[key] = tensor_digest(grad)
 
 
+def _digest_or_none(value: Tensor | None) -> str:
+    return "none" if value is None else tensor_digest(value)
+
+
 def _param_bits(net: nn.Module, grads: bool) -> dict[str, str]:
-    return {
-        n: "none" if (p.grad if grads else p) is None else tensor_digest(p.grad if grads else p)
-        for n, p in net.named_parameters()
-    }
+    return {n: _digest_or_none(p.grad if grads else p) for n, p in net.named_parameters()}
 
 
 CHAINS = {

@@ -247,8 +247,8 @@ def _install(clock: _Clock) -> None:
         end(self, *args)
         clock.batch_end()
 
-    YoloModule.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign]
-    YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign]
+    YoloModule.on_train_batch_start = on_train_batch_start  # type: ignore[method-assign,assignment]
+    YoloModule.on_train_batch_end = on_train_batch_end  # type: ignore[method-assign,assignment]
 
 
 def _profile_sanity_check(ops: _OpProfile) -> None:
@@ -401,7 +401,8 @@ def fit_args(args: argparse.Namespace, data: Path, runs: Path) -> list[str]:
     )  # fmt: skip
     if args.steps is not None:
         command += ["--trainer.max_steps", str(args.steps)]
-    return command + args.lucid_args
+    extra: list[str] = args.lucid_args
+    return command + extra
 
 
 def _spawn(

@@ -80,7 +80,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from torch.autograd import DeviceType
+from torch._C._autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
 
 from bench_replay_memory import MODELS
@@ -140,7 +140,7 @@ class _Window(Callback):
                 activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
                 record_shapes=self.shapes,
             )
-            self.device.__enter__()
+            self.device.__enter__()  # type: ignore[no-untyped-call]
             self._catch = warnings.catch_warnings(record=True)
             self._caught = self._catch.__enter__()
             warnings.simplefilter("always")
@@ -162,7 +162,7 @@ class _Window(Callback):
             )
             self._catch.__exit__(None, None, None)
         if self.device is not None:
-            self.device.__exit__(None, None, None)
+            self.device.__exit__(None, None, None)  # type: ignore[no-untyped-call]
 
 
 SHORT_KERNEL_US = 10.0
@@ -443,7 +443,10 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     options: dict[str, Any] = {}
     if args.task == "pose":
-        options["kpt_shape"] = tuple(data.spec.kpt_shape)
+        kpt_shape = data.spec.kpt_shape
+        if kpt_shape is None:
+            raise ValueError(f"{root / 'data.yaml'}: a pose dataset without kpt_shape")
+        options["kpt_shape"] = tuple(kpt_shape)
     module = YoloModule(
         MODELS[args.task],
         num_classes=data.num_classes,

@@ -83,6 +83,7 @@ from lucid_yolo.train import (
     host_copy,
     source_mask_cache,
 )
+from lucid_yolo.train.data.dataset_yaml import Task
 from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.metrics import match_replay, matched_records, mean_average_precision
 from profile_step import busy_and_gaps, device_events, device_work, gap_split, ops_by_device_time
@@ -186,16 +187,24 @@ class SyncCounter(pl.Callback):
         }
 
 
+def _callbacks(trainer: pl.Trainer) -> list[pl.Callback]:
+    """The trainer's callback list, which Lightning's constructor sets without declaring it."""
+    callbacks = getattr(trainer, "callbacks", None)
+    if not isinstance(callbacks, list):
+        raise TypeError(f"{type(trainer).__name__} has no callback list")
+    return callbacks
+
+
 def _count_syncs(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule) -> dict[str, Any]:
     """Synchronisations of one validation pass (CUDA only; an empty summary on the CPU)."""
     counter = SyncCounter()
     if not torch.cuda.is_available():
         return counter.summary()
-    trainer.callbacks.append(counter)
+    _callbacks(trainer).append(counter)
     with warnings.catch_warnings():
         warnings.simplefilter("always")
         trainer.validate(module, data, verbose=False)
-    trainer.callbacks.remove(counter)
+    _callbacks(trainer).remove(counter)
     return counter.summary()
 
 
@@ -303,13 +312,13 @@ def device_profile(trainer: pl.Trainer, module: YoloModule, data: YoloDataModule
     }
 
 
-def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+def profile_task(task: Task, args: argparse.Namespace, root: Path) -> dict[str, Any]:
     data_yaml = generate_synthetic(
         root / task,
         task=task,
         num_train=args.train_images if args.train_epochs else 4,
         num_val=args.images,
-        imgsz=args.imgsz,  # type: ignore[arg-type]
+        imgsz=args.imgsz,
     )
     data = YoloDataModule(
         data_yaml,
@@ -357,19 +366,19 @@ def profile_task(task: str, args: argparse.Namespace, root: Path) -> dict[str, A
         torch.cuda.reset_peak_memory_stats()
     plain = []
     loops = LoopClock()
-    trainer.callbacks.append(loops)
+    _callbacks(trainer).append(loops)
     for _ in range(args.repeats):
         _sync()
         start = time.perf_counter()
         trainer.validate(module, data, verbose=False)
         _sync()
         plain.append(time.perf_counter() - start)
-    trainer.callbacks.remove(loops)
+    _callbacks(trainer).remove(loops)
     on_device = device_profile(trainer, module, data) if args.device_profile and cuda else None
     syncs = _count_syncs(trainer, module, data)
     metrics = {k: float(v) for k, v in trainer.callback_metrics.items()}
     clock = PhaseClock()
-    trainer.callbacks.append(clock)
+    _callbacks(trainer).append(clock)
     _instrumented(module, clock)
     split = HostSplit()
     try:

@@ -66,6 +66,8 @@ def perturb_statistics(wrapper: Any, seed: int = 0) -> None:
     with torch.no_grad():
         for module in wrapper.model.modules():
             if isinstance(module, torch.nn.BatchNorm2d):
+                if module.running_mean is None or module.running_var is None:
+                    raise ValueError(f"{module} tracks no running statistics to perturb")
                 n = module.num_features
                 module.running_mean.copy_(torch.randn(n, generator=generator) * 0.1)
                 module.running_var.copy_(torch.rand(n, generator=generator) + 0.5)
