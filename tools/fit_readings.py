@@ -142,39 +142,37 @@ def cut_readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
     had not begun, so the whole fit would have taken at least the cut's seconds plus each epoch
     not begun at the pace of the fastest finished epoch of its phase (:data:`LAST_PHASE_EPOCHS`;
     the first epoch, which holds the tool's warm-up, left out), or nothing where no epoch of
-    that phase finished: a bound as long as no later epoch runs faster than every finished one
-    of its phase (a fit whose epochs kept getting faster may end sooner). It is left empty
-    where the report does not say how many epochs were planned. Each finished lucid-yolo fit
-    of the same task is read against it: a ratio of at least that much, against a fit that may
-    have been slower than the report's others (its round's ratio, as ``--ratio round`` reads
-    it).
+    that phase has a time on each side: a bound as long as no later epoch runs faster than
+    every finished one of its phase (a fit whose epochs kept getting faster may end sooner). It
+    is left empty where the report does not say how many epochs were planned, or says fewer
+    than the fit finished. A cut Ultralytics fit bounds the ratio of each finished lucid-yolo
+    fit of its task and round (as ``--ratio round`` pairs them): at least that much.
     """
     planned = report.get("args", {}).get("epochs")
     rows = []
     for run in report["runs"]:
         if run["exit"] != TIMED_OUT:
             continue
-        ends = {
-            epoch["epoch"]: epoch["fit_s"]
-            for epoch in run.get("epoch_metrics", [])
-            if epoch.get("fit_s") is not None
-        }
+        logged = run.get("epoch_metrics", [])
+        finished = max((epoch["epoch"] for epoch in logged), default=-1) + 1
+        ends = {e["epoch"]: e["fit_s"] for e in logged if e.get("fit_s") is not None}
         spans = {e: ends[e] - ends[e - 1] for e in ends if e - 1 in ends}
         at_least = None
-        if planned is not None:
+        if planned is not None and finished <= int(planned):
             last_phase = int(planned) - LAST_PHASE_EPOCHS
             fastest = {
                 phase: min((s for e, s in spans.items() if (e >= last_phase) == phase), default=0.0)
                 for phase in (False, True)
             }
-            not_begun = range(max(ends, default=-1) + 2, int(planned))
+            not_begun = range(finished + 1, int(planned))
             at_least = run["whole_s"] + sum(fastest[epoch >= last_phase] for epoch in not_begun)
-        lucid = [
+        paired = [
             other
             for other in report["runs"]
             if other["exit"] == 0
             and other["tool"] != "ultralytics"
             and other["task"] == run["task"]
+            and other["repeat"] == run["repeat"]
         ]
         rows.append(
             {
@@ -183,15 +181,15 @@ def cut_readings(report: dict[str, Any], name: str) -> list[dict[str, Any]]:
                 "tool": run["tool"],
                 "round": run["repeat"],
                 "cut at s": run["whole_s"],
-                "epochs finished": f"{len(ends)} of {planned if planned is not None else '?'}",
+                "epochs finished": f"{finished} of {planned if planned is not None else '?'}",
                 "fastest epoch s": min(spans.values()) if spans else None,
                 "mean epoch s": statistics.mean(spans.values()) if spans else None,
                 "whole fit at least s": at_least,
                 "lucid-yolo fits × at least": None
-                if at_least is None or not lucid
+                if at_least is None or not paired or run["tool"] != "ultralytics"
                 else ", ".join(
                     f"{other['tool']} #{other['repeat']} {at_least / other['whole_s']:.2f}×"
-                    for other in lucid
+                    for other in paired
                 ),
             }
         )

@@ -110,6 +110,42 @@ def test_a_cut_fit_is_bounded_by_its_fastest_epoch_of_each_phase_not_yet_begun(
     report["args"] = {"epochs": "12"}
     (row,) = tool.cut_readings(report, "b4")
     assert row["whole fit at least s"] == pytest.approx(100.0 + 7 * 8.0)
+    # the last phase's first epoch (2) is its fastest: it counts towards that phase
+    report["runs"][0] = _cut_ultralytics(100.0, [10.0, 20.0, 25.0, 34.0])
+    (row,) = tool.cut_readings(report, "b4")
+    assert row["whole fit at least s"] == pytest.approx(100.0 + 7 * 5.0)
+
+
+def test_an_epoch_without_its_time_still_counts_as_finished(tool: ModuleType) -> None:
+    cut = _cut_ultralytics(100.0, [10.0, 20.0, 29.0, 37.0])
+    cut["epoch_metrics"][3]["fit_s"] = None  # type: ignore[index]
+    (row,) = tool.cut_readings({"args": {"epochs": "16"}, "runs": [cut]}, "b4")
+    assert row["epochs finished"] == "4 of 16"
+    # epoch 4 under way; 5 at the mosaic epochs' fastest timed pace (9 s), 6-15 untimed
+    assert row["whole fit at least s"] == pytest.approx(109.0)
+
+
+def test_a_cut_fit_is_read_against_the_finished_lucid_yolo_fits_of_its_task_and_round(
+    tool: ModuleType,
+) -> None:
+    def replay(whole_s: float, **changes: object) -> dict[str, object]:
+        return {**replayed_run(whole_s, 6.0), **changes}
+
+    runs = [
+        _cut_ultralytics(100.0, [10.0, 20.0, 29.0, 37.0]),
+        replay(40.0),
+        replay(50.0, exit=1),
+        replay(20.0, task="segment"),
+        replay(25.0, repeat=1),
+        ultralytics_run(90.0),
+    ]
+    (row,) = tool.cut_readings({"args": {"epochs": "16"}, "runs": runs}, "b4")
+    assert row["lucid-yolo fits × at least"] == "replay #0 2.70×"
+    cut_replay = {**replay(100.0, exit=-1), "epoch_metrics": runs[0]["epoch_metrics"]}
+    native = {**replay(40.0), "tool": "native"}
+    (row,) = tool.cut_readings({"args": {"epochs": "16"}, "runs": [cut_replay, native]}, "b4")
+    assert row["whole fit at least s"] == pytest.approx(108.0)
+    assert row["lucid-yolo fits × at least"] is None  # a bound on a lucid-yolo fit, not a peer
 
 
 def test_a_cut_fit_without_its_planned_epochs_or_lucid_fits_has_no_bound_or_ratio(
@@ -125,6 +161,8 @@ def test_a_cut_fit_without_its_planned_epochs_or_lucid_fits_has_no_bound_or_rati
     assert row["lucid-yolo fits × at least"] is None
     failed = {**ultralytics_run(50.0), "exit": 1}  # failed, not cut: no bound to read
     assert tool.cut_readings({"args": {"epochs": "30"}, "runs": [failed]}, "b4") == []
+    (row,) = tool.cut_readings({"args": {"epochs": "1"}, "runs": [cut]}, "b4")
+    assert row["whole fit at least s"] is None  # the report plans fewer epochs than finished
 
 
 def test_the_command_prints_the_cut_fits_in_a_table_of_their_own(

@@ -10,6 +10,7 @@ import torch
 
 from lucid_yolo.replay import ReplayPool
 from lucid_yolo.train.data.augment import AugmentConfig, DevicePixels, HsvTables, hsv_on_device
+from lucid_yolo.train.data.augment.device_pixels import TABLE_PIXELS
 from lucid_yolo.train.data.batch import Batch
 from lucid_yolo.train.data.collate import collate
 from lucid_yolo.train.data.dataset import YoloDataset
@@ -19,6 +20,8 @@ from lucid_yolo.train.data.synthetic import generate_synthetic
 from lucid_yolo.train.exceptions import TrainConfigError
 
 IMGSZ = 96
+IMAGE_PIXELS = IMGSZ * IMGSZ + TABLE_PIXELS
+"""What one image counts towards ``chunk_pixels`` (its pixels and its channel tables)."""
 ITEMS = [(epoch, index) for epoch in range(2) for index in range(6)]
 
 
@@ -75,8 +78,22 @@ def test_device_pixels_in_chunks_equal_the_whole_batch_bitwise(
     images, gains, flips = batch["images"], batch["deferred_hsv"], batch["deferred_flip"]
     jittered = hsv_on_device(images, gains, HsvTables.on(images.device))
     whole = torch.where(flips[:, None, None, None], jittered.flip(-1), jittered)
-    pixels = DevicePixels(chunk_pixels=images_per_chunk * IMGSZ * IMGSZ)
+    pixels = DevicePixels(chunk_pixels=images_per_chunk * IMAGE_PIXELS)
     assert torch.equal(pixels(batch)["images"], whole)
+
+
+@pytest.mark.parametrize("images_per_chunk", [1, 3])
+def test_device_pixels_flips_alone_in_chunks_mirror_each_drawn_image(
+    tmp_path: Path, images_per_chunk: int
+) -> None:
+    _, deferred = _pair(tmp_path, "detect", AugmentConfig(hsv_h=0, hsv_s=0, hsv_v=0))
+    batch = collate([deferred[item] for item in ITEMS])
+    images, flips = batch["images"].clone(), batch["deferred_flip"]
+    assert flips.any()
+    assert not flips.all()
+    mirrored = torch.where(flips[:, None, None, None], images.flip(-1), images)
+    pixels = DevicePixels(chunk_pixels=images_per_chunk * IMAGE_PIXELS)
+    assert torch.equal(pixels(batch)["images"], mirrored)
 
 
 def test_device_pixels_finish_the_images_in_place(tmp_path: Path) -> None:

@@ -82,7 +82,7 @@ class DevicePixels:
 
     Args:
         chunk_pixels: images are finished ``max(1, chunk_pixels // (H * W + T))`` at a time,
-            where ``T`` (21,846) is the pixels whose lookup temporaries weigh what one image's
+            where ``T`` (21,930) is the pixels whose lookup temporaries weigh what one image's
             channel tables do (:data:`~lucid_yolo.train.data.augment.hsv.JITTER_TABLE_BYTES`),
             so that many small images do not make a chunk of tables; at most
             :data:`~lucid_yolo.train.data.augment.hsv.MAX_LOOKUP_IMAGES`.
