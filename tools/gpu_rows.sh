@@ -6,7 +6,7 @@
 #   1. every row side by side with Ultralytics, 30 epochs, each tool in its own dependency
 #      closure (tools/gpu_speed.sh, ENVIRONMENTS=own), ROUNDS rounds a row, each round's order
 #      rotated and its report merged into the next;
-#   2. the graphed forward+backward of the rows' nets at both batches (the step ratio's
+#   2. the graphed forward+backward of the rows' nets at the rows' batches (the step ratio's
 #      denominator, tools/bench_memory_format.py);
 #   3. a replayed and a native 3-epoch fit a row, each a fresh process (the memory ratio);
 #   4. each fit's readings (tools/fit_readings.py) in $OUT/rows.md.
@@ -52,7 +52,19 @@ for row in $rows; do
     done
     reports+=("$merge")
 done
-run python3 tools/bench_memory_format.py --models yolo26n yolo26n-seg --batch 16 4 \
+# the step ratio's denominators: the nets and batches of the rows asked for (every net at every
+# one of those batches)
+models=() batches=()
+for row in $rows; do
+    case "$row" in
+        segment-*) model=yolo26n-seg ;;
+        *) model=yolo26n ;;
+    esac
+    batch=${row##*-b}
+    [[ " ${models[*]} " == *" $model "* ]] || models+=("$model")
+    [[ " ${batches[*]} " == *" $batch "* ]] || batches+=("$batch")
+done
+run python3 tools/bench_memory_format.py --models "${models[@]}" --batch "${batches[@]}" \
     --layouts channels_last --rounds 5 --out "$OUT/graphed"
 for row in $rows; do
     run env ENVIRONMENTS=own ROW="$row" EPOCHS=3 TOOLS=replay,native WARM_UP=0 OUT="$OUT/memory" \

@@ -71,3 +71,19 @@ def test_a_wrong_setting_is_refused_before_any_fit(variables: dict[str, str], me
     assert refused.returncode == 2
     assert message in refused.stderr
     assert refused.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("rows", "graphed"),
+    [
+        ("segment-b4", "--models yolo26n-seg --batch 4 "),
+        ("detect-b16 detect-b4", "--models yolo26n --batch 16 4 "),
+        ("detect-b4 segment-b4", "--models yolo26n yolo26n-seg --batch 4 "),
+    ],
+)
+def test_the_graphed_pairs_are_the_nets_and_batches_of_the_rows_asked_for(
+    rows: str, graphed: str
+) -> None:
+    lines = dry_run(ROWS=rows).stdout.splitlines()
+    (line,) = [line for line in lines if "bench_memory_format.py" in line]
+    assert graphed in line
