@@ -152,8 +152,11 @@ def test_hsv_on_device_of_views_and_of_no_images(cpu_tables: HsvTables) -> None:
 @pytest.mark.gpu
 def test_hsv_on_device_on_cuda_equals_hsv_cpu_bitwise() -> None:
     rng = np.random.default_rng(0)
-    images = [_image(640, seed) for seed in range(4)]
-    gains = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in images])  # type: ignore[misc]
+    drawn = np.stack([draw_hsv_gains(YOLO_AMPLITUDES, rng) for _ in range(4)])  # type: ignore[misc]
+    # with the CPU tests' edge gains: the hue table entry of 180, hue wrapping, clipping at 255
+    edges = np.array([[-1e-15, 1.0, 1.0], [1.9, 2.0, 2.0], [0.1, 0.0, 0.5]])
+    gains = np.concatenate([drawn, edges])
+    images = [_image(640, seed) for seed in range(len(gains))]
     device = torch.device("cuda")
     out = hsv_on_device(
         _channels_first(images).to(device), torch.from_numpy(gains).to(device), HsvTables.on(device)
