@@ -7,7 +7,8 @@
 #      closure (tools/gpu_speed.sh, ENVIRONMENTS=own), ROUNDS rounds a row, each round's order
 #      rotated and its report merged into the next;
 #   2. the graphed forward+backward of the rows' nets at the rows' batches (the step ratio's
-#      denominator, tools/bench_memory_format.py);
+#      denominator, tools/bench_memory_format.py), set up as the fits run them: channels-last
+#      with the convolutions' casts together (`YoloModule`'s default since session 49);
 #   3. a replayed and a native 3-epoch fit a row, each a fresh process (the memory ratio);
 #   4. each fit's readings (tools/fit_readings.py) in $OUT/rows.md.
 # Lengths on session 46's H100 (one round): detect-b16 136 s, detect-b4 331 s, segment-b4
@@ -65,7 +66,7 @@ for row in $rows; do
     [[ " ${batches[*]} " == *" $batch "* ]] || batches+=("$batch")
 done
 run python3 tools/bench_memory_format.py --models "${models[@]}" --batch "${batches[@]}" \
-    --layouts channels_last --rounds 5 --out "$OUT/graphed"
+    --layouts channels_last+casts-together --rounds 5 --out "$OUT/graphed"
 for row in $rows; do
     run env ENVIRONMENTS=own ROW="$row" EPOCHS=3 TOOLS=replay,native WARM_UP=0 OUT="$OUT/memory" \
         bash tools/gpu_speed.sh
