@@ -179,7 +179,7 @@ def jitter_tables(gains: Tensor) -> JitterTables:
     """:func:`hsv_luts` of ``gains`` laid out for :func:`hsv_lookup`.
 
     Raises:
-        TrainConfigError: gains of more than :data:`MAX_LOOKUP_IMAGES` images (256 KiB of
+        TrainConfigError: gains of more than :data:`MAX_LOOKUP_IMAGES` images (257 KiB of
             tables an image, and offsets past an int32 index).
     """
     if len(gains) > MAX_LOOKUP_IMAGES:
